@@ -1,0 +1,44 @@
+# muster: make help lists the targets.
+SHELL := /usr/bin/env bash
+K8S_VERSION := $(shell cat .k8s-version)
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# kube-scheduler derives its compatibility version from gitVersion, so it
+# must stay a Kubernetes version; muster's own version rides along.
+LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION)-muster.$(subst -,.,$(VERSION)) \
+           -X k8s.io/component-base/version.gitCommit=$(shell git rev-parse HEAD 2>/dev/null || echo unknown) \
+           -X k8s.io/component-base/version.buildDate=$(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BINARIES ?= muster-scheduler tfconfig-controller muster-sim
+GO_TEST_FLAGS ?=
+
+.PHONY: help build test test-unit test-integration verify demo bench clean
+
+help: ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+build: ## Build the binaries into bin/.
+	go build -ldflags "$(LDFLAGS)" -o bin/muster-scheduler ./cmd/scheduler
+	go build -ldflags "$(LDFLAGS)" -o bin/tfconfig-controller ./cmd/tfconfig-controller
+	go build -ldflags "$(LDFLAGS)" -o bin/muster-sim ./cmd/muster-sim
+
+test: test-unit test-integration ## Run all tests (unit, then integration against an in-process control plane).
+
+test-unit: ## Unit tests (everything but test/integration).
+	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/integration)
+
+test-integration: ## Integration tests: real etcd, kube-apiserver, Job controller and the muster scheduler, in process.
+	go test $(GO_TEST_FLAGS) -timeout 30m ./test/integration/...
+
+verify: ## gofmt, go vet, go mod tidy leaves no diff, hack/verify-*.
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	go vet ./...
+	hack/verify-gomod.sh
+	hack/verify-manifests.sh
+
+demo: ## The main job on an embedded control plane: a GPU cluster, the scheduler, a TensorFlow job.
+	go run -ldflags "$(LDFLAGS)" ./cmd/muster-sim demo
+
+bench: ## Benchmarks of the planner (go test -bench).
+	go test -run '^$$' -bench . -benchmem ./pkg/gang/...
+
+clean: ## Remove build output.
+	rm -rf bin/

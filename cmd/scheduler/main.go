@@ -1,0 +1,18 @@
+// Command scheduler is kube-scheduler with muster's plugins registered.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	"github.com/muster-sched/muster/pkg/plugins"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewSchedulerCommand(plugins.WithMusterPlugins())))
+}

@@ -1,0 +1,52 @@
+// Package v1 is the versioned form of muster's plugin args, written by users
+// in the pluginConfig of a KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1).
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MusterGangArgs configures the MusterGang plugin. Every field is optional.
+type MusterGangArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// DefaultScheduleTimeoutSeconds bounds how long a planned gang waits at
+	// Permit for all its members, unless its PodGroup sets
+	// scheduleTimeoutSeconds. 1..900, default 120.
+	DefaultScheduleTimeoutSeconds *int64 `json:"defaultScheduleTimeoutSeconds,omitempty"`
+	// GangBackoffSeconds is how long a gang that failed waits before it is
+	// planned again. 0..3600, default 5.
+	GangBackoffSeconds *int64 `json:"gangBackoffSeconds,omitempty"`
+	// GPUResourceName is the extended resource topology and bin-packing count.
+	// Default nvidia.com/gpu.
+	GPUResourceName *string `json:"gpuResourceName,omitempty"`
+	// TopologyLevels, tightest first. Default: node=kubernetes.io/hostname,
+	// nvlink=nvidia.com/gpu.clique, rack=topology.kubernetes.io/rack,
+	// zone=topology.kubernetes.io/zone.
+	TopologyLevels []TopologyLevel `json:"topologyLevels,omitempty"`
+	// PreemptibleNodeMatchers mark a node preemptible (spot) when any matches.
+	// Default: the GKE, EKS, Karpenter and AKS spot labels.
+	PreemptibleNodeMatchers []NodeMatcher `json:"preemptibleNodeMatchers,omitempty"`
+	// ReclaimTaintKeys mark a node being reclaimed; it never receives a new
+	// gang member. Default: cloud.google.com/impending-node-termination,
+	// karpenter.sh/disrupted, node.kubernetes.io/unschedulable,
+	// aws-node-termination-handler/spot-itn.
+	ReclaimTaintKeys []string `json:"reclaimTaintKeys,omitempty"`
+}
+
+// TopologyLevel is one level of the topology hierarchy.
+type TopologyLevel struct {
+	// Name is what pods write in muster.dev/topology-required/-preferred.
+	Name string `json:"name"`
+	// NodeLabel is the node label whose value names the node's domain.
+	NodeLabel string `json:"nodeLabel"`
+}
+
+// NodeMatcher matches a node label or taint by key and optionally value.
+type NodeMatcher struct {
+	// Source is Label (default) or Taint.
+	Source string `json:"source,omitempty"`
+	Key    string `json:"key"`
+	// Value, when set, must equal the label (or taint) value.
+	Value string `json:"value,omitempty"`
+}

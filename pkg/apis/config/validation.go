@@ -1,0 +1,70 @@
+package config
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// MaxScheduleTimeoutSeconds is the framework's cap on one Permit wait (15 min);
+// a longer timeout would be cut silently, so it is rejected instead.
+const MaxScheduleTimeoutSeconds = 15 * 60
+
+// ValidateMusterGangArgs reports every invalid field of args with its path.
+func ValidateMusterGangArgs(path *field.Path, args *MusterGangArgs) error {
+	var errs field.ErrorList
+	if args.DefaultScheduleTimeoutSeconds <= 0 || args.DefaultScheduleTimeoutSeconds > MaxScheduleTimeoutSeconds {
+		errs = append(errs, field.Invalid(path.Child("defaultScheduleTimeoutSeconds"), args.DefaultScheduleTimeoutSeconds,
+			fmt.Sprintf("must be between 1 and %d (the framework caps a Permit wait at 15 minutes)", MaxScheduleTimeoutSeconds)))
+	}
+	if args.GangBackoffSeconds < 0 || args.GangBackoffSeconds > 3600 {
+		errs = append(errs, field.Invalid(path.Child("gangBackoffSeconds"), args.GangBackoffSeconds, "must be between 0 and 3600"))
+	}
+	for _, msg := range validation.IsQualifiedName(args.GPUResourceName) {
+		errs = append(errs, field.Invalid(path.Child("gpuResourceName"), args.GPUResourceName, msg))
+	}
+
+	levelsPath := path.Child("topologyLevels")
+	if len(args.TopologyLevels) == 0 {
+		errs = append(errs, field.Required(levelsPath, "at least one topology level is needed"))
+	}
+	names, labels := sets.New[string](), sets.New[string]()
+	for i, level := range args.TopologyLevels {
+		p := levelsPath.Index(i)
+		if msgs := validation.IsDNS1123Label(level.Name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p.Child("name"), level.Name, msgs[0]))
+		} else if names.Has(level.Name) {
+			errs = append(errs, field.Duplicate(p.Child("name"), level.Name))
+		}
+		names.Insert(level.Name)
+		if msgs := validation.IsQualifiedName(level.NodeLabel); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p.Child("nodeLabel"), level.NodeLabel, msgs[0]))
+		} else if labels.Has(level.NodeLabel) {
+			errs = append(errs, field.Duplicate(p.Child("nodeLabel"), level.NodeLabel))
+		}
+		labels.Insert(level.NodeLabel)
+	}
+
+	for i, m := range args.PreemptibleNodeMatchers {
+		p := path.Child("preemptibleNodeMatchers").Index(i)
+		if m.Source != NodeMatcherLabel && m.Source != NodeMatcherTaint {
+			errs = append(errs, field.NotSupported(p.Child("source"), m.Source, []string{string(NodeMatcherLabel), string(NodeMatcherTaint)}))
+		}
+		for _, msg := range validation.IsQualifiedName(m.Key) {
+			errs = append(errs, field.Invalid(p.Child("key"), m.Key, msg))
+		}
+		if m.Value != "" {
+			for _, msg := range validation.IsValidLabelValue(m.Value) {
+				errs = append(errs, field.Invalid(p.Child("value"), m.Value, msg))
+			}
+		}
+	}
+	for i, key := range args.ReclaimTaintKeys {
+		for _, msg := range validation.IsQualifiedName(key) {
+			errs = append(errs, field.Invalid(path.Child("reclaimTaintKeys").Index(i), key, msg))
+		}
+	}
+	return errs.ToAggregate()
+}

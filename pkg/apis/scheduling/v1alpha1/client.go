@@ -1,0 +1,97 @@
+package v1alpha1
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+)
+
+// Client is a typed PodGroup client over a dynamic client, so no generated
+// clientset is needed.
+type Client struct {
+	dyn dynamic.Interface
+}
+
+// NewClient wraps a dynamic client.
+func NewClient(dyn dynamic.Interface) *Client { return &Client{dyn: dyn} }
+
+// FromUnstructured converts an object of a dynamic informer or client.
+func FromUnstructured(obj interface{}) (*PodGroup, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("expected *unstructured.Unstructured, got %T", obj)
+	}
+	pg := &PodGroup{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, pg); err != nil {
+		return nil, fmt.Errorf("decoding PodGroup %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return pg, nil
+}
+
+func toUnstructured(pg *PodGroup) (*unstructured.Unstructured, error) {
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pg)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	u.SetAPIVersion(SchemeGroupVersion.String())
+	u.SetKind("PodGroup")
+	return u, nil
+}
+
+// Get reads one PodGroup.
+func (c *Client) Get(ctx context.Context, namespace, name string) (*PodGroup, error) {
+	u, err := c.dyn.Resource(Resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return FromUnstructured(u)
+}
+
+// Create creates a PodGroup.
+func (c *Client) Create(ctx context.Context, pg *PodGroup) (*PodGroup, error) {
+	u, err := toUnstructured(pg)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.dyn.Resource(Resource).Namespace(pg.Namespace).Create(ctx, u, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return FromUnstructured(out)
+}
+
+// Update replaces a PodGroup's spec and metadata.
+func (c *Client) Update(ctx context.Context, pg *PodGroup) (*PodGroup, error) {
+	u, err := toUnstructured(pg)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.dyn.Resource(Resource).Namespace(pg.Namespace).Update(ctx, u, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return FromUnstructured(out)
+}
+
+// UpdateStatus writes the status subresource.
+func (c *Client) UpdateStatus(ctx context.Context, pg *PodGroup) (*PodGroup, error) {
+	u, err := toUnstructured(pg)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.dyn.Resource(Resource).Namespace(pg.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return FromUnstructured(out)
+}
+
+// Delete deletes a PodGroup.
+func (c *Client) Delete(ctx context.Context, namespace, name string) error {
+	return c.dyn.Resource(Resource).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+}

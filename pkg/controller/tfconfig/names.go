@@ -1,0 +1,52 @@
+package tfconfig
+
+// Names users type on their Jobs (DESIGN.md §2, §5). Everything is under muster.dev/.
+const (
+	// OptInLabel on a batch/v1 Job asks the controller for a TF_CONFIG Secret. The value must be "true".
+	OptInLabel = "muster.dev/tf-config"
+	// GroupLabel ties several Indexed Jobs (one per TensorFlow role) into one cluster.
+	GroupLabel = "muster.dev/tf-group"
+	// RoleAnnotation is the TensorFlow task type a Job's pods run: chief, worker (default), ps or evaluator.
+	RoleAnnotation = "muster.dev/tf-role"
+	// GroupRolesAnnotation optionally lists the roles a group must have (comma-separated) before any
+	// Secret of the group is written, so that no pod starts with a partial cluster.
+	GroupRolesAnnotation = "muster.dev/tf-group-roles"
+
+	// JobLabel is put on every Secret and Service the controller creates; its value is the Job's name.
+	// The controller's Secret and Service informers watch only objects carrying it.
+	JobLabel = "muster.dev/tf-config-job"
+
+	// SecretSuffix: the Secret of Job <job> is <job>-tf-config.
+	SecretSuffix = "-tf-config"
+	// ClusterKey is the Secret key holding the cluster spec JSON.
+	ClusterKey = "cluster"
+	// PortName is the name of the container port TensorFlow's gRPC server listens on (Kubeflow's convention).
+	PortName = "tfjob-port"
+	// DefaultPort is used when no container declares a port named PortName.
+	DefaultPort int32 = 2222
+
+	// ControllerName is the event source and the leader-election lease name.
+	ControllerName = "muster-tfconfig-controller"
+)
+
+// Event reasons. Warning unless noted.
+const (
+	ReasonNotIndexed          = "NotIndexed"
+	ReasonParallelismMismatch = "ParallelismNotCompletions"
+	ReasonMissingSubdomain    = "MissingSubdomain"
+	ReasonInvalidPort         = "InvalidPort"
+	ReasonInvalidName         = "InvalidName"
+	ReasonInvalidRole         = "InvalidRole"
+	ReasonInvalidReplicas     = "InvalidReplicas"
+	ReasonInvalidGroup        = "InvalidGroup"
+	ReasonClusterTooLarge     = "ClusterTooLarge"
+	ReasonSecretConflict      = "SecretConflict"
+	ReasonServiceConflict     = "ServiceConflict"
+	ReasonWaitingForGroup     = "WaitingForGroup" // Normal
+	ReasonSecretCreated       = "SecretCreated"   // Normal
+	ReasonSecretUpdated       = "SecretUpdated"   // Normal
+	ReasonServiceCreated      = "ServiceCreated"  // Normal
+)
+
+// SecretName returns the name of the Secret holding the cluster spec of Job jobName.
+func SecretName(jobName string) string { return jobName + SecretSuffix }

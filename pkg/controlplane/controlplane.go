@@ -1,0 +1,178 @@
+// Package controlplane runs a real Kubernetes control plane inside the current
+// process: embedded etcd, kube-apiserver and the Job controller, plus the muster
+// scheduler on demand. Integration tests and `make demo` use it; nothing is
+// downloaded and no external binary is started.
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"path/filepath"
+	"time"
+
+	"github.com/google/uuid"
+	"go.etcd.io/etcd/server/v3/embed"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+	"k8s.io/kubernetes/pkg/controller/job"
+	"k8s.io/kubernetes/test/utils/ktesting"
+)
+
+// ControlPlane is a running etcd + kube-apiserver + Job controller.
+type ControlPlane struct {
+	// Config is an admin client configuration.
+	Config *rest.Config
+	// Client is an admin clientset.
+	Client kubernetes.Interface
+	// Kubeconfig is the path of a kubeconfig file for Config.
+	Kubeconfig string
+
+	tb ktesting.TB
+}
+
+// Start starts etcd, kube-apiserver (admission plugins ServiceAccount and
+// TaintNodesByCondition off, so plain Node objects are schedulable), installs
+// muster's CRDs and starts the Job controller. Everything stops in tb.Cleanup.
+// Start fails tb on error.
+func Start(tb ktesting.TB) *ControlPlane {
+	tb.Helper()
+	cp, err := start(tb)
+	if err != nil {
+		tb.Fatalf("starting control plane: %v", err)
+	}
+	return cp
+}
+
+func start(tb ktesting.TB) (*ControlPlane, error) {
+	etcdURL, err := startEtcd(tb)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+
+	storage := storagebackend.NewDefaultConfig(path.Join(uuid.New().String(), "registry"), nil)
+	storage.Transport.ServerList = []string{etcdURL}
+	server, err := kubeapiservertesting.StartTestServer(tb, kubeapiservertesting.NewDefaultTestServerOptions(), []string{
+		"--endpoint-reconciler-type=none",
+		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+	}, storage)
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver: %w", err)
+	}
+	tb.Cleanup(server.TearDownFn)
+
+	cfg := rest.CopyConfig(server.ClientConfig)
+	cfg.QPS, cfg.Burst = 500, 1000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{Config: cfg, Client: client, tb: tb}
+	if cp.Kubeconfig, err = writeKubeconfig(tb.TempDir(), cfg); err != nil {
+		return nil, err
+	}
+	if err := cp.installCRDs(); err != nil {
+		return nil, fmt.Errorf("installing CRDs: %w", err)
+	}
+	if err := cp.startJobController(); err != nil {
+		return nil, fmt.Errorf("job controller: %w", err)
+	}
+	return cp, nil
+}
+
+func startEtcd(tb ktesting.TB) (string, error) {
+	cfg := embed.NewConfig()
+	cfg.Dir = tb.TempDir()
+	cfg.LogLevel = "fatal" // shutdown reports closed listeners as errors
+	cfg.UnsafeNoFsync = true
+	clientURL, peerURL := freeURL(), freeURL()
+	if clientURL == nil || peerURL == nil {
+		return "", fmt.Errorf("no free port")
+	}
+	cfg.ListenClientUrls = []url.URL{*clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{*clientURL}
+	cfg.ListenPeerUrls = []url.URL{*peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{*peerURL}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return "", err
+	}
+	tb.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(60 * time.Second):
+		return "", fmt.Errorf("etcd did not become ready within 60s")
+	}
+	return clientURL.String(), nil
+}
+
+func freeURL() *url.URL {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = l.Close() }()
+	return &url.URL{Scheme: "http", Host: l.Addr().String()}
+}
+
+func writeKubeconfig(dir string, cfg *rest.Config) (string, error) {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{
+		Server:                   cfg.Host,
+		CertificateAuthority:     cfg.CAFile,
+		CertificateAuthorityData: cfg.CAData,
+		InsecureSkipTLSVerify:    cfg.Insecure,
+		TLSServerName:            cfg.ServerName,
+	}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{
+		Token:                 cfg.BearerToken,
+		TokenFile:             cfg.BearerTokenFile,
+		ClientCertificate:     cfg.CertFile,
+		ClientKey:             cfg.KeyFile,
+		ClientCertificateData: cfg.CertData,
+		ClientKeyData:         cfg.KeyData,
+	}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
+	kc.CurrentContext = "test"
+	p := filepath.Join(dir, "kubeconfig")
+	return p, clientcmd.WriteToFile(*kc, p)
+}
+
+func (cp *ControlPlane) startJobController() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	factory := informers.NewSharedInformerFactory(cp.Client, 0)
+	cp.tb.Cleanup(func() {
+		cancel()
+		factory.Shutdown()
+	})
+	jc, err := job.NewController(ctx, cp.Client, factory.Core().V1().Pods(), factory.Batch().V1().Jobs(),
+		factory.Scheduling().V1beta1().Workloads(), factory.Scheduling().V1beta1().PodGroups())
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	go jc.Run(ctx, 4)
+	return nil
+}
+
+// Namespace creates a fresh namespace named after prefix and returns its name.
+func (cp *ControlPlane) Namespace(tb ktesting.TB, prefix string) string {
+	tb.Helper()
+	ns, err := cp.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatalf("creating namespace: %v", err)
+	}
+	return ns.Name
+}

@@ -1,0 +1,120 @@
+// Package gang holds muster's gang logic without framework glue: which gang a
+// pod belongs to, what the gang asks for (quorum, timeout, topology,
+// preemptible policy), the registry of gangs and their plans, and the planner
+// that places a whole gang at once.
+package gang
+
+import (
+	"fmt"
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+)
+
+// Pod annotations users write (DESIGN.md §2).
+const (
+	AnnotationMinAvailable      = "muster.dev/min-available"
+	AnnotationTopologyRequired  = "muster.dev/topology-required"
+	AnnotationTopologyPreferred = "muster.dev/topology-preferred"
+	AnnotationPreemptible       = "muster.dev/preemptible"
+)
+
+// Kind says what defines a gang.
+type Kind string
+
+const (
+	// KindPodGroup gangs are the pods labelled with a PodGroup's name.
+	KindPodGroup Kind = "PodGroup"
+	// KindJob gangs are the pods of one batch/v1 Job.
+	KindJob Kind = "Job"
+)
+
+// Key identifies a gang. Gangs never cross namespaces.
+type Key struct {
+	Kind      Kind
+	Namespace string
+	Name      string
+}
+
+func (k Key) String() string {
+	if k.Kind == KindJob {
+		return k.Namespace + "/" + k.Name
+	}
+	return k.Namespace + "/podgroup/" + k.Name
+}
+
+// KeyOf resolves the gang of a pod: the PodGroup label first, then a
+// controlling batch/v1 Job; ok is false for a pod scheduled alone.
+func KeyOf(pod *v1.Pod) (Key, bool) {
+	if name := pod.Labels[v1alpha1.PodGroupLabel]; name != "" {
+		return Key{Kind: KindPodGroup, Namespace: pod.Namespace, Name: name}, true
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Job" && ref.APIVersion == batchv1.SchemeGroupVersion.String() {
+		return Key{Kind: KindJob, Namespace: pod.Namespace, Name: ref.Name}, true
+	}
+	return Key{}, false
+}
+
+// JobQuorum is the gang size of a Job: parallelism (capped by completions),
+// lowered by the pod's muster.dev/min-available annotation.
+func JobQuorum(job *batchv1.Job, pod *v1.Pod) (int, error) {
+	size := 1
+	if job.Spec.Parallelism != nil {
+		size = int(*job.Spec.Parallelism)
+	}
+	if job.Spec.Completions != nil && int(*job.Spec.Completions) < size {
+		size = int(*job.Spec.Completions)
+	}
+	value, ok := pod.Annotations[AnnotationMinAvailable]
+	if !ok {
+		return size, nil
+	}
+	n, err := strconv.Atoi(value)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("invalid %s %q: must be a positive integer", AnnotationMinAvailable, value)
+	}
+	if n > size {
+		return 0, fmt.Errorf("invalid %s %d: the Job runs at most %d pods at once (parallelism)", AnnotationMinAvailable, n, size)
+	}
+	return n, nil
+}
+
+// Constraints are a gang's placement wishes, read from a member's annotations.
+type Constraints struct {
+	Required  string
+	Preferred string
+	Policy    Policy
+}
+
+// ConstraintsFromPod parses the topology and preemptible annotations and
+// checks level names against the configured levels.
+func ConstraintsFromPod(pod *v1.Pod, levels []Level) (Constraints, error) {
+	var c Constraints
+	var err error
+	if c.Policy, err = ParsePolicy(pod.Annotations[AnnotationPreemptible]); err != nil {
+		return c, err
+	}
+	known := func(key string) (string, error) {
+		value := pod.Annotations[key]
+		if value == "" {
+			return "", nil
+		}
+		for _, l := range levels {
+			if l.Name == value {
+				return value, nil
+			}
+		}
+		return "", fmt.Errorf("invalid %s %q: unknown topology level (known: %s)", key, value, levelNames(levels))
+	}
+	if c.Required, err = known(AnnotationTopologyRequired); err != nil {
+		return c, err
+	}
+	if c.Preferred, err = known(AnnotationTopologyPreferred); err != nil {
+		return c, err
+	}
+	return c, nil
+}

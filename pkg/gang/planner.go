@@ -1,0 +1,440 @@
+package gang
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Level is one topology level: a name users write in annotations and the node
+// label whose value names a node's domain at that level.
+type Level struct {
+	Name  string
+	Label string
+}
+
+// clusterLevel is the implicit widest domain: every eligible node.
+const clusterLevel = "cluster"
+
+// NodeView is what the planner knows of one node.
+type NodeView struct {
+	Node *v1.Node
+	// Free is allocatable minus everything requested, minus the capacity other
+	// gangs' plans hold on it.
+	Free        Resources
+	Preemptible bool
+	// Reclaiming nodes (spot reclaim notice, disruption taint, cordon) never
+	// receive a member.
+	Reclaiming bool
+}
+
+// Member is one pod to place.
+type Member struct {
+	UID     types.UID
+	Name    string
+	Request Resources
+	// Fits evaluates the pod's node-level constraints (taints, node selector,
+	// required node affinity). Members that share a pod template should share
+	// one NodeConstraints so each node is evaluated once per template.
+	Constraints *NodeConstraints
+}
+
+// Request is everything the planner needs to place one gang.
+type Request struct {
+	Gang    string
+	Members []Member
+	// Needed is how many of Members must be placed (quorum minus members
+	// already bound). When fewer than all fit, a plan of Needed members is
+	// accepted.
+	Needed    int
+	GPU       v1.ResourceName
+	Levels    []Level
+	Required  string // level name or ""
+	Preferred string // level name or ""
+	Policy    Policy
+}
+
+// Plan is where every planned member goes.
+type Plan struct {
+	Slots map[types.UID]string
+	// Level and Domain name the topology domain the gang was placed in.
+	Level  string
+	Domain string
+	// PreemptibleNodes is how many distinct preemptible nodes the plan uses.
+	PreemptibleNodes int
+	Nodes            int
+}
+
+// Unplaceable explains why no plan exists.
+type Unplaceable struct {
+	Message string
+}
+
+func (u *Unplaceable) Error() string { return u.Message }
+
+// domain is a set of eligible nodes sharing a label value at one level.
+type domain struct {
+	name        string
+	nodes       []int // indexes into the eligible node slice
+	freeGPU     int64
+	preemptGPU  int64
+	eligibleCnt int
+}
+
+// placement is the outcome of placing members in one domain.
+type placement struct {
+	slots    map[types.UID]string
+	placed   int
+	cost     int // preemptible nodes used (avoid) or on-demand nodes used (prefer)
+	nodes    int
+	spotUsed int
+	leftover int64
+	level    string
+	domain   string
+	levelIdx int
+}
+
+// Compute finds a placement for the gang: the tightest topology level whose
+// best domain fits it, best fit among that level's domains (least GPUs left
+// over), members packed onto as few nodes as possible. The preemptible policy
+// filters nodes (forbid, require) or weighs them (avoid, prefer); a wider
+// domain is chosen over a tighter one only when it uses fewer nodes the
+// policy dislikes.
+func Compute(req Request, nodes []NodeView) (*Plan, error) {
+	if len(req.Members) == 0 {
+		return &Plan{Slots: map[types.UID]string{}}, nil
+	}
+	eligible, excluded := eligibleNodes(req.Policy, nodes)
+	if len(eligible) == 0 {
+		return nil, &Unplaceable{Message: fmt.Sprintf("gang %s: no eligible node (%s)", req.Gang, excluded)}
+	}
+
+	startIdx, endIdx, err := levelRange(req)
+	if err != nil {
+		return nil, err
+	}
+	members := sortedMembers(req.Members)
+	feasible := feasibility(members, eligible)
+
+	counts := []int{len(members)}
+	if req.Needed > 0 && req.Needed < len(members) {
+		counts = append(counts, req.Needed)
+	}
+	var best *placement
+	mostPlaced, mostPlacedWhere := 0, ""
+	for _, count := range counts {
+		want := members[:count]
+		needGPU := int64(0)
+		for _, m := range want {
+			needGPU += m.Request.Scalars[req.GPU]
+		}
+		for li := startIdx; li <= endIdx; li++ {
+			levelName, doms := domainsAt(req, li, eligible)
+			for _, d := range rankDomains(doms, needGPU, req.Policy) {
+				if d.freeGPU < needGPU || d.eligibleCnt == 0 {
+					continue
+				}
+				p := placeInDomain(want, d, eligible, feasible, req)
+				if p.placed > mostPlaced {
+					mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
+				}
+				if p.placed < count {
+					continue
+				}
+				p.level, p.domain, p.levelIdx = levelName, d.name, li
+				if best == nil || p.cost < best.cost {
+					best = p
+				}
+				break // domains are ranked: the first that fits is this level's best
+			}
+			if best != nil && best.cost == 0 {
+				break // nothing wider can do better
+			}
+		}
+		if best != nil {
+			break
+		}
+	}
+	if best == nil {
+		return nil, &Unplaceable{Message: unplaceableMessage(req, members, eligible, mostPlaced, mostPlacedWhere, endIdx)}
+	}
+	return &Plan{Slots: best.slots, Level: best.level, Domain: best.domain, PreemptibleNodes: best.spotUsed, Nodes: best.nodes}, nil
+}
+
+func eligibleNodes(policy Policy, nodes []NodeView) ([]NodeView, string) {
+	eligible := make([]NodeView, 0, len(nodes))
+	reclaiming, byPolicy := 0, 0
+	for _, n := range nodes {
+		switch {
+		case n.Reclaiming || n.Node.Spec.Unschedulable:
+			reclaiming++
+		case policy == PolicyForbid && n.Preemptible, policy == PolicyRequire && !n.Preemptible:
+			byPolicy++
+		default:
+			eligible = append(eligible, n)
+		}
+	}
+	var why []string
+	if byPolicy > 0 {
+		kind := "preemptible"
+		if policy == PolicyRequire {
+			kind = "on-demand"
+		}
+		why = append(why, fmt.Sprintf("policy %s excludes %d %s nodes", policy, byPolicy, kind))
+	}
+	if reclaiming > 0 {
+		why = append(why, fmt.Sprintf("%d nodes are being reclaimed or cordoned", reclaiming))
+	}
+	if len(nodes) == 0 {
+		why = append(why, "the cluster has no nodes")
+	}
+	return eligible, strings.Join(why, "; ")
+}
+
+// levelRange returns the first and last level index to try; len(Levels)
+// stands for the whole cluster.
+func levelRange(req Request) (int, int, error) {
+	index := func(name string) (int, error) {
+		for i, l := range req.Levels {
+			if l.Name == name {
+				return i, nil
+			}
+		}
+		return 0, fmt.Errorf("unknown topology level %q (known: %s)", name, levelNames(req.Levels))
+	}
+	start, end := 0, len(req.Levels)
+	if req.Required != "" {
+		i, err := index(req.Required)
+		if err != nil {
+			return 0, 0, err
+		}
+		end = i
+	}
+	if req.Preferred != "" {
+		i, err := index(req.Preferred)
+		if err != nil {
+			return 0, 0, err
+		}
+		if i <= end {
+			start = i
+		}
+	}
+	return start, end, nil
+}
+
+func levelNames(levels []Level) string {
+	names := make([]string, len(levels))
+	for i, l := range levels {
+		names[i] = l.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// sortedMembers orders members largest GPU request first, then by name, so
+// placement is deterministic and big members claim big holes first.
+func sortedMembers(members []Member) []Member {
+	out := append([]Member(nil), members...)
+	sort.SliceStable(out, func(i, j int) bool {
+		gi, gj := totalScalars(out[i].Request), totalScalars(out[j].Request)
+		if gi != gj {
+			return gi > gj
+		}
+		if out[i].Request.MilliCPU != out[j].Request.MilliCPU {
+			return out[i].Request.MilliCPU > out[j].Request.MilliCPU
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+func totalScalars(r Resources) int64 {
+	var sum int64
+	for _, q := range r.Scalars {
+		sum += q
+	}
+	return sum
+}
+
+// feasibility evaluates each distinct set of node constraints once per node.
+func feasibility(members []Member, eligible []NodeView) map[*NodeConstraints][]bool {
+	out := map[*NodeConstraints][]bool{}
+	for _, m := range members {
+		if _, done := out[m.Constraints]; done {
+			continue
+		}
+		ok := make([]bool, len(eligible))
+		for i := range eligible {
+			ok[i] = m.Constraints.Match(eligible[i].Node)
+		}
+		out[m.Constraints] = ok
+	}
+	return out
+}
+
+// domainsAt groups eligible nodes by their label at level li (the cluster when
+// li == len(Levels)). Nodes without the label form no domain at that level.
+func domainsAt(req Request, li int, eligible []NodeView) (string, []*domain) {
+	if li == len(req.Levels) {
+		d := &domain{name: "*"}
+		for i := range eligible {
+			d.add(i, eligible[i], req.GPU)
+		}
+		return clusterLevel, []*domain{d}
+	}
+	label := req.Levels[li].Label
+	byName := map[string]*domain{}
+	for i := range eligible {
+		value, ok := eligible[i].Node.Labels[label]
+		if !ok {
+			continue
+		}
+		d := byName[value]
+		if d == nil {
+			d = &domain{name: value}
+			byName[value] = d
+		}
+		d.add(i, eligible[i], req.GPU)
+	}
+	doms := make([]*domain, 0, len(byName))
+	for _, d := range byName {
+		doms = append(doms, d)
+	}
+	return req.Levels[li].Name, doms
+}
+
+func (d *domain) add(i int, n NodeView, gpu v1.ResourceName) {
+	d.nodes = append(d.nodes, i)
+	free := max(n.Free.Scalars[gpu], 0)
+	d.freeGPU += free
+	if n.Preemptible {
+		d.preemptGPU += free
+	}
+	d.eligibleCnt++
+}
+
+// rankDomains orders domains by the GPUs the policy dislikes that the gang
+// would have to use, then best fit (fewest free GPUs left over), then name.
+func rankDomains(doms []*domain, needGPU int64, policy Policy) []*domain {
+	cost := func(d *domain) int64 {
+		switch policy {
+		case PolicyAvoid:
+			return max(0, needGPU-(d.freeGPU-d.preemptGPU))
+		case PolicyPrefer:
+			return max(0, needGPU-d.preemptGPU)
+		}
+		return 0
+	}
+	sort.Slice(doms, func(i, j int) bool {
+		ci, cj := cost(doms[i]), cost(doms[j])
+		if ci != cj {
+			return ci < cj
+		}
+		li, lj := doms[i].freeGPU-needGPU, doms[j].freeGPU-needGPU
+		if li != lj {
+			return li < lj
+		}
+		return doms[i].name < doms[j].name
+	})
+	return doms
+}
+
+// placeInDomain packs members (largest first) best-fit onto the domain's
+// nodes: each goes to the node the policy likes that has the fewest free GPUs
+// and still fits it, so members share nodes and big holes stay free.
+func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible map[*NodeConstraints][]bool, req Request) *placement {
+	type slot struct {
+		idx  int
+		free Resources
+		rank int // 0 for nodes the policy likes
+		used bool
+	}
+	slots := make([]*slot, len(d.nodes))
+	for i, idx := range d.nodes {
+		n := eligible[idx]
+		rank := 0
+		if (req.Policy == PolicyAvoid && n.Preemptible) || (req.Policy == PolicyPrefer && !n.Preemptible) {
+			rank = 1
+		}
+		slots[i] = &slot{idx: idx, free: n.Free.Clone(), rank: rank}
+	}
+	less := func(a, b *slot) bool {
+		if a.rank != b.rank {
+			return a.rank < b.rank
+		}
+		// Nodes the gang already uses first: fewer nodes per gang.
+		if a.used != b.used {
+			return a.used
+		}
+		fa, fb := a.free.Scalars[req.GPU], b.free.Scalars[req.GPU]
+		if fa != fb {
+			return fa < fb
+		}
+		return eligible[a.idx].Node.Name < eligible[b.idx].Node.Name
+	}
+	sort.Slice(slots, func(i, j int) bool { return less(slots[i], slots[j]) })
+
+	p := &placement{slots: make(map[types.UID]string, len(members))}
+	for _, m := range members {
+		ok := feasible[m.Constraints]
+		for i, s := range slots {
+			if !ok[s.idx] || !s.free.Fits(m.Request) {
+				continue
+			}
+			s.free.Sub(m.Request)
+			if !s.used {
+				s.used = true
+				p.nodes++
+				if (req.Policy == PolicyAvoid && eligible[s.idx].Preemptible) || (req.Policy == PolicyPrefer && !eligible[s.idx].Preemptible) {
+					p.cost++
+				}
+				if eligible[s.idx].Preemptible {
+					p.spotUsed++
+				}
+			}
+			p.slots[m.UID] = eligible[s.idx].Node.Name
+			p.placed++
+			// Keep the order: the slot only moved towards the front.
+			for j := i; j > 0 && less(slots[j], slots[j-1]); j-- {
+				slots[j], slots[j-1] = slots[j-1], slots[j]
+			}
+			break
+		}
+	}
+	return p
+}
+
+func unplaceableMessage(req Request, members []Member, eligible []NodeView, mostPlaced int, where string, endIdx int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gang %s needs %d", req.Gang, len(members))
+	if req.Needed < len(members) {
+		fmt.Fprintf(&b, " (at least %d)", req.Needed)
+	}
+	fmt.Fprintf(&b, " members of %s", describeRequest(members[0].Request, req.GPU))
+	if endIdx < len(req.Levels) {
+		fmt.Fprintf(&b, " in one %s (topology-required)", req.Levels[endIdx].Name)
+	}
+	if mostPlaced > 0 {
+		fmt.Fprintf(&b, "; at most %d fit (in %s)", mostPlaced, where)
+	} else {
+		fmt.Fprintf(&b, "; none fit")
+	}
+	var freeGPU int64
+	for _, n := range eligible {
+		freeGPU += max(n.Free.Scalars[req.GPU], 0)
+	}
+	fmt.Fprintf(&b, "; %d eligible nodes have %d free %s", len(eligible), freeGPU, req.GPU)
+	if req.Policy != PolicyAvoid {
+		fmt.Fprintf(&b, " (preemptible policy %s)", req.Policy)
+	}
+	return b.String()
+}
+
+func describeRequest(r Resources, gpu v1.ResourceName) string {
+	if g := r.Scalars[gpu]; g > 0 {
+		return fmt.Sprintf("%d %s", g, gpu)
+	}
+	return fmt.Sprintf("%dm cpu", r.MilliCPU)
+}

@@ -1,0 +1,248 @@
+package gang
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// Registry is the in-memory state of every gang the scheduler has seen: when
+// it was first seen (the queue order), its active plan, the ledger of
+// capacity that plan holds, members allowed but not yet seen bound, and
+// backoff after a failure. All methods are safe for concurrent use and never
+// call out while holding the lock.
+type Registry struct {
+	mu     sync.Mutex
+	gangs  map[Key]*state
+	planID int64
+}
+
+type state struct {
+	firstSeen    time.Time
+	plan         *ActivePlan
+	inFlight     sets.Set[types.UID]
+	backoffUntil time.Time
+	lastFailure  string
+	lastNotice   string
+	lastReason   string
+}
+
+// ActivePlan is a plan being carried out: members are steered to their slots
+// and reserved one by one; the gang is released at Permit when all are.
+type ActivePlan struct {
+	Plan
+	// ID tells plans apart (set by SetPlan).
+	ID       int64
+	Requests map[types.UID]Resources
+	Reserved sets.Set[types.UID]
+	Created  time.Time
+	Deadline time.Time
+	// Quorum is the gang's quorum when planned; Bound the members already
+	// bound then. Recorded for explanations.
+	Quorum, Bound int
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{gangs: map[Key]*state{}}
+}
+
+func (r *Registry) get(key Key, seen time.Time) *state {
+	s := r.gangs[key]
+	if s == nil {
+		s = &state{firstSeen: seen, inFlight: sets.New[types.UID]()}
+		r.gangs[key] = s
+	}
+	return s
+}
+
+// FirstSeen returns when the gang was first seen, recording seen if it is
+// new. The value never changes while the gang exists, which keeps the queue
+// order of its pods stable.
+func (r *Registry) FirstSeen(key Key, seen time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.get(key, seen).firstSeen
+}
+
+// Forget drops a gang that has no pods left.
+func (r *Registry) Forget(key Key) *ActivePlan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.gangs[key]
+	delete(r.gangs, key)
+	if s == nil {
+		return nil
+	}
+	return s.plan
+}
+
+// Plan returns a copy of the gang's active plan (nil when none). Slots and
+// Requests are shared and must be treated as read-only.
+func (r *Registry) Plan(key Key) *ActivePlan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.gangs[key]; s != nil && s.plan != nil {
+		c := *s.plan
+		c.Reserved = s.plan.Reserved.Clone()
+		return &c
+	}
+	return nil
+}
+
+// Backoff returns until when the gang backs off and why.
+func (r *Registry) Backoff(key Key) (time.Time, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.gangs[key]; s != nil {
+		return s.backoffUntil, s.lastFailure
+	}
+	return time.Time{}, ""
+}
+
+// InFlight is how many members were allowed but are not yet seen bound.
+func (r *Registry) InFlight(key Key) sets.Set[types.UID] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.gangs[key]; s != nil {
+		return s.inFlight.Clone()
+	}
+	return sets.New[types.UID]()
+}
+
+// SetPlan makes plan the gang's active plan unless another one was set in
+// the meantime; it reports whether plan was installed.
+func (r *Registry) SetPlan(key Key, plan *ActivePlan, seen time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.get(key, seen)
+	if s.plan != nil {
+		return false
+	}
+	r.planID++
+	plan.ID = r.planID
+	s.plan = plan
+	return true
+}
+
+// Held sums, per node, what active plans of gangs other than exclude hold for
+// members not yet reserved (reserved members are counted by the scheduler
+// cache, so they are never subtracted twice).
+func (r *Registry) Held(exclude Key) map[string]Resources {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var held map[string]Resources
+	for key, s := range r.gangs {
+		if key == exclude || s.plan == nil {
+			continue
+		}
+		for uid, node := range s.plan.Slots {
+			if s.plan.Reserved.Has(uid) {
+				continue
+			}
+			if held == nil {
+				held = map[string]Resources{}
+			}
+			h := held[node]
+			h.Add(s.plan.Requests[uid])
+			held[node] = h
+		}
+	}
+	return held
+}
+
+// Reserve marks a planned member reserved and reports whether every member
+// of the plan now is.
+func (r *Registry) Reserve(key Key, uid types.UID) (planned, complete bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.gangs[key]
+	if s == nil || s.plan == nil {
+		return false, false
+	}
+	if _, ok := s.plan.Slots[uid]; !ok {
+		return false, false
+	}
+	s.plan.Reserved.Insert(uid)
+	return true, s.plan.Reserved.Len() == len(s.plan.Slots)
+}
+
+// Complete ends a fully reserved plan: its members become in flight (allowed,
+// binding) and the plan holds nothing any more. It returns the plan, or nil if
+// it was not (or no longer) complete.
+func (r *Registry) Complete(key Key) *ActivePlan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.gangs[key]
+	if s == nil || s.plan == nil || s.plan.Reserved.Len() != len(s.plan.Slots) {
+		return nil
+	}
+	plan := s.plan
+	s.plan = nil
+	s.inFlight = s.inFlight.Union(plan.Reserved)
+	s.lastFailure = ""
+	return plan
+}
+
+// Fail drops the gang's active plan if match accepts it (nil matches any
+// plan), starts the gang's backoff and records why. It returns the dropped
+// plan so the caller can reject waiting members, or nil if nothing was dropped.
+func (r *Registry) Fail(key Key, match func(*ActivePlan) bool, reason string, backoffUntil time.Time) *ActivePlan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.gangs[key]
+	if s == nil || s.plan == nil || (match != nil && !match(s.plan)) {
+		return nil
+	}
+	plan := s.plan
+	s.plan = nil
+	s.backoffUntil = backoffUntil
+	s.lastFailure = reason
+	return plan
+}
+
+// Settled removes a member from the in-flight set once it is seen bound,
+// deleted, or its binding failed.
+func (r *Registry) Settled(key Key, uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.gangs[key]; s != nil {
+		s.inFlight.Delete(uid)
+	}
+}
+
+// Notice records the gang's latest explanation and reports whether it
+// differs from the previous one, so each change is announced once.
+func (r *Registry) Notice(key Key, reason, message string, seen time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.get(key, seen)
+	if s.lastNotice == message && s.lastReason == reason {
+		return false
+	}
+	s.lastNotice, s.lastReason = message, reason
+	return true
+}
+
+// LastNotice returns the gang's latest explanation.
+func (r *Registry) LastNotice(key Key) (reason, message string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.gangs[key]; s != nil {
+		return s.lastReason, s.lastNotice
+	}
+	return "", ""
+}
+
+// Gangs lists the keys of all known gangs.
+func (r *Registry) Gangs() []Key {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]Key, 0, len(r.gangs))
+	for k := range r.gangs {
+		keys = append(keys, k)
+	}
+	return keys
+}

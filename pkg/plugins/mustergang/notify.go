@@ -1,0 +1,154 @@
+package mustergang
+
+import (
+	"context"
+	"reflect"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// notice explains the gang's state once per change: an Event on the Job or
+// PodGroup, a log line, and the PodGroup status.
+func (p *Plugin) notice(ctx context.Context, info *gangInfo, eventType, reason, message string) {
+	if !p.registry.Notice(info.key, reason, message, p.now()) {
+		return
+	}
+	klog.FromContext(ctx).V(2).Info("Gang notice", "gang", info.key, "reason", reason, "message", message)
+	if info.owner != nil {
+		p.handle.EventRecorder().Eventf(info.owner, nil, eventType, reason, "Scheduling", message)
+	}
+	p.status.enqueue(info.key)
+}
+
+// noticeKey is notice for callers that only have the gang's key.
+func (p *Plugin) noticeKey(ctx context.Context, key gang.Key, eventType, reason, message string) {
+	info := &gangInfo{key: key, owner: p.ownerRef(key)}
+	p.notice(ctx, info, eventType, reason, message)
+}
+
+func (p *Plugin) ownerRef(key gang.Key) *v1.ObjectReference {
+	switch key.Kind {
+	case gang.KindJob:
+		if job, err := p.jobs.Jobs(key.Namespace).Get(key.Name); err == nil {
+			return &v1.ObjectReference{APIVersion: "batch/v1", Kind: "Job", Namespace: job.Namespace, Name: job.Name, UID: job.UID}
+		}
+	case gang.KindPodGroup:
+		if p.podGroups == nil {
+			return nil
+		}
+		if obj, err := p.podGroups.ByNamespace(key.Namespace).Get(key.Name); err == nil {
+			if pg, err := v1alpha1.FromUnstructured(obj); err == nil {
+				return podGroupRef(pg)
+			}
+		}
+	}
+	return nil
+}
+
+// statusWriter keeps PodGroup status in line with the gang, off the
+// scheduling path: gangs are queued by key and written by one worker, only
+// when the status differs.
+type statusWriter struct {
+	p     *Plugin
+	queue workqueue.TypedRateLimitingInterface[gang.Key]
+}
+
+func newStatusWriter(p *Plugin) *statusWriter {
+	return &statusWriter{p: p, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[gang.Key](),
+		workqueue.TypedRateLimitingQueueConfig[gang.Key]{Name: "muster-podgroup-status"})}
+}
+
+func (w *statusWriter) enqueue(key gang.Key) {
+	if key.Kind == gang.KindPodGroup && w.p.pgClient != nil {
+		w.queue.Add(key)
+	}
+}
+
+func (w *statusWriter) run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		w.queue.ShutDown()
+	}()
+	for {
+		key, quit := w.queue.Get()
+		if quit {
+			return
+		}
+		if err := w.sync(ctx, key); err != nil {
+			klog.FromContext(ctx).V(2).Info("Updating PodGroup status failed; retrying", "gang", key, "err", err)
+			w.queue.AddRateLimited(key)
+		} else {
+			w.queue.Forget(key)
+		}
+		w.queue.Done(key)
+	}
+}
+
+func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
+	p := w.p
+	obj, err := p.podGroups.ByNamespace(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pg, err := v1alpha1.FromUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	status := *pg.DeepCopy()
+	desired := &status.Status
+	_, bound, _ := p.members(key)
+	running := 0
+	objs, _ := p.pods.ByIndex(gangIndex, key.String())
+	for _, o := range objs {
+		if o.(*v1.Pod).Status.Phase == v1.PodRunning {
+			running++
+		}
+	}
+	desired.Scheduled, desired.Running = int32(bound), int32(running)
+	plan := p.registry.Plan(key)
+	switch min := int(pg.Spec.MinMember); {
+	case min > 0 && running >= min:
+		desired.Phase = v1alpha1.PodGroupRunning
+	case min > 0 && bound >= min:
+		desired.Phase = v1alpha1.PodGroupScheduled
+	case plan != nil:
+		desired.Phase = v1alpha1.PodGroupScheduling
+	default:
+		desired.Phase = v1alpha1.PodGroupPending
+	}
+	if plan != nil && desired.ScheduleStartTime == nil {
+		desired.ScheduleStartTime = &metav1.Time{Time: plan.Created}
+	}
+	reason, message := p.registry.LastNotice(key)
+	cond := metav1.Condition{Type: "Scheduled", Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: pg.Generation}
+	if desired.Phase == v1alpha1.PodGroupScheduled || desired.Phase == v1alpha1.PodGroupRunning {
+		cond.Status = metav1.ConditionTrue
+		if cond.Reason == "" || cond.Reason != ReasonScheduled {
+			cond.Reason, cond.Message = ReasonScheduled, "gang reached its quorum of bound members"
+		}
+	}
+	if cond.Reason == "" {
+		cond.Reason, cond.Message = "Pending", "gang not planned yet"
+	}
+	meta.SetStatusCondition(&desired.Conditions, cond)
+	if reflect.DeepEqual(pg.Status, *desired) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = p.pgClient.UpdateStatus(ctx, &status)
+	return err
+}

@@ -1,0 +1,169 @@
+// Package mustergang is the framework adapter of muster's gang scheduling: it
+// plans a whole gang at once (pkg/gang), steers each member to its planned
+// node, holds members at Permit until the whole plan is reserved, and
+// releases everything when the gang cannot complete.
+package mustergang
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/muster-sched/muster/pkg/apis/config"
+	_ "github.com/muster-sched/muster/pkg/apis/config/scheme" // registers the args types
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// Name is the plugin name used in the scheduler configuration.
+const Name = "MusterGang"
+
+// Event reasons on Jobs and PodGroups.
+const (
+	ReasonWaitingForMembers = "GangWaitingForMembers"
+	ReasonUnschedulable     = "GangUnschedulable"
+	ReasonInvalid           = "GangInvalid"
+	ReasonPlanned           = "GangPlanned"
+	ReasonScheduled         = "GangScheduled"
+	ReasonRejected          = "GangRejected"
+	ReasonTimeout           = "GangScheduleTimeout"
+)
+
+const gangIndex = "muster.dev/gang"
+
+var (
+	_ fwk.QueueSortPlugin   = &Plugin{}
+	_ fwk.PreEnqueuePlugin  = &Plugin{}
+	_ fwk.PreFilterPlugin   = &Plugin{}
+	_ fwk.FilterPlugin      = &Plugin{}
+	_ fwk.PostFilterPlugin  = &Plugin{}
+	_ fwk.ScorePlugin       = &Plugin{}
+	_ fwk.ReservePlugin     = &Plugin{}
+	_ fwk.PermitPlugin      = &Plugin{}
+	_ fwk.EnqueueExtensions = &Plugin{}
+)
+
+// Plugin implements the MusterGang plugin.
+type Plugin struct {
+	handle   fwk.Handle
+	args     *config.MusterGangArgs
+	levels   []gang.Level
+	registry *gang.Registry
+
+	pods      cache.Indexer
+	jobs      batchlisters.JobLister
+	podGroups cache.GenericLister // nil when the PodGroup CRD is not served
+	pgClient  *v1alpha1.Client
+	status    *statusWriter
+	now       func() time.Time
+}
+
+// New builds the plugin: validates args, adds the gang index to the pod
+// informer (before informers start), and starts a PodGroup informer when the
+// API server serves the PodGroup CRD.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args, ok := obj.(*config.MusterGangArgs)
+	if !ok {
+		return nil, fmt.Errorf("%s: want args of type MusterGangArgs, got %T", Name, obj)
+	}
+	if err := config.ValidateMusterGangArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), args); err != nil {
+		return nil, err
+	}
+	p := &Plugin{handle: h, args: args, registry: gang.NewRegistry(), now: time.Now}
+	for _, l := range args.TopologyLevels {
+		p.levels = append(p.levels, gang.Level{Name: l.Name, Label: l.NodeLabel})
+	}
+	registerMetrics()
+
+	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
+	profile := h.ProfileName()
+	if err := podInformer.AddIndexers(cache.Indexers{gangIndex: func(obj interface{}) ([]string, error) {
+		pod, ok := obj.(*v1.Pod)
+		if !ok || pod.Spec.SchedulerName != profile {
+			return nil, nil
+		}
+		if key, ok := gang.KeyOf(pod); ok {
+			return []string{key.String()}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("adding gang index: %w", err)
+	}
+	p.pods = podInformer.GetIndexer()
+	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    p.onPodChange,
+		UpdateFunc: func(_, obj interface{}) { p.onPodChange(obj) },
+		DeleteFunc: p.onPodDelete,
+	}); err != nil {
+		return nil, err
+	}
+	p.jobs = h.SharedInformerFactory().Batch().V1().Jobs().Lister()
+
+	if err := p.startPodGroupInformer(ctx); err != nil {
+		return nil, err
+	}
+	p.status = newStatusWriter(p)
+	go p.status.run(ctx)
+	return p, nil
+}
+
+// Name returns the plugin name.
+func (p *Plugin) Name() string { return Name }
+
+// startPodGroupInformer watches PodGroups when discovery shows the CRD, so
+// the scheduler never waits on an API that is not served.
+func (p *Plugin) startPodGroupInformer(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	cfg := p.handle.KubeConfig()
+	if cfg == nil {
+		return nil
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if !podGroupsServed(disco) {
+		logger.Info("PodGroup API not served; PodGroup gangs are disabled until the CRD is installed and the scheduler restarted",
+			"resource", v1alpha1.Resource.String())
+		return nil
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	p.pgClient = v1alpha1.NewClient(dyn)
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	informer := factory.ForResource(v1alpha1.Resource)
+	p.podGroups = informer.Lister()
+	factory.Start(ctx.Done())
+	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), informer.Informer().HasSynced) {
+		return fmt.Errorf("PodGroup informer did not sync within 30s")
+	}
+	return nil
+}
+
+func podGroupsServed(disco discovery.DiscoveryInterface) bool {
+	list, err := disco.ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
+	if err != nil || list == nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == v1alpha1.Resource.Resource {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,159 @@
+package mustergang
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// Cluster events delivered through the scheduler's dynamic informers.
+const (
+	podGroupEvent fwk.EventResource = "podgroups.v1alpha1.scheduling.x-k8s.io"
+	jobEvent      fwk.EventResource = "jobs.v1.batch"
+)
+
+// Less orders pods by priority, then by when their gang (or the pod, when
+// alone) was first seen, then by gang and pod name, so the members of a gang
+// leave the queue together and the order is total. The key never changes
+// while a pod is queued and never calls the API server.
+func (p *Plugin) Less(a, b fwk.QueuedEntityInfo) bool {
+	pa, pb := queuedPod(a), queuedPod(b)
+	if pa == nil || pb == nil {
+		if a.GetPriority() != b.GetPriority() {
+			return a.GetPriority() > b.GetPriority()
+		}
+		return a.GetTimestamp().Before(b.GetTimestamp())
+	}
+	prioA, prioB := corev1helpers.PodPriority(pa), corev1helpers.PodPriority(pb)
+	if prioA != prioB {
+		return prioA > prioB
+	}
+	seenA, groupA := p.queueKey(pa)
+	seenB, groupB := p.queueKey(pb)
+	if !seenA.Equal(seenB) {
+		return seenA.Before(seenB)
+	}
+	if groupA != groupB {
+		return groupA < groupB
+	}
+	return pa.Name < pb.Name
+}
+
+func queuedPod(e fwk.QueuedEntityInfo) *v1.Pod {
+	if qp, ok := e.(*framework.QueuedPodInfo); ok && qp.PodInfo != nil {
+		return qp.Pod
+	}
+	return nil
+}
+
+func (p *Plugin) queueKey(pod *v1.Pod) (time.Time, string) {
+	if key, ok := gang.KeyOf(pod); ok {
+		return p.registry.FirstSeen(key, pod.CreationTimestamp.Time), key.String()
+	}
+	return pod.CreationTimestamp.Time, pod.Namespace + "/" + pod.Name
+}
+
+// EventsToRegister lists every cluster event that can make a waiting gang
+// schedulable. Hints answer Queue when unsure.
+func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+	events := []fwk.ClusterEventWithHint{
+		// A new member can complete a gang's quorum.
+		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
+		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
+		// A deleted pod frees capacity, or releases another gang's plan.
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
+		// New or grown nodes, changed labels (topology, spot) or taints.
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint}},
+		// A Job's parallelism decides its quorum.
+		{Event: fwk.ClusterEvent{Resource: jobEvent, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.sameGangOwner(gang.KindJob)},
+	}
+	if p.podGroups != nil {
+		events = append(events, fwk.ClusterEventWithHint{
+			Event:          fwk.ClusterEvent{Resource: podGroupEvent, ActionType: fwk.Add | fwk.Update},
+			QueueingHintFn: p.sameGangOwner(gang.KindPodGroup),
+		})
+	}
+	return events, nil
+}
+
+func (p *Plugin) sameGangPod(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {
+	added, ok := newObj.(*v1.Pod)
+	if !ok {
+		return fwk.Queue, nil
+	}
+	mine, inGang := gang.KeyOf(pod)
+	theirs, _ := gang.KeyOf(added)
+	if inGang && mine == theirs {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+func (p *Plugin) sameGangOwner(kind gang.Kind) fwk.QueueingHintFn {
+	return func(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {
+		mine, inGang := gang.KeyOf(pod)
+		if !inGang || mine.Kind != kind {
+			return fwk.QueueSkip, nil
+		}
+		obj, ok := newObj.(*unstructured.Unstructured)
+		if !ok {
+			return fwk.Queue, nil
+		}
+		if obj.GetNamespace() == mine.Namespace && obj.GetName() == mine.Name {
+			return fwk.Queue, nil
+		}
+		return fwk.QueueSkip, nil
+	}
+}
+
+// onPodChange keeps the registry current: a member seen bound is no longer
+// in flight, and PodGroup status follows the gang.
+func (p *Plugin) onPodChange(obj interface{}) {
+	pod, ok := obj.(*v1.Pod)
+	if !ok || pod.Spec.SchedulerName != p.handle.ProfileName() {
+		return
+	}
+	key, ok := gang.KeyOf(pod)
+	if !ok {
+		return
+	}
+	p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
+	if pod.Spec.NodeName != "" {
+		p.registry.Settled(key, pod.UID)
+	}
+	p.status.enqueue(key)
+}
+
+// onPodDelete releases a gang whose planned member disappeared (deleted,
+// failed or succeeded: the informer only holds live pods) and forgets gangs
+// with no pods left.
+func (p *Plugin) onPodDelete(obj interface{}) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*v1.Pod)
+	if !ok || pod.Spec.SchedulerName != p.handle.ProfileName() {
+		return
+	}
+	key, ok := gang.KeyOf(pod)
+	if !ok {
+		return
+	}
+	p.registry.Settled(key, pod.UID)
+	p.failPlan(context.Background(), key, func(plan *gang.ActivePlan) bool { _, in := plan.Slots[pod.UID]; return in },
+		"member_deleted", fmt.Sprintf("member %s was deleted or finished", pod.Name))
+	if objs, _ := p.pods.ByIndex(gangIndex, key.String()); len(objs) == 0 {
+		p.registry.Forget(key)
+	}
+	p.status.enqueue(key)
+}

@@ -1,0 +1,47 @@
+package integration
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/muster-sched/muster/pkg/controlplane"
+)
+
+// A lone pod that asks muster for GPUs is bound to the node that has them,
+// and a pod for another scheduler is left alone.
+func TestLonePodBoundToGPUNode(t *testing.T) {
+	c := startCluster(t,
+		controlplane.GPUNode{Name: "cpu-only", GPUs: 0},
+		controlplane.GPUNode{Name: "gpu-1", GPUs: 8},
+	)
+	mine := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: c.ns}, Spec: workerPodSpec(schedulerName, 4)}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: c.ns}, Spec: workerPodSpec("someone-else", 4)}
+	for _, p := range []*corev1.Pod{mine, other} {
+		if _, err := c.Client.CoreV1().Pods(c.ns).Create(c.ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitFor("pod mine bound", 30*time.Second, func() (bool, error) {
+		p, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, "mine", metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName != "", err
+	})
+	got, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, "mine", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.NodeName != "gpu-1" {
+		t.Errorf("pod mine bound to %q, want gpu-1 (the only node with GPUs)", got.Spec.NodeName)
+	}
+	// "other" was created together with "mine"; muster has processed its
+	// queue, and a pod of another scheduler must still be untouched.
+	o, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, "other", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Spec.NodeName != "" || len(o.Status.Conditions) != 0 {
+		t.Errorf("pod for another scheduler was touched: node %q, conditions %v", o.Spec.NodeName, o.Status.Conditions)
+	}
+}

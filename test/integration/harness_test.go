@@ -1,0 +1,238 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/controlplane"
+)
+
+const schedulerName = "muster"
+
+// cluster is one test's control plane with the muster scheduler running.
+type cluster struct {
+	*controlplane.ControlPlane
+	t   *testing.T
+	ctx context.Context
+	ns  string
+}
+
+// startCluster starts a fresh control plane, creates nodes and starts the
+// scheduler configured from the shipped manifests/scheduler/scheduler-config.yaml.
+func startCluster(t *testing.T, nodes ...controlplane.GPUNode) *cluster {
+	t.Helper()
+	cp := controlplane.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "test")}
+	c.addNodes(nodes...)
+	c.startScheduler()
+	return c
+}
+
+// startScheduler runs a scheduler until the test ends; the returned function
+// stops it earlier and waits for it to exit.
+func (c *cluster) startScheduler() (stop func()) {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(c.ctx)
+	done, err := c.StartScheduler(ctx, "--v=2")
+	if err != nil {
+		cancel()
+		c.t.Fatalf("starting scheduler: %v", err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				c.t.Errorf("scheduler did not stop within 30s")
+			}
+		})
+	}
+	c.t.Cleanup(stop)
+	return stop
+}
+
+func (c *cluster) addNodes(nodes ...controlplane.GPUNode) {
+	c.t.Helper()
+	if err := controlplane.CreateNodes(c.ctx, c.Client, nodes...); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// jobSpec describes an Indexed Job of GPU workers.
+type jobSpec struct {
+	name        string
+	workers     int32
+	gpus        int64
+	annotations map[string]string
+	scheduler   string
+}
+
+func (c *cluster) createJob(s jobSpec) *batchv1.Job {
+	c.t.Helper()
+	if s.scheduler == "" {
+		s.scheduler = schedulerName
+	}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: c.ns},
+		Spec: batchv1.JobSpec{
+			Parallelism:    ptr.To(s.workers),
+			Completions:    ptr.To(s.workers),
+			CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			BackoffLimit:   ptr.To[int32](0),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Annotations: s.annotations},
+				Spec:       workerPodSpec(s.scheduler, s.gpus),
+			},
+		},
+	}
+	created, err := c.Client.BatchV1().Jobs(c.ns).Create(c.ctx, job, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatalf("creating job %s: %v", s.name, err)
+	}
+	return created
+}
+
+func workerPodSpec(scheduler string, gpus int64) corev1.PodSpec {
+	gpu := *resource.NewQuantity(gpus, resource.DecimalSI)
+	return corev1.PodSpec{
+		SchedulerName: scheduler,
+		RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{{
+			Name:  "worker",
+			Image: "tensorflow/tensorflow:2.16.1-gpu",
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), controlplane.GPUResource: gpu},
+				Limits:   corev1.ResourceList{controlplane.GPUResource: gpu},
+			},
+		}},
+	}
+}
+
+func (c *cluster) deleteJob(name string) {
+	c.t.Helper()
+	err := c.Client.BatchV1().Jobs(c.ns).Delete(c.ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	// No garbage collector runs here: delete the pods like it would.
+	if err := c.Client.CoreV1().Pods(c.ns).DeleteCollection(c.ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)},
+		metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + name}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cluster) jobPods(name string) []corev1.Pod {
+	c.t.Helper()
+	pods, err := c.Client.CoreV1().Pods(c.ns).List(c.ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + name})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// waitFor polls cond every 100ms until it holds or timeout passes.
+func (c *cluster) waitFor(what string, timeout time.Duration, cond func() (bool, error)) {
+	c.t.Helper()
+	err := wait.PollUntilContextTimeout(c.ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond() })
+	if err != nil {
+		c.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// waitJobBound waits until the job has want pods and all are bound.
+func (c *cluster) waitJobBound(name string, want int) []corev1.Pod {
+	c.t.Helper()
+	var pods []corev1.Pod
+	c.waitFor(fmt.Sprintf("%d pods of job %s bound", want, name), 60*time.Second, func() (bool, error) {
+		pods = c.jobPods(name)
+		return len(pods) == want && countBound(pods) == want, nil
+	})
+	return pods
+}
+
+// waitJobUnschedulable waits until the job has want pods, each with
+// PodScheduled=False whose message contains every part of want.
+func (c *cluster) waitJobUnschedulable(name string, want int, msgParts ...string) []corev1.Pod {
+	c.t.Helper()
+	var pods []corev1.Pod
+	c.waitFor(fmt.Sprintf("%d pods of job %s unschedulable with %q", want, name, msgParts), 60*time.Second, func() (bool, error) {
+		pods = c.jobPods(name)
+		if len(pods) != want {
+			return false, nil
+		}
+		for _, p := range pods {
+			if !unschedulableWith(&p, msgParts...) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return pods
+}
+
+func unschedulableWith(p *corev1.Pod, parts ...string) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type != corev1.PodScheduled || cond.Status != corev1.ConditionFalse {
+			continue
+		}
+		for _, part := range parts {
+			if !strings.Contains(cond.Message, part) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func countBound(pods []corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// heldGPUs counts pods of the namespace that hold capacity: bound, or
+// nominated (waiting at Permit).
+func (c *cluster) holdingPods() []string {
+	c.t.Helper()
+	pods, err := c.Client.CoreV1().Pods(c.ns).List(c.ctx, metav1.ListOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" || p.Status.NominatedNodeName != "" {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+func nodesOf(pods []corev1.Pod) map[string]int {
+	out := map[string]int{}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			out[p.Spec.NodeName]++
+		}
+	}
+	return out
+}

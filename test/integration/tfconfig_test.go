@@ -1,0 +1,424 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/controller/tfconfig"
+	"github.com/muster-sched/muster/pkg/controlplane"
+)
+
+// TestTFConfigController runs the TF_CONFIG controller against a real kube-apiserver and the real
+// Job controller. Each subtest has its own namespace and its own controller, limited to it.
+func TestTFConfigController(t *testing.T) {
+	cp := controlplane.Start(t)
+	client := cp.Client
+
+	t.Run("Secret content", func(t *testing.T) {
+		for _, tc := range []struct {
+			n         int32
+			subdomain string
+			port      int32
+		}{
+			{n: 1, subdomain: "mnist", port: 2222},
+			{n: 3, subdomain: "workers", port: 3333},
+			{n: 64, subdomain: "mnist", port: 2222},
+		} {
+			t.Run(fmt.Sprintf("N=%d", tc.n), func(t *testing.T) {
+				ns := cp.Namespace(t, "tfconfig-content")
+				tfStartController(t, client, ns)
+				job := tfCreateJob(t, client, tfIndexedJob(ns, "mnist", tc.n, func(j *batchv1.Job) {
+					j.Spec.Template.Spec.Subdomain = tc.subdomain
+					j.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort = tc.port
+				}))
+				want := tfWorkers(ns, "mnist", tc.subdomain, tc.n, tc.port)
+				secret := tfWaitForCluster(t, client, ns, "mnist", want)
+
+				if !metav1.IsControlledBy(secret, job) {
+					t.Errorf("Secret owner references = %+v, want a controller reference to Job %s", secret.OwnerReferences, job.UID)
+				}
+				if secret.Labels[tfconfig.JobLabel] != "mnist" || len(secret.Data) != 1 {
+					t.Errorf("Secret labels %v and keys %d, want %s=mnist and only %q", secret.Labels, len(secret.Data), tfconfig.JobLabel, tfconfig.ClusterKey)
+				}
+				svc := tfWaitForService(t, client, ns, tc.subdomain)
+				if svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses ||
+					svc.Spec.Selector[batchv1.JobNameLabel] != "mnist" || !metav1.IsControlledBy(svc, job) {
+					t.Errorf("Service %s = %+v (owners %+v), want headless, publishing not-ready addresses, selecting the Job's pods, owned by the Job",
+						svc.Name, svc.Spec, svc.OwnerReferences)
+				}
+				if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != tc.port || svc.Spec.Ports[0].Name != tfconfig.PortName {
+					t.Errorf("Service ports = %+v, want %s %d", svc.Spec.Ports, tfconfig.PortName, tc.port)
+				}
+			})
+		}
+	})
+
+	t.Run("resize", func(t *testing.T) {
+		ns := cp.Namespace(t, "tfconfig-resize")
+		tfStartController(t, client, ns)
+		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2))
+		tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
+		for _, n := range []int32{5, 3} {
+			// Indexed Jobs may change completions together with parallelism. A merge patch does not
+			// conflict with the Job controller's status updates.
+			patch := fmt.Sprintf(`{"spec":{"parallelism":%d,"completions":%d}}`, n, n)
+			if _, err := client.BatchV1().Jobs(ns).Patch(t.Context(), "mnist", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Fatalf("resizing to %d: %v", n, err)
+			}
+			tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", n, 2222))
+		}
+	})
+
+	t.Run("deletion", func(t *testing.T) {
+		for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationOrphan, metav1.DeletePropagationForeground} {
+			t.Run(string(policy), func(t *testing.T) {
+				ns := cp.Namespace(t, "tfconfig-delete")
+				tfStartController(t, client, ns)
+				tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2))
+				tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
+				tfWaitForService(t, client, ns, "mnist")
+
+				// No garbage collector runs here, and orphan propagation would strip owner references
+				// anyway: the controller itself must delete what it made.
+				if err := client.BatchV1().Jobs(ns).Delete(t.Context(), "mnist", metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
+					t.Fatal(err)
+				}
+				tfPoll(t, "Secret and Service deleted", func(ctx context.Context) (bool, error) {
+					_, errSecret := client.CoreV1().Secrets(ns).Get(ctx, "mnist-tf-config", metav1.GetOptions{})
+					_, errSvc := client.CoreV1().Services(ns).Get(ctx, "mnist", metav1.GetOptions{})
+					return apierrors.IsNotFound(errSecret) && apierrors.IsNotFound(errSvc), nil
+				})
+			})
+		}
+	})
+
+	t.Run("foreign Secret", func(t *testing.T) {
+		ns := cp.Namespace(t, "tfconfig-foreign-secret")
+		tfStartController(t, client, ns)
+		foreign, err := client.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "mnist-tf-config"},
+			Data:       map[string][]byte{"cluster": []byte("written by hand")},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2))
+		tfWaitForEvent(t, client, ns, "mnist", corev1.EventTypeWarning, tfconfig.ReasonSecretConflict)
+		tfWaitForService(t, client, ns, "mnist") // the Service does not depend on the Secret
+
+		got, err := client.CoreV1().Secrets(ns).Get(t.Context(), "mnist-tf-config", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ResourceVersion != foreign.ResourceVersion || string(got.Data["cluster"]) != "written by hand" {
+			t.Errorf("foreign Secret was modified: resourceVersion %s → %s, data %q", foreign.ResourceVersion, got.ResourceVersion, got.Data["cluster"])
+		}
+
+		// Once the user removes it, the controller writes its own.
+		if err := client.CoreV1().Secrets(ns).Delete(t.Context(), "mnist-tf-config", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
+	})
+
+	t.Run("foreign Service", func(t *testing.T) {
+		ns := cp.Namespace(t, "tfconfig-foreign-service")
+		tfStartController(t, client, ns)
+		foreign, err := client.CoreV1().Services(ns).Create(t.Context(), &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "mnist"},
+			Spec: corev1.ServiceSpec{ // not headless: pod hostnames would not resolve through it
+				Selector: map[string]string{batchv1.JobNameLabel: "mnist"},
+				Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2))
+		tfWaitForEvent(t, client, ns, "mnist", corev1.EventTypeWarning, tfconfig.ReasonServiceConflict)
+		tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
+		got, err := client.CoreV1().Services(ns).Get(t.Context(), "mnist", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ResourceVersion != foreign.ResourceVersion {
+			t.Errorf("foreign Service was modified: resourceVersion %s → %s", foreign.ResourceVersion, got.ResourceVersion)
+		}
+	})
+
+	t.Run("bad Jobs", func(t *testing.T) {
+		ns := cp.Namespace(t, "tfconfig-bad")
+		tfStartController(t, client, ns)
+		for _, tc := range []struct {
+			name   string
+			mutate func(*batchv1.Job)
+			reason string
+		}{
+			{"not-indexed", func(j *batchv1.Job) { j.Spec.CompletionMode = ptr.To(batchv1.NonIndexedCompletion) }, tfconfig.ReasonNotIndexed},
+			{"half-parallel", func(j *batchv1.Job) { j.Spec.Parallelism = ptr.To[int32](1) }, tfconfig.ReasonParallelismMismatch},
+			{"no-subdomain", func(j *batchv1.Job) { j.Spec.Template.Spec.Subdomain = "" }, tfconfig.ReasonMissingSubdomain},
+			{"udp-port", func(j *batchv1.Job) {
+				j.Spec.Template.Spec.Containers[0].Ports[0].Protocol = corev1.ProtocolUDP
+			}, tfconfig.ReasonInvalidPort},
+			{"master-role", func(j *batchv1.Job) {
+				j.Annotations = map[string]string{tfconfig.RoleAnnotation: "master"}
+			}, tfconfig.ReasonInvalidRole},
+			{"two-chiefs", func(j *batchv1.Job) {
+				j.Annotations = map[string]string{tfconfig.RoleAnnotation: string(tfconfig.RoleChief)}
+			}, tfconfig.ReasonInvalidReplicas},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				tfCreateJob(t, client, tfIndexedJob(ns, tc.name, 2, tc.mutate))
+				tfWaitForEvent(t, client, ns, tc.name, corev1.EventTypeWarning, tc.reason)
+				// The Event is recorded by the reconcile that decided not to write anything.
+				if _, err := client.CoreV1().Secrets(ns).Get(t.Context(), tc.name+"-tf-config", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					t.Errorf("Secret %s-tf-config: err %v, want NotFound", tc.name, err)
+				}
+				svcs, err := client.CoreV1().Services(ns).List(t.Context(), metav1.ListOptions{
+					LabelSelector: labels.SelectorFromSet(labels.Set{tfconfig.JobLabel: tc.name}).String()})
+				if err != nil || len(svcs.Items) != 0 {
+					t.Errorf("Services made for %s: %d, %v; want none", tc.name, len(svcs.Items), err)
+				}
+			})
+		}
+	})
+
+	t.Run("group", func(t *testing.T) {
+		ns := cp.Namespace(t, "tfconfig-group")
+		tfStartController(t, client, ns)
+		member := func(name string, role tfconfig.Role, n int32) *batchv1.Job {
+			return tfIndexedJob(ns, name, n, func(j *batchv1.Job) {
+				j.Labels[tfconfig.GroupLabel] = "ps-mnist"
+				j.Annotations = map[string]string{
+					tfconfig.RoleAnnotation:       string(role),
+					tfconfig.GroupRolesAnnotation: "chief,evaluator,ps,worker",
+				}
+				if role == tfconfig.RoleEvaluator {
+					j.Spec.Template.Spec.Subdomain = ""
+				}
+			})
+		}
+		// Created one by one: no Secret may appear before the last role exists.
+		tfCreateJob(t, client, member("w", tfconfig.RoleWorker, 3))
+		tfCreateJob(t, client, member("c", tfconfig.RoleChief, 1))
+		tfWaitForEvent(t, client, ns, "c", corev1.EventTypeNormal, tfconfig.ReasonWaitingForGroup)
+		for _, name := range []string{"w", "c"} {
+			if _, err := client.CoreV1().Secrets(ns).Get(t.Context(), name+"-tf-config", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("Secret of %s written before the group was complete (err %v)", name, err)
+			}
+		}
+		tfCreateJob(t, client, member("p", tfconfig.RolePS, 2))
+		tfCreateJob(t, client, member("e", tfconfig.RoleEvaluator, 1))
+
+		want := fmt.Sprintf(`{"chief":%s,"ps":%s,"worker":%s}`,
+			tfAddrs(ns, "c", "c", 1, 2222), tfAddrs(ns, "p", "p", 2, 2222), tfAddrs(ns, "w", "w", 3, 2222))
+		for _, name := range []string{"c", "p", "w", "e"} {
+			tfWaitForCluster(t, client, ns, name, want)
+		}
+		for _, name := range []string{"c", "p", "w"} {
+			tfWaitForService(t, client, ns, name)
+		}
+	})
+
+	t.Run("restart changes nothing", func(t *testing.T) {
+		ns := cp.Namespace(t, "tfconfig-restart")
+		stop := tfStartController(t, client, ns)
+		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 3))
+		secret := tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 3, 2222))
+		svc := tfWaitForService(t, client, ns, "mnist")
+		stop()
+
+		before := tfReconcileCount(t, "synced")
+		tfStartController(t, client, ns)
+		// The new instance has reconciled the Job (the only one in its namespace) at least once.
+		tfPoll(t, "a reconcile by the new controller", func(context.Context) (bool, error) {
+			return tfReconcileCount(t, "synced") > before, nil
+		})
+		gotSecret, err := client.CoreV1().Secrets(ns).Get(t.Context(), "mnist-tf-config", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotSvc, err := client.CoreV1().Services(ns).Get(t.Context(), "mnist", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gotSecret.ResourceVersion != secret.ResourceVersion || gotSecret.UID != secret.UID {
+			t.Errorf("Secret changed across the restart: resourceVersion %s → %s", secret.ResourceVersion, gotSecret.ResourceVersion)
+		}
+		if gotSvc.ResourceVersion != svc.ResourceVersion || gotSvc.UID != svc.UID {
+			t.Errorf("Service changed across the restart: resourceVersion %s → %s", svc.ResourceVersion, gotSvc.ResourceVersion)
+		}
+	})
+}
+
+// tfStartController runs a controller limited to namespace ns until the test ends or stop is called,
+// and returns once its caches have synced.
+func tfStartController(t *testing.T, client kubernetes.Interface, ns string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := tfconfig.NewController(client, tfconfig.WithNamespace(ns), tfconfig.WithConflictRecheck(time.Second))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("controller Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	tfPoll(t, "controller caches synced", func(context.Context) (bool, error) { return c.HasSynced(), nil })
+	return stop
+}
+
+// tfIndexedJob is an opted-in Indexed Job of n tasks with subdomain name and a tfjob-port 2222.
+func tfIndexedJob(ns, name string, n int32, mutate ...func(*batchv1.Job)) *batchv1.Job {
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns,
+			Name:      name,
+			Labels:    map[string]string{tfconfig.OptInLabel: "true"},
+		},
+		Spec: batchv1.JobSpec{
+			CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			Parallelism:    ptr.To(n),
+			Completions:    ptr.To(n),
+			BackoffLimit:   ptr.To[int32](0),
+			Template: corev1.PodTemplateSpec{
+				Spec: corev1.PodSpec{
+					Subdomain:     name,
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{
+						Name:  "tensorflow",
+						Image: "registry.k8s.io/pause:3.10",
+						Ports: []corev1.ContainerPort{{Name: tfconfig.PortName, ContainerPort: 2222}},
+					}},
+				},
+			},
+		},
+	}
+	for _, m := range mutate {
+		m(job)
+	}
+	return job
+}
+
+func tfCreateJob(t *testing.T, client kubernetes.Interface, job *batchv1.Job) *batchv1.Job {
+	t.Helper()
+	created, err := client.BatchV1().Jobs(job.Namespace).Create(t.Context(), job, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating Job %s: %v", job.Name, err)
+	}
+	return created
+}
+
+// tfAddrs is the JSON list of the addresses of an n-task Job.
+func tfAddrs(ns, job, subdomain string, n, port int32) string {
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf(`"%s-%d.%s.%s.svc:%d"`, job, i, subdomain, ns, port)
+	}
+	return "[" + strings.Join(addrs, ",") + "]"
+}
+
+func tfWorkers(ns, job, subdomain string, n, port int32) string {
+	return `{"worker":` + tfAddrs(ns, job, subdomain, n, port) + `}`
+}
+
+func tfPoll(t *testing.T, what string, cond wait.ConditionWithContextFunc) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// tfWaitForCluster waits until the Secret of job holds exactly want, and returns it.
+func tfWaitForCluster(t *testing.T, client kubernetes.Interface, ns, job, want string) *corev1.Secret {
+	t.Helper()
+	var secret *corev1.Secret
+	var last string
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		s, err := client.CoreV1().Secrets(ns).Get(ctx, job+tfconfig.SecretSuffix, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		secret, last = s, string(s.Data[tfconfig.ClusterKey])
+		return last == want, nil
+	})
+	if err != nil {
+		t.Fatalf("Secret %s/%s%s: cluster %q, want %q", ns, job, tfconfig.SecretSuffix, last, want)
+	}
+	return secret
+}
+
+func tfWaitForService(t *testing.T, client kubernetes.Interface, ns, name string) *corev1.Service {
+	t.Helper()
+	var svc *corev1.Service
+	tfPoll(t, "Service "+name, func(ctx context.Context) (bool, error) {
+		s, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		svc = s
+		return err == nil, err
+	})
+	return svc
+}
+
+// tfWaitForEvent waits for an Event of the given type and reason about the Job named job.
+func tfWaitForEvent(t *testing.T, client kubernetes.Interface, ns, job, eventType, reason string) {
+	t.Helper()
+	tfPoll(t, fmt.Sprintf("%s Event %s on Job %s", eventType, reason, job), func(ctx context.Context) (bool, error) {
+		events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + job})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "Job" && e.Type == eventType && e.Reason == reason {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// tfReconcileCount reads muster_tfconfig_reconciles_total{result} from the process's registry.
+func tfReconcileCount(t *testing.T, result string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "muster_tfconfig_reconciles_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
