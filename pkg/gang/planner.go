@@ -159,6 +159,14 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		}
 	}
 	if best == nil {
+		// Say how close the gang came: the most members that fit in one
+		// domain of the widest level it may use.
+		levelName, doms := domainsAt(req, endIdx, eligible)
+		for _, d := range rankDomains(doms, 0, req.Policy) {
+			if p := placeInDomain(members, d, eligible, feasible, req); p.placed > mostPlaced {
+				mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
+			}
+		}
 		return nil, &Unplaceable{Message: unplaceableMessage(req, members, eligible, mostPlaced, mostPlacedWhere, endIdx)}
 	}
 	return &Plan{Slots: best.slots, Level: best.level, Domain: best.domain, PreemptibleNodes: best.spotUsed, Nodes: best.nodes}, nil
@@ -417,6 +425,9 @@ func unplaceableMessage(req Request, members []Member, eligible []NodeView, most
 		fmt.Fprintf(&b, " in one %s (topology-required)", req.Levels[endIdx].Name)
 	}
 	if mostPlaced > 0 {
+		if strings.HasPrefix(where, clusterLevel) {
+			where = "the cluster"
+		}
 		fmt.Fprintf(&b, "; at most %d fit (in %s)", mostPlaced, where)
 	} else {
 		fmt.Fprintf(&b, "; none fit")

@@ -170,6 +170,13 @@ func (c *cluster) waitJobBound(name string, want int) []corev1.Pod {
 func (c *cluster) waitJobUnschedulable(name string, want int, msgParts ...string) []corev1.Pod {
 	c.t.Helper()
 	var pods []corev1.Pod
+	defer func() {
+		if c.t.Failed() {
+			for _, p := range pods {
+				c.t.Logf("pod %s: node %q nominated %q conditions %+v", p.Name, p.Spec.NodeName, p.Status.NominatedNodeName, p.Status.Conditions)
+			}
+		}
+	}()
 	c.waitFor(fmt.Sprintf("%d pods of job %s unschedulable with %q", want, name, msgParts), 60*time.Second, func() (bool, error) {
 		pods = c.jobPods(name)
 		if len(pods) != want {
@@ -236,3 +243,5 @@ func nodesOf(pods []corev1.Pod) map[string]int {
 	}
 	return out
 }
+
+func contains(s, part string) bool { return strings.Contains(s, part) }

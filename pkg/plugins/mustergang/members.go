@@ -84,8 +84,9 @@ func podGroupRef(pg *v1alpha1.PodGroup) *v1.ObjectReference {
 }
 
 // members lists the gang's live pods: pending (unbound, not being deleted,
-// not already allowed) sorted by name, and how many count as bound (bound in
-// the API or allowed and binding).
+// not already allowed, not held by a scheduling gate) sorted by name, how
+// many count as bound (bound in the API or allowed and binding), and the
+// total of live members including gated ones.
 func (p *Plugin) members(key gang.Key) (pending []*v1.Pod, bound int, total int) {
 	objs, _ := p.pods.ByIndex(gangIndex, key.String())
 	inFlight := p.registry.InFlight(key)
@@ -98,6 +99,9 @@ func (p *Plugin) members(key gang.Key) (pending []*v1.Pod, bound int, total int)
 		switch {
 		case pod.Spec.NodeName != "" || inFlight.Has(pod.UID):
 			bound++
+		case len(pod.Spec.SchedulingGates) > 0:
+			// Another controller holds it back; planning it would hold
+			// capacity for a pod that cannot come.
 		default:
 			pending = append(pending, pod)
 		}

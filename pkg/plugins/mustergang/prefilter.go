@@ -113,6 +113,12 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	needed := info.quorum - bound
+	if needed > len(pending) {
+		msg := fmt.Sprintf("gang %s needs %d more members but only %d can be scheduled; %d are held by scheduling gates",
+			key, needed, len(pending), total-bound-len(pending))
+		p.notice(ctx, info, v1.EventTypeNormal, ReasonWaitingForMembers, msg)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+	}
 	candidates := pending
 	if needed <= 0 {
 		// Quorum is already bound (e.g. a replacement pod): place this pod alone.

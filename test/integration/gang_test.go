@@ -1,0 +1,230 @@
+package integration
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/muster-sched/muster/pkg/controlplane"
+)
+
+func gpuNodes(n int, gpus int64) []controlplane.GPUNode {
+	nodes := make([]controlplane.GPUNode, n)
+	for i := range nodes {
+		nodes[i] = controlplane.GPUNode{Name: fmt.Sprintf("node-%d", i+1), GPUs: gpus, Rack: "r1"}
+	}
+	return nodes
+}
+
+// A 4 × 8-GPU gang on 4 free 8-GPU nodes: all four bound, one per node.
+func TestGangFitsExactly(t *testing.T) {
+	c := startCluster(t, gpuNodes(4, 8)...)
+	c.createJob(jobSpec{name: "mnist", workers: 4, gpus: 8})
+	pods := c.waitJobBound("mnist", 4)
+	if got := len(nodesOf(pods)); got != 4 {
+		t.Errorf("gang spread over %d nodes, want 4 (one 8-GPU worker per node): %v", got, nodesOf(pods))
+	}
+}
+
+// On 3 free nodes the same gang binds nothing, holds nothing, and says why;
+// a fourth node alone is enough to get all four bound.
+func TestGangWaitsWholeThenBindsWhenNodeAdded(t *testing.T) {
+	c := startCluster(t, gpuNodes(3, 8)...)
+	c.createJob(jobSpec{name: "mnist", workers: 4, gpus: 8})
+	pods := c.waitJobUnschedulable("mnist", 4, "gang "+c.ns+"/mnist needs 4 members of 8 nvidia.com/gpu", "at most 3 fit")
+	if held := c.holdingPods(); len(held) != 0 {
+		t.Fatalf("pods hold GPUs while the gang cannot fit: %v", held)
+	}
+	if n := countBound(pods); n != 0 {
+		t.Fatalf("%d pods bound, want 0", n)
+	}
+	c.waitForEvent("Job", "mnist", "GangUnschedulable", "at most 3 fit")
+
+	c.addNodes(controlplane.GPUNode{Name: "node-4", GPUs: 8, Rack: "r1"})
+	c.waitJobBound("mnist", 4)
+}
+
+// Two 3 × 8-GPU gangs on 4 nodes, in several interleavings: exactly one is
+// bound, the other holds nothing; deleting the winner lets the other bind.
+func TestCompetingGangsNeverDeadlock(t *testing.T) {
+	orders := map[string]func(c *cluster){
+		"a-then-b": func(c *cluster) {
+			c.createJob(jobSpec{name: "a", workers: 3, gpus: 8})
+			c.createJob(jobSpec{name: "b", workers: 3, gpus: 8})
+		},
+		"b-then-a": func(c *cluster) {
+			c.createJob(jobSpec{name: "b", workers: 3, gpus: 8})
+			c.createJob(jobSpec{name: "a", workers: 3, gpus: 8})
+		},
+		"concurrent": func(c *cluster) {
+			var wg sync.WaitGroup
+			for _, name := range []string{"a", "b"} {
+				wg.Go(func() { c.createJob(jobSpec{name: name, workers: 3, gpus: 8}) })
+			}
+			wg.Wait()
+		},
+	}
+	for name, submit := range orders {
+		t.Run(name, func(t *testing.T) {
+			c := startCluster(t, gpuNodes(4, 8)...)
+			obs := c.observeGangs(map[string]int{"a": 3, "b": 3})
+			submit(c)
+			var winner, loser string
+			c.waitFor("one gang bound, the other unschedulable", 60*time.Second, func() (bool, error) {
+				a, b := countBound(c.jobPods("a")), countBound(c.jobPods("b"))
+				switch {
+				case a == 3 && b == 0:
+					winner, loser = "a", "b"
+				case b == 3 && a == 0:
+					winner, loser = "b", "a"
+				default:
+					return false, nil
+				}
+				for _, p := range c.jobPods(loser) {
+					if !unschedulableWith(&p, "gang "+c.ns+"/"+loser) {
+						return false, nil
+					}
+				}
+				return len(c.jobPods(loser)) == 3, nil
+			})
+			for _, p := range c.jobPods(loser) {
+				if p.Status.NominatedNodeName != "" || p.Spec.NodeName != "" {
+					t.Errorf("losing gang's pod %s holds node %q/%q", p.Name, p.Spec.NodeName, p.Status.NominatedNodeName)
+				}
+			}
+			c.deleteJob(winner)
+			c.waitJobBound(loser, 3)
+			obs.check(t, 10*time.Second)
+		})
+	}
+}
+
+// Ten gangs of random size on 8 nodes with a fixed seed: gangs complete one
+// after another as earlier ones are deleted, never one partly bound for
+// longer than binding takes, and nothing partial at the end.
+func TestRandomGangMixHasNoPartialGang(t *testing.T) {
+	rng := rand.New(rand.NewPCG(42, 7))
+	c := startCluster(t, gpuNodes(8, 8)...)
+	sizes := map[string]int{}
+	var names []string
+	for i := range 10 {
+		name := fmt.Sprintf("job-%d", i)
+		sizes[name] = 1 + rng.IntN(6)
+		names = append(names, name)
+	}
+	obs := c.observeGangs(sizes)
+	for _, name := range names {
+		c.createJob(jobSpec{name: name, workers: int32(sizes[name]), gpus: int64(2 + 2*rng.IntN(4))})
+	}
+	// Let the cluster drain: whenever some gangs are fully bound, delete
+	// them, until every gang has run.
+	done := map[string]bool{}
+	c.waitFor("every gang bound once", 3*time.Minute, func() (bool, error) {
+		for _, name := range names {
+			if !done[name] && countBound(c.jobPods(name)) == sizes[name] {
+				done[name] = true
+				c.deleteJob(name)
+			}
+		}
+		return len(done) == len(names), nil
+	})
+	obs.check(t, 10*time.Second)
+}
+
+// gangObserver watches pods and records, per job, when it became partly
+// bound and when it stopped being so.
+type gangObserver struct {
+	mu      sync.Mutex
+	sizes   map[string]int
+	bound   map[string]map[string]bool
+	since   map[string]time.Time
+	longest map[string]time.Duration
+}
+
+func (c *cluster) observeGangs(sizes map[string]int) *gangObserver {
+	o := &gangObserver{sizes: sizes, bound: map[string]map[string]bool{}, since: map[string]time.Time{}, longest: map[string]time.Duration{}}
+	w, err := c.Client.CoreV1().Pods(c.ns).Watch(c.ctx, metav1.ListOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(w.Stop)
+	go func() {
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			o.observe(pod.Labels[batchv1.JobNameLabel], pod.Name, ev.Type != watch.Deleted && pod.Spec.NodeName != "")
+		}
+	}()
+	return o
+}
+
+func (o *gangObserver) observe(job, pod string, bound bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.bound[job] == nil {
+		o.bound[job] = map[string]bool{}
+	}
+	if bound {
+		o.bound[job][pod] = true
+	} else {
+		delete(o.bound[job], pod)
+	}
+	n := len(o.bound[job])
+	partial := n > 0 && n < o.sizes[job]
+	start, was := o.since[job]
+	switch {
+	case partial && !was:
+		o.since[job] = time.Now()
+	case !partial && was:
+		o.longest[job] = max(o.longest[job], time.Since(start))
+		delete(o.since, job)
+	}
+}
+
+// check fails if a gang was ever partly bound for longer than limit (binding
+// N pods is not atomic, so a short partial window is expected), or is
+// partial now. Deleting a job makes it partial while its pods go away, which
+// the observer sees as such: only unbound→bound growth is judged, so the
+// window is measured from the first bound member.
+func (o *gangObserver) check(t *testing.T, limit time.Duration) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for job, d := range o.longest {
+		if d > limit {
+			t.Errorf("gang %s was partly bound for %s (limit %s)", job, d, limit)
+		}
+	}
+	for job, start := range o.since {
+		if time.Since(start) > limit {
+			t.Errorf("gang %s is partly bound (%d of %d) since %s", job, len(o.bound[job]), o.sizes[job], start.Format(time.RFC3339))
+		}
+	}
+}
+
+// waitForEvent waits for an Event on the object with the reason and a
+// message containing part.
+func (c *cluster) waitForEvent(kind, name, reason, part string) {
+	c.t.Helper()
+	c.waitFor(fmt.Sprintf("event %s on %s %s", reason, kind, name), 30*time.Second, func() (bool, error) {
+		events, err := c.Client.EventsV1().Events(c.ns).List(c.ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.Regarding.Kind == kind && e.Regarding.Name == name && e.Reason == reason && contains(e.Note, part) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}

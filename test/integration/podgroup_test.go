@@ -1,0 +1,169 @@
+package integration
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+)
+
+func (c *cluster) podGroups() *v1alpha1.Client {
+	c.t.Helper()
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return v1alpha1.NewClient(dyn)
+}
+
+func (c *cluster) createPodGroup(name string, minMember int32, timeoutSeconds *int32) {
+	c.t.Helper()
+	_, err := c.podGroups().Create(c.ctx, &v1alpha1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns},
+		Spec:       v1alpha1.PodGroupSpec{MinMember: minMember, ScheduleTimeoutSeconds: timeoutSeconds},
+	})
+	if err != nil {
+		c.t.Fatalf("creating PodGroup %s: %v", name, err)
+	}
+}
+
+func (c *cluster) createGroupPod(group, name string, gpus int64, mutate ...func(*corev1.Pod)) {
+	c.t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: map[string]string{v1alpha1.PodGroupLabel: group}},
+		Spec:       workerPodSpec(schedulerName, gpus),
+	}
+	for _, m := range mutate {
+		m(pod)
+	}
+	if _, err := c.Client.CoreV1().Pods(c.ns).Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
+		c.t.Fatalf("creating pod %s: %v", name, err)
+	}
+}
+
+func (c *cluster) groupPods(group string) []corev1.Pod {
+	c.t.Helper()
+	pods, err := c.Client.CoreV1().Pods(c.ns).List(c.ctx, metav1.ListOptions{LabelSelector: v1alpha1.PodGroupLabel + "=" + group})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func (c *cluster) waitPodGroupCondition(name, reason string) *v1alpha1.PodGroup {
+	c.t.Helper()
+	var pg *v1alpha1.PodGroup
+	c.waitFor(fmt.Sprintf("PodGroup %s condition Scheduled reason %s", name, reason), 60*time.Second, func() (bool, error) {
+		var err error
+		if pg, err = c.podGroups().Get(c.ctx, c.ns, name); err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(pg.Status.Conditions, "Scheduled")
+		return cond != nil && cond.Reason == reason, nil
+	})
+	return pg
+}
+
+func TestPodGroupQuorum(t *testing.T) {
+	c := startCluster(t, gpuNodes(4, 8)...)
+
+	// minMember 3 with 3 pods: all bound, status follows.
+	c.createPodGroup("three", 3, nil)
+	for i := range 3 {
+		c.createGroupPod("three", fmt.Sprintf("three-%d", i), 8)
+	}
+	c.waitFor("PodGroup three bound", 60*time.Second, func() (bool, error) {
+		return countBound(c.groupPods("three")) == 3, nil
+	})
+	pg := c.waitPodGroupCondition("three", "GangScheduled")
+	if pg.Status.Phase != v1alpha1.PodGroupScheduled || pg.Status.Scheduled != 3 {
+		t.Errorf("PodGroup three status = phase %q scheduled %d, want Scheduled 3", pg.Status.Phase, pg.Status.Scheduled)
+	}
+	for _, p := range c.groupPods("three") {
+		if err := c.Client.CoreV1().Pods(c.ns).Delete(c.ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// minMember 4 with 3 pods: nothing bound, explained; the 4th pod
+	// completes the gang.
+	c.createPodGroup("four", 4, nil)
+	for i := range 3 {
+		c.createGroupPod("four", fmt.Sprintf("four-%d", i), 8)
+	}
+	pg = c.waitPodGroupCondition("four", "GangWaitingForMembers")
+	cond := meta.FindStatusCondition(pg.Status.Conditions, "Scheduled")
+	if want := "has 3 of 4 members"; !contains(cond.Message, want) {
+		t.Errorf("PodGroup four condition message %q does not contain %q", cond.Message, want)
+	}
+	if pg.Status.Phase != v1alpha1.PodGroupPending {
+		t.Errorf("PodGroup four phase %q, want Pending", pg.Status.Phase)
+	}
+	c.waitForEvent("PodGroup", "four", "GangWaitingForMembers", "has 3 of 4 members")
+	if held := c.holdingPods(); len(held) != 0 {
+		t.Fatalf("pods of an incomplete gang hold nodes: %v", held)
+	}
+	c.createGroupPod("four", "four-3", 8)
+	c.waitFor("PodGroup four bound", 60*time.Second, func() (bool, error) {
+		return countBound(c.groupPods("four")) == 4, nil
+	})
+}
+
+// A member that cannot be scheduled (its volume does not exist) keeps the
+// gang from completing: when scheduleTimeoutSeconds expires every
+// reservation is released and the timeout is recorded on the PodGroup.
+func TestPodGroupScheduleTimeoutReleasesEverything(t *testing.T) {
+	c := startCluster(t, gpuNodes(2, 8)...)
+	timeoutsBefore, err := counterValue("muster_gang_timeouts_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.createPodGroup("stuck", 2, ptr.To[int32](2))
+	c.createGroupPod("stuck", "stuck-ok", 8)
+	c.createGroupPod("stuck", "stuck-novolume", 8, func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "missing"}}}}
+	})
+	c.waitForEvent("PodGroup", "stuck", "GangScheduleTimeout", "timed out after 2s")
+	c.waitPodGroupCondition("stuck", "GangScheduleTimeout")
+	for _, p := range c.groupPods("stuck") {
+		if p.Spec.NodeName != "" {
+			t.Errorf("pod %s bound to %s although its gang timed out", p.Name, p.Spec.NodeName)
+		}
+	}
+	timeoutsAfter, err := counterValue("muster_gang_timeouts_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if timeoutsAfter <= timeoutsBefore {
+		t.Errorf("muster_gang_timeouts_total did not grow: %v -> %v", timeoutsBefore, timeoutsAfter)
+	}
+}
+
+// counterValue reads a counter (summed over labels) from the process-wide
+// registry the scheduler's /metrics serves.
+func counterValue(name string) (float64, error) {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		var sum float64
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+		return sum, nil
+	}
+	return 0, nil
+}
