@@ -21,14 +21,22 @@ import (
 // election and the secure port turned off. extraArgs are kube-scheduler flags.
 // It stops when ctx is done; the returned channel yields Run's result.
 func (cp *ControlPlane) StartScheduler(ctx context.Context, extraArgs ...string) (<-chan error, error) {
-	configPath := filepath.Join(cp.tb.TempDir(), "scheduler-config.yaml")
 	data, err := manifests.FS.ReadFile(manifests.SchedulerConfig)
 	if err != nil {
 		return nil, err
 	}
+	return cp.StartSchedulerWithConfig(ctx, data, extraArgs...)
+}
+
+// StartSchedulerWithConfig is StartScheduler with another
+// KubeSchedulerConfiguration (e.g. kube-scheduler's default profile, to
+// compare with, or a broken one, to see it rejected).
+func (cp *ControlPlane) StartSchedulerWithConfig(ctx context.Context, config []byte, extraArgs ...string) (<-chan error, error) {
+	configPath := filepath.Join(cp.tb.TempDir(), "scheduler-config.yaml")
+	data := append([]byte(nil), config...)
 	// The shipped file relies on in-cluster credentials; point it at this
 	// control plane instead (the --kubeconfig flag is ignored with --config).
-	data = append(data, []byte("clientConnection:\n  kubeconfig: "+cp.Kubeconfig+"\n")...)
+	data = append(data, []byte("\nclientConnection:\n  kubeconfig: "+cp.Kubeconfig+"\n")...)
 	if err := os.WriteFile(configPath, data, 0o600); err != nil {
 		return nil, err
 	}

@@ -167,7 +167,7 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 				mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
 			}
 		}
-		return nil, &Unplaceable{Message: unplaceableMessage(req, members, eligible, mostPlaced, mostPlacedWhere, endIdx)}
+		return nil, &Unplaceable{Message: unplaceableMessage(req, members, eligible, excluded, mostPlaced, mostPlacedWhere, endIdx)}
 	}
 	return &Plan{Slots: best.slots, Level: best.level, Domain: best.domain, PreemptibleNodes: best.spotUsed, Nodes: best.nodes}, nil
 }
@@ -283,7 +283,8 @@ func feasibility(members []Member, eligible []NodeView) map[*NodeConstraints][]b
 }
 
 // domainsAt groups eligible nodes by their label at level li (the cluster when
-// li == len(Levels)). Nodes without the label form no domain at that level.
+// li == len(Levels)). Nodes without the label (or with an empty value) form
+// no domain at that level.
 func domainsAt(req Request, li int, eligible []NodeView) (string, []*domain) {
 	if li == len(req.Levels) {
 		d := &domain{name: "*"}
@@ -295,8 +296,8 @@ func domainsAt(req Request, li int, eligible []NodeView) (string, []*domain) {
 	label := req.Levels[li].Label
 	byName := map[string]*domain{}
 	for i := range eligible {
-		value, ok := eligible[i].Node.Labels[label]
-		if !ok {
+		value := eligible[i].Node.Labels[label]
+		if value == "" {
 			continue
 		}
 		d := byName[value]
@@ -414,7 +415,7 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 	return p
 }
 
-func unplaceableMessage(req Request, members []Member, eligible []NodeView, mostPlaced int, where string, endIdx int) string {
+func unplaceableMessage(req Request, members []Member, eligible []NodeView, excluded string, mostPlaced int, where string, endIdx int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "gang %s needs %d", req.Gang, len(members))
 	if req.Needed < len(members) {
@@ -437,8 +438,8 @@ func unplaceableMessage(req Request, members []Member, eligible []NodeView, most
 		freeGPU += max(n.Free.Scalars[req.GPU], 0)
 	}
 	fmt.Fprintf(&b, "; %d eligible nodes have %d free %s", len(eligible), freeGPU, req.GPU)
-	if req.Policy != PolicyAvoid {
-		fmt.Fprintf(&b, " (preemptible policy %s)", req.Policy)
+	if excluded != "" {
+		fmt.Fprintf(&b, "; %s", excluded)
 	}
 	return b.String()
 }

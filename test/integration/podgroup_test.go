@@ -167,3 +167,37 @@ func counterValue(name string) (float64, error) {
 	}
 	return 0, nil
 }
+
+// Members already bound (as after a scheduler restart mid-bind) count toward
+// the quorum: the rest of the gang is placed and the gang completes.
+func TestPartlyBoundGangCompletes(t *testing.T) {
+	c := startCluster(t, gpuNodes(4, 8)...)
+	c.createPodGroup("resume", 4, nil)
+	for i := range 2 {
+		c.createGroupPod("resume", fmt.Sprintf("resume-bound-%d", i), 8, func(p *corev1.Pod) { p.Spec.NodeName = fmt.Sprintf("node-%d", i+1) })
+	}
+	for i := range 2 {
+		c.createGroupPod("resume", fmt.Sprintf("resume-pending-%d", i), 8)
+	}
+	c.waitFor("all 4 members bound", 60*time.Second, func() (bool, error) {
+		return countBound(c.groupPods("resume")) == 4, nil
+	})
+	if nodes := nodesOf(c.groupPods("resume")); len(nodes) != 4 {
+		t.Errorf("members share nodes: %v", nodes)
+	}
+}
+
+// A pod naming a PodGroup that does not exist waits with a message saying so.
+func TestMissingPodGroupIsExplained(t *testing.T) {
+	c := startCluster(t, gpuNodes(1, 8)...)
+	c.createGroupPod("ghost", "orphan", 1)
+	c.waitFor("pod orphan explained", 30*time.Second, func() (bool, error) {
+		p, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, "orphan", metav1.GetOptions{})
+		return err == nil && unschedulableWith(p, "PodGroup ghost not found in namespace "+c.ns), err
+	})
+	// Creating the PodGroup is enough for the pod to be scheduled.
+	c.createPodGroup("ghost", 1, nil)
+	c.waitFor("pod orphan bound", 30*time.Second, func() (bool, error) {
+		return countBound(c.groupPods("ghost")) == 1, nil
+	})
+}

@@ -18,6 +18,9 @@ type MusterGangArgs struct {
 	// GPUResourceName is the extended resource that topology and bin-packing
 	// count.
 	GPUResourceName string
+	// TopologyPreset names a built-in set of levels (see v1.TopologyPresets);
+	// used when TopologyLevels is empty.
+	TopologyPreset string
 	// TopologyLevels lists topology domains, tightest first.
 	TopologyLevels []TopologyLevel
 	// PreemptibleNodeMatchers mark a node as preemptible (spot) when any matches.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -11,6 +12,9 @@ import (
 // MaxScheduleTimeoutSeconds is the framework's cap on one Permit wait (15 min);
 // a longer timeout would be cut silently, so it is rejected instead.
 const MaxScheduleTimeoutSeconds = 15 * 60
+
+// TopologyPresetNames are the presets v1.TopologyPresets defines.
+var TopologyPresetNames = []string{"default", "gke", "aws", "topograph"}
 
 // ValidateMusterGangArgs reports every invalid field of args with its path.
 func ValidateMusterGangArgs(path *field.Path, args *MusterGangArgs) error {
@@ -27,7 +31,10 @@ func ValidateMusterGangArgs(path *field.Path, args *MusterGangArgs) error {
 	}
 
 	levelsPath := path.Child("topologyLevels")
-	if len(args.TopologyLevels) == 0 {
+	if args.TopologyPreset != "" && !slices.Contains(TopologyPresetNames, args.TopologyPreset) {
+		errs = append(errs, field.NotSupported(path.Child("topologyPreset"), args.TopologyPreset, TopologyPresetNames))
+	}
+	if len(args.TopologyLevels) == 0 && args.TopologyPreset == "" {
 		errs = append(errs, field.Required(levelsPath, "at least one topology level is needed"))
 	}
 	names, labels := sets.New[string](), sets.New[string]()

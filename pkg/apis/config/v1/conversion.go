@@ -12,6 +12,7 @@ func Convert_v1_MusterGangArgs_To_config_MusterGangArgs(in *MusterGangArgs, out 
 	out.DefaultScheduleTimeoutSeconds = ptr.Deref(in.DefaultScheduleTimeoutSeconds, 0)
 	out.GangBackoffSeconds = ptr.Deref(in.GangBackoffSeconds, 0)
 	out.GPUResourceName = ptr.Deref(in.GPUResourceName, "")
+	out.TopologyPreset = ptr.Deref(in.TopologyPreset, "")
 	out.TopologyLevels = nil
 	for _, l := range in.TopologyLevels {
 		out.TopologyLevels = append(out.TopologyLevels, config.TopologyLevel{Name: l.Name, NodeLabel: l.NodeLabel})
@@ -31,6 +32,9 @@ func Convert_config_MusterGangArgs_To_v1_MusterGangArgs(in *config.MusterGangArg
 	out.DefaultScheduleTimeoutSeconds = ptr.To(in.DefaultScheduleTimeoutSeconds)
 	out.GangBackoffSeconds = ptr.To(in.GangBackoffSeconds)
 	out.GPUResourceName = ptr.To(in.GPUResourceName)
+	if in.TopologyPreset != "" {
+		out.TopologyPreset = ptr.To(in.TopologyPreset)
+	}
 	out.TopologyLevels = nil
 	for _, l := range in.TopologyLevels {
 		out.TopologyLevels = append(out.TopologyLevels, TopologyLevel{Name: l.Name, NodeLabel: l.NodeLabel})

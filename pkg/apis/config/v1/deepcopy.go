@@ -17,6 +17,10 @@ func (in *MusterGangArgs) DeepCopyInto(out *MusterGangArgs) {
 		v := *in.GPUResourceName
 		out.GPUResourceName = &v
 	}
+	if in.TopologyPreset != nil {
+		v := *in.TopologyPreset
+		out.TopologyPreset = &v
+	}
 	out.TopologyLevels = append([]TopologyLevel(nil), in.TopologyLevels...)
 	out.PreemptibleNodeMatchers = append([]NodeMatcher(nil), in.PreemptibleNodeMatchers...)
 	out.ReclaimTaintKeys = append([]string(nil), in.ReclaimTaintKeys...)

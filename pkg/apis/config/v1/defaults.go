@@ -4,14 +4,48 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// DefaultTopologyLevels are the levels used when the args name none.
-func DefaultTopologyLevels() []TopologyLevel {
-	return []TopologyLevel{
+// DefaultTopologyPreset is used when the args name neither a preset nor levels.
+const DefaultTopologyPreset = "default"
+
+// TopologyPresets are ready-made levels, tightest first, for the labels
+// common platforms put on nodes. Level names stay familiar across presets
+// (node, nvlink, rack, ...) so job annotations carry over.
+var TopologyPresets = map[string][]TopologyLevel{
+	// Kubernetes well-known labels plus NVIDIA GPU Operator's NVLink clique.
+	"default": {
 		{Name: "node", NodeLabel: "kubernetes.io/hostname"},
 		{Name: "nvlink", NodeLabel: "nvidia.com/gpu.clique"},
 		{Name: "rack", NodeLabel: "topology.kubernetes.io/rack"},
 		{Name: "zone", NodeLabel: "topology.kubernetes.io/zone"},
-	}
+	},
+	// GKE compact placement: sub-block ≈ rack, block ≈ a group of racks.
+	"gke": {
+		{Name: "node", NodeLabel: "kubernetes.io/hostname"},
+		{Name: "rack", NodeLabel: "cloud.google.com/gce-topology-subblock"},
+		{Name: "block", NodeLabel: "cloud.google.com/gce-topology-block"},
+		{Name: "zone", NodeLabel: "topology.kubernetes.io/zone"},
+	},
+	// EC2 instance topology: layer 3 is the switch nearest the node.
+	"aws": {
+		{Name: "node", NodeLabel: "kubernetes.io/hostname"},
+		{Name: "rack", NodeLabel: "topology.k8s.aws/network-node-layer-3"},
+		{Name: "spine", NodeLabel: "topology.k8s.aws/network-node-layer-2"},
+		{Name: "core", NodeLabel: "topology.k8s.aws/network-node-layer-1"},
+		{Name: "zone", NodeLabel: "topology.kubernetes.io/zone"},
+	},
+	// NVIDIA topograph: accelerator (NVLink) domain, then leaf/spine/core switches.
+	"topograph": {
+		{Name: "node", NodeLabel: "kubernetes.io/hostname"},
+		{Name: "nvlink", NodeLabel: "network.topology.nvidia.com/accelerator"},
+		{Name: "rack", NodeLabel: "network.topology.nvidia.com/leaf"},
+		{Name: "spine", NodeLabel: "network.topology.nvidia.com/spine"},
+		{Name: "core", NodeLabel: "network.topology.nvidia.com/core"},
+	},
+}
+
+// DefaultTopologyLevels are the levels used when the args name none.
+func DefaultTopologyLevels() []TopologyLevel {
+	return append([]TopologyLevel(nil), TopologyPresets[DefaultTopologyPreset]...)
 }
 
 // DefaultPreemptibleNodeMatchers recognise the spot/preemptible labels of GKE,
@@ -48,7 +82,9 @@ func SetDefaults_MusterGangArgs(obj *MusterGangArgs) {
 		obj.GPUResourceName = ptr.To("nvidia.com/gpu")
 	}
 	if len(obj.TopologyLevels) == 0 {
-		obj.TopologyLevels = DefaultTopologyLevels()
+		preset := ptr.Deref(obj.TopologyPreset, DefaultTopologyPreset)
+		// An unknown preset leaves the levels empty; validation names it.
+		obj.TopologyLevels = append([]TopologyLevel(nil), TopologyPresets[preset]...)
 	}
 	if obj.PreemptibleNodeMatchers == nil {
 		obj.PreemptibleNodeMatchers = DefaultPreemptibleNodeMatchers()

@@ -20,7 +20,12 @@ type MusterGangArgs struct {
 	// GPUResourceName is the extended resource topology and bin-packing count.
 	// Default nvidia.com/gpu.
 	GPUResourceName *string `json:"gpuResourceName,omitempty"`
-	// TopologyLevels, tightest first. Default: node=kubernetes.io/hostname,
+	// TopologyPreset picks built-in levels for a platform: default, gke,
+	// aws or topograph (see TopologyPresets). Ignored when TopologyLevels is
+	// set.
+	TopologyPreset *string `json:"topologyPreset,omitempty"`
+	// TopologyLevels, tightest first. Default: the preset's levels; the
+	// default preset is node=kubernetes.io/hostname,
 	// nvlink=nvidia.com/gpu.clique, rack=topology.kubernetes.io/rack,
 	// zone=topology.kubernetes.io/zone.
 	TopologyLevels []TopologyLevel `json:"topologyLevels,omitempty"`

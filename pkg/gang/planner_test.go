@@ -1,0 +1,351 @@
+package gang
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+const gpu v1.ResourceName = "nvidia.com/gpu"
+
+var defaultLevels = []Level{
+	{Name: "node", Label: "kubernetes.io/hostname"},
+	{Name: "nvlink", Label: "nvidia.com/gpu.clique"},
+	{Name: "rack", Label: "topology.kubernetes.io/rack"},
+	{Name: "zone", Label: "topology.kubernetes.io/zone"},
+}
+
+// testNode is an 8-GPU node in a rack (and zone z1) with usedGPUs taken.
+type testNode struct {
+	name, rack string
+	gpus, used int64
+	spot       bool
+	reclaiming bool
+	taints     []v1.Taint
+}
+
+func views(nodes ...testNode) []NodeView {
+	out := make([]NodeView, len(nodes))
+	for i, n := range nodes {
+		gpus := n.gpus
+		if gpus == 0 {
+			gpus = 8
+		}
+		labels := map[string]string{"kubernetes.io/hostname": n.name, "topology.kubernetes.io/zone": "z1"}
+		if n.rack != "" {
+			labels["topology.kubernetes.io/rack"] = n.rack
+		}
+		out[i] = NodeView{
+			Node: &v1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: labels},
+				Spec:       v1.NodeSpec{Taints: n.taints},
+			},
+			Free: Resources{MilliCPU: 64000, Memory: 1 << 40, Pods: 110,
+				Scalars: map[v1.ResourceName]int64{gpu: gpus - n.used}},
+			Preemptible: n.spot,
+			Reclaiming:  n.reclaiming,
+		}
+	}
+	return out
+}
+
+func rackNodes(rack string, n int, used ...int64) []testNode {
+	var out []testNode
+	for i := range n {
+		tn := testNode{name: fmt.Sprintf("%s-n%d", rack, i+1), rack: rack}
+		if i < len(used) {
+			tn.used = used[i]
+		}
+		out = append(out, tn)
+	}
+	return out
+}
+
+func gangOf(n int, gpus int64) []Member {
+	shared := &NodeConstraints{}
+	members := make([]Member, n)
+	for i := range members {
+		members[i] = Member{
+			UID:         types.UID(fmt.Sprintf("uid-%d", i)),
+			Name:        fmt.Sprintf("w-%d", i),
+			Request:     Resources{MilliCPU: 1000, Pods: 1, Scalars: map[v1.ResourceName]int64{gpu: gpus}},
+			Constraints: shared,
+		}
+	}
+	return members
+}
+
+func request(members []Member, mutate ...func(*Request)) Request {
+	r := Request{Gang: "ns/job", Members: members, Needed: len(members), GPU: gpu, Levels: defaultLevels, Policy: PolicyAvoid}
+	for _, m := range mutate {
+		m(&r)
+	}
+	return r
+}
+
+// nodesUsed maps node name → members placed on it.
+func nodesUsed(p *Plan) map[string]int {
+	out := map[string]int{}
+	for _, n := range p.Slots {
+		out[n]++
+	}
+	return out
+}
+
+func racksOf(p *Plan) map[string]bool {
+	out := map[string]bool{}
+	for _, n := range p.Slots {
+		out[strings.SplitN(n, "-", 2)[0]] = true
+	}
+	return out
+}
+
+func TestComputeTopology(t *testing.T) {
+	tests := []struct {
+		name       string
+		nodes      []testNode
+		req        Request
+		wantLevel  string
+		wantDomain string
+		wantNodes  int
+		wantErr    string
+	}{
+		{
+			name:       "small workers share one node",
+			nodes:      append(rackNodes("r1", 4), rackNodes("r2", 4)...),
+			req:        request(gangOf(4, 2)),
+			wantLevel:  "node",
+			wantDomain: "r1-n1", // all nodes tie at 8 free: lowest name
+			wantNodes:  1,
+		},
+		{
+			name:       "best fit among nodes: the node with the least room that fits",
+			nodes:      []testNode{{name: "a", rack: "r1"}, {name: "b", rack: "r1", used: 4}, {name: "c", rack: "r1", used: 2}},
+			req:        request(gangOf(2, 2)),
+			wantLevel:  "node",
+			wantDomain: "b", // 4 free, needs 4: leftover 0
+			wantNodes:  1,
+		},
+		{
+			name:       "gang goes to the rack that fits it whole",
+			nodes:      append(rackNodes("r1", 4, 8, 8), rackNodes("r2", 4)...),
+			req:        request(gangOf(4, 8)),
+			wantLevel:  "rack",
+			wantDomain: "r2",
+			wantNodes:  4,
+		},
+		{
+			name:       "best fit among racks: fewest GPUs left over",
+			nodes:      append(rackNodes("r1", 4), rackNodes("r2", 3)...),
+			req:        request(gangOf(3, 8)),
+			wantLevel:  "rack",
+			wantDomain: "r2",
+			wantNodes:  3,
+		},
+		{
+			name:       "equal racks break ties by name",
+			nodes:      append(rackNodes("r2", 4), rackNodes("r1", 4)...),
+			req:        request(gangOf(4, 8)),
+			wantLevel:  "rack",
+			wantDomain: "r1",
+			wantNodes:  4,
+		},
+		{
+			name:      "required rack with two free nodes per rack waits",
+			nodes:     append(rackNodes("r1", 4, 8, 8), rackNodes("r2", 4, 8, 8)...),
+			req:       request(gangOf(4, 8), func(r *Request) { r.Required = "rack" }),
+			wantErr:   "needs 4 members of 8 nvidia.com/gpu in one rack (topology-required); at most 2 fit (in rack r1)",
+			wantLevel: "",
+		},
+		{
+			name:       "without the requirement the same gang spans racks",
+			nodes:      append(rackNodes("r1", 4, 8, 8), rackNodes("r2", 4, 8, 8)...),
+			req:        request(gangOf(4, 8)),
+			wantLevel:  "zone",
+			wantDomain: "z1",
+			wantNodes:  4,
+		},
+		{
+			name:       "preferred rack starts at rack level",
+			nodes:      append(rackNodes("r1", 4), rackNodes("r2", 2)...),
+			req:        request(gangOf(2, 2), func(r *Request) { r.Preferred = "rack" }),
+			wantLevel:  "rack",
+			wantDomain: "r2", // 16 free beats 32 free for 4 GPUs
+			wantNodes:  1,
+		},
+		{
+			name:      "unknown level is an error",
+			nodes:     rackNodes("r1", 2),
+			req:       request(gangOf(1, 1), func(r *Request) { r.Required = "pod" }),
+			wantErr:   `unknown topology level "pod"`,
+			wantLevel: "",
+		},
+		{
+			name:      "nodes without the rack label form no rack",
+			nodes:     []testNode{{name: "x"}, {name: "y"}},
+			req:       request(gangOf(2, 8), func(r *Request) { r.Required = "rack" }),
+			wantErr:   "none fit",
+			wantLevel: "",
+		},
+		{
+			name:       "quorum below gang size places the quorum",
+			nodes:      rackNodes("r1", 3),
+			req:        request(gangOf(4, 8), func(r *Request) { r.Needed = 3 }),
+			wantLevel:  "rack",
+			wantDomain: "r1",
+			wantNodes:  3,
+		},
+		{
+			name: "untolerated taint keeps members off a node",
+			nodes: append(rackNodes("r1", 2), testNode{name: "r1-tainted", rack: "r1",
+				taints: []v1.Taint{{Key: "dedicated", Value: "other", Effect: v1.TaintEffectNoSchedule}}}),
+			req:        request(gangOf(3, 8)),
+			wantErr:    "at most 2 fit",
+			wantDomain: "",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, err := Compute(tc.req, views(tc.nodes...))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Compute() error = %v, want one containing %q (plan %+v)", err, tc.wantErr, plan)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Compute() error = %v", err)
+			}
+			if plan.Level != tc.wantLevel || plan.Domain != tc.wantDomain {
+				t.Errorf("placed in %s %s, want %s %s", plan.Level, plan.Domain, tc.wantLevel, tc.wantDomain)
+			}
+			if got := len(nodesUsed(plan)); got != tc.wantNodes || plan.Nodes != tc.wantNodes {
+				t.Errorf("gang uses %d nodes (plan says %d), want %d: %v", got, plan.Nodes, tc.wantNodes, plan.Slots)
+			}
+			if len(plan.Slots) != tc.req.Needed && len(plan.Slots) != len(tc.req.Members) {
+				t.Errorf("plan places %d members, want %d or %d", len(plan.Slots), tc.req.Needed, len(tc.req.Members))
+			}
+		})
+	}
+}
+
+func TestComputeIsDeterministic(t *testing.T) {
+	nodes := views(append(rackNodes("r1", 8, 3, 5, 1), rackNodes("r2", 8, 6, 2)...)...)
+	first, err := Compute(request(gangOf(6, 2)), nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		again, err := Compute(request(gangOf(6, 2)), nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(again.Slots) != fmt.Sprint(first.Slots) {
+			t.Fatalf("plans differ: %v vs %v", first.Slots, again.Slots)
+		}
+	}
+}
+
+// 4 spot and 4 on-demand 8-GPU nodes, spot in rack "spot", on-demand in "od".
+func spotCluster(odUsed int64) []testNode {
+	var nodes []testNode
+	for i := range 4 {
+		nodes = append(nodes, testNode{name: fmt.Sprintf("od-n%d", i), rack: "od", used: odUsed})
+		nodes = append(nodes, testNode{name: fmt.Sprintf("spot-n%d", i), rack: "spot", spot: true})
+	}
+	return nodes
+}
+
+func TestComputePreemptiblePolicy(t *testing.T) {
+	tests := []struct {
+		policy   Policy
+		odUsed   int64
+		wantRack string
+		wantErr  string
+	}{
+		{policy: PolicyAvoid, wantRack: "od"},
+		{policy: PolicyPrefer, wantRack: "spot"},
+		{policy: PolicyRequire, wantRack: "spot"},
+		{policy: PolicyForbid, wantRack: "od"},
+		{policy: PolicyForbid, odUsed: 8, wantErr: "4 eligible nodes have 0 free nvidia.com/gpu; policy forbid excludes 4 preemptible nodes"},
+		{policy: PolicyAvoid, odUsed: 8, wantRack: "spot"},
+		{policy: PolicyRequire, odUsed: 8, wantRack: "spot"},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s/on-demand-used-%d", tc.policy, tc.odUsed), func(t *testing.T) {
+			plan, err := Compute(request(gangOf(4, 8), func(r *Request) { r.Policy = tc.policy }), views(spotCluster(tc.odUsed)...))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if racks := racksOf(plan); len(racks) != 1 || !racks[tc.wantRack] {
+				t.Errorf("placed on %v, want only rack %s", plan.Slots, tc.wantRack)
+			}
+		})
+	}
+}
+
+// With on-demand and spot nodes mixed in every rack, avoid widens to a
+// domain with enough on-demand nodes rather than mixing in a tighter one.
+func TestComputeAvoidPrefersFewerSpotOverTighterDomain(t *testing.T) {
+	var nodes []testNode
+	for r := 1; r <= 2; r++ {
+		for i := range 4 {
+			nodes = append(nodes, testNode{name: fmt.Sprintf("r%d-n%d", r, i), rack: fmt.Sprintf("r%d", r), spot: i >= 2})
+		}
+	}
+	plan, err := Compute(request(gangOf(4, 8)), views(nodes...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.PreemptibleNodes != 0 {
+		t.Errorf("avoid used %d spot nodes (%v), want 0: four on-demand nodes exist across the zone", plan.PreemptibleNodes, plan.Slots)
+	}
+	// With topology-required rack, the gang must stay in one rack and
+	// uses as few spot nodes as that allows.
+	plan, err = Compute(request(gangOf(4, 8), func(r *Request) { r.Required = "rack" }), views(nodes...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Level != "rack" || plan.PreemptibleNodes != 2 {
+		t.Errorf("required rack: placed in %s %s with %d spot nodes, want one rack with 2", plan.Level, plan.Domain, plan.PreemptibleNodes)
+	}
+}
+
+func TestComputeNeverUsesReclaimingNodes(t *testing.T) {
+	nodes := rackNodes("r1", 3)
+	nodes = append(nodes, testNode{name: "r1-going", rack: "r1", reclaiming: true})
+	_, err := Compute(request(gangOf(4, 8)), views(nodes...))
+	if err == nil || !strings.Contains(err.Error(), "at most 3 fit") {
+		t.Fatalf("error = %v, want the gang to wait (the only fourth node is being reclaimed)", err)
+	}
+	plan, err := Compute(request(gangOf(3, 8)), views(nodes...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, used := nodesUsed(plan)["r1-going"]; used {
+		t.Errorf("plan uses the reclaiming node: %v", plan.Slots)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	for value, want := range map[string]Policy{"": PolicyAvoid, "forbid": PolicyForbid, "avoid": PolicyAvoid, "prefer": PolicyPrefer, "require": PolicyRequire} {
+		if got, err := ParsePolicy(value); err != nil || got != want {
+			t.Errorf("ParsePolicy(%q) = %q, %v; want %q", value, got, err, want)
+		}
+	}
+	for _, bad := range []string{"Avoid", "spot", "yes"} {
+		if _, err := ParsePolicy(bad); err == nil || !strings.Contains(err.Error(), "must be one of forbid, avoid, prefer, require") {
+			t.Errorf("ParsePolicy(%q) error = %v, want a clear rejection", bad, err)
+		}
+	}
+}
