@@ -28,11 +28,10 @@ test-unit: ## Unit tests (everything but test/integration).
 test-integration: ## Integration tests: real etcd, kube-apiserver, Job controller and the muster scheduler, in process.
 	go test $(GO_TEST_FLAGS) -timeout 30m ./test/integration/...
 
-verify: ## gofmt, go vet, go mod tidy leaves no diff, hack/verify-*.
+verify: ## gofmt, go vet, go mod tidy leaves no diff.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	go vet ./...
 	hack/verify-gomod.sh
-	hack/verify-manifests.sh
 
 demo: ## The main job on an embedded control plane: a GPU cluster, the scheduler, a TensorFlow job.
 	go run -ldflags "$(LDFLAGS)" ./cmd/muster-sim demo

@@ -1,0 +1,189 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	psaapi "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/muster-sched/muster/manifests"
+	"github.com/muster-sched/muster/pkg/controlplane"
+)
+
+// buildManifests runs kustomize on manifests/ the way kubectl apply -k does.
+func buildManifests(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "../../manifests")
+	if err != nil {
+		t.Fatalf("kustomize build manifests/: %v", err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, r := range resMap.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs
+}
+
+// kubectl apply -k manifests/ against a real API server: every object is
+// accepted, in dependency order.
+func TestManifestsApplyCleanly(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx := context.Background()
+	objs := buildManifests(t)
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	// The in-process API server has no kube-system namespace; a cluster does.
+	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rank := func(o *unstructured.Unstructured) int {
+		switch o.GetKind() {
+		case "Namespace", "CustomResourceDefinition":
+			return 0
+		}
+		return 1
+	}
+	kinds := map[string]int{}
+	for pass := 0; pass < 2; pass++ {
+		for _, o := range objs {
+			if rank(o) != pass {
+				continue
+			}
+			kinds[o.GetKind()]++
+			gvk := o.GroupVersionKind()
+			mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
+			}
+			var ri dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+			if ns := o.GetNamespace(); ns != "" {
+				ri = dyn.Resource(mapping.Resource).Namespace(ns)
+			}
+			if _, err := ri.Create(ctx, o, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Errorf("applying %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+			}
+		}
+		mapper.Reset()
+	}
+	for _, kind := range []string{"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service"} {
+		if kinds[kind] == 0 {
+			t.Errorf("manifests/ has no %s", kind)
+		}
+	}
+}
+
+func TestManifestsDeploymentsAreRestrictedAndConfigured(t *testing.T) {
+	evaluator, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := manifests.FS.ReadFile(manifests.SchedulerConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configMaps := map[string]*corev1.ConfigMap{}
+	var deployments []*appsv1.Deployment
+	var roles []*rbacv1.ClusterRole
+	for _, o := range buildManifests(t) {
+		switch o.GetKind() {
+		case "ConfigMap":
+			cm := &corev1.ConfigMap{}
+			mustConvert(t, o, cm)
+			configMaps[cm.Name] = cm
+		case "Deployment":
+			d := &appsv1.Deployment{}
+			mustConvert(t, o, d)
+			deployments = append(deployments, d)
+		case "ClusterRole":
+			r := &rbacv1.ClusterRole{}
+			mustConvert(t, o, r)
+			roles = append(roles, r)
+		}
+	}
+	for _, d := range deployments {
+		if d.Namespace != "muster-system" {
+			t.Errorf("Deployment %s in namespace %q", d.Name, d.Namespace)
+		}
+		for _, r := range evaluator.EvaluatePod(psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}, &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec) {
+			if !r.Allowed {
+				t.Errorf("Deployment %s violates the restricted Pod Security Standard: %s: %s", d.Name, r.ForbiddenReason, r.ForbiddenDetail)
+			}
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if c.LivenessProbe == nil || c.ReadinessProbe == nil || c.Resources.Requests.Cpu().IsZero() {
+				t.Errorf("Deployment %s container %s lacks probes or resource requests", d.Name, c.Name)
+			}
+		}
+		if d.Name != "muster-scheduler" {
+			continue
+		}
+		if *d.Spec.Replicas != 2 {
+			t.Errorf("scheduler replicas = %d, want 2", *d.Spec.Replicas)
+		}
+		var configMap string
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.ConfigMap != nil {
+				configMap = v.ConfigMap.Name
+			}
+		}
+		cm := configMaps[configMap]
+		if cm == nil {
+			t.Fatalf("scheduler Deployment mounts ConfigMap %q, which manifests/ does not create", configMap)
+		}
+		if cm.Data["scheduler-config.yaml"] != string(shipped) {
+			t.Errorf("ConfigMap %s is not generated from manifests/scheduler/scheduler-config.yaml", cm.Name)
+		}
+	}
+	// Least privilege: neither component may read Secrets cluster-wide
+	// except the controller (label-filtered), nor delete or evict pods, nor
+	// use wildcards.
+	for _, r := range roles {
+		for _, rule := range r.Rules {
+			for _, v := range append(append([]string{}, rule.Verbs...), rule.Resources...) {
+				if v == "*" {
+					t.Errorf("ClusterRole %s uses a wildcard: %+v", r.Name, rule)
+				}
+			}
+			for _, res := range rule.Resources {
+				if r.Name == "muster-scheduler" && (res == "secrets" || res == "pods/eviction" || (res == "pods" && strings.Contains(strings.Join(rule.Verbs, ","), "delete"))) {
+					t.Errorf("scheduler ClusterRole grants %v on %s", rule.Verbs, res)
+				}
+			}
+		}
+	}
+}
+
+func mustConvert(t *testing.T, u *unstructured.Unstructured, into interface{}) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
+		data, _ := yaml.Marshal(u.Object)
+		t.Fatalf("decoding %s: %v\n%s", u.GetKind(), err, data)
+	}
+}
