@@ -10,7 +10,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION)-muster.$(s
 BINARIES ?= muster-scheduler tfconfig-controller muster-sim
 GO_TEST_FLAGS ?=
 
-.PHONY: help build test test-unit test-integration verify demo bench clean
+.PHONY: help build test test-unit test-integration fuzz verify demo bench clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -27,6 +27,15 @@ test-unit: ## Unit tests (everything but test/integration).
 
 test-integration: ## Integration tests: real etcd, kube-apiserver, Job controller and the muster scheduler, in process.
 	go test $(GO_TEST_FLAGS) -timeout 30m ./test/integration/...
+
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./pkg/gang:FuzzAnnotations ./pkg/gang:FuzzKeyOf ./pkg/apis/config/v1:FuzzValidateArgs ./pkg/controller/tfconfig:FuzzBuildClusterSpec
+
+fuzz: ## Run every fuzz target briefly (FUZZTIME each, default 10s).
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} ($${t%%:*}) for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
+	done
 
 verify: ## gofmt, go vet, go mod tidy leaves no diff.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
