@@ -43,17 +43,18 @@ type ControlPlane struct {
 // Start starts etcd, kube-apiserver (admission plugins ServiceAccount and
 // TaintNodesByCondition off, so plain Node objects are schedulable), installs
 // muster's CRDs and starts the Job controller. Everything stops in tb.Cleanup.
-// Start fails tb on error.
-func Start(tb ktesting.TB) *ControlPlane {
+// Start fails tb on error. apiserverFlags are added to kube-apiserver's
+// (e.g. --authorization-mode=RBAC; the default authorizes everything).
+func Start(tb ktesting.TB, apiserverFlags ...string) *ControlPlane {
 	tb.Helper()
-	cp, err := start(tb)
+	cp, err := start(tb, apiserverFlags)
 	if err != nil {
 		tb.Fatalf("starting control plane: %v", err)
 	}
 	return cp
 }
 
-func start(tb ktesting.TB) (*ControlPlane, error) {
+func start(tb ktesting.TB, apiserverFlags []string) (*ControlPlane, error) {
 	etcdURL, err := startEtcd(tb)
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
@@ -61,10 +62,11 @@ func start(tb ktesting.TB) (*ControlPlane, error) {
 
 	storage := storagebackend.NewDefaultConfig(path.Join(uuid.New().String(), "registry"), nil)
 	storage.Transport.ServerList = []string{etcdURL}
-	server, err := kubeapiservertesting.StartTestServer(tb, kubeapiservertesting.NewDefaultTestServerOptions(), []string{
+	flags := append([]string{
 		"--endpoint-reconciler-type=none",
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-	}, storage)
+	}, apiserverFlags...)
+	server, err := kubeapiservertesting.StartTestServer(tb, kubeapiservertesting.NewDefaultTestServerOptions(), flags, storage)
 	if err != nil {
 		return nil, fmt.Errorf("kube-apiserver: %w", err)
 	}
@@ -125,6 +127,30 @@ func freeURL() *url.URL {
 	return &url.URL{Scheme: "http", Host: l.Addr().String()}
 }
 
+// As returns a view of the control plane whose Config, Client and
+// Kubeconfig act as the given user (through impersonation), e.g. a
+// component's ServiceAccount, so RBAC applies to it.
+func (cp *ControlPlane) As(user string, groups ...string) (*ControlPlane, error) {
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	path, err := writeKubeconfig(cp.tb.TempDir(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &ControlPlane{Config: cfg, Client: client, Kubeconfig: path, tb: cp.tb}, nil
+}
+
+// ServiceAccount is As for the ServiceAccount namespace/name with the groups
+// the API server gives ServiceAccount tokens.
+func (cp *ControlPlane) ServiceAccount(namespace, name string) (*ControlPlane, error) {
+	return cp.As("system:serviceaccount:"+namespace+":"+name,
+		"system:serviceaccounts", "system:serviceaccounts:"+namespace, "system:authenticated")
+}
+
 func writeKubeconfig(dir string, cfg *rest.Config) (string, error) {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["test"] = &clientcmdapi.Cluster{
@@ -141,6 +167,8 @@ func writeKubeconfig(dir string, cfg *rest.Config) (string, error) {
 		ClientKey:             cfg.KeyFile,
 		ClientCertificateData: cfg.CertData,
 		ClientKeyData:         cfg.KeyData,
+		Impersonate:           cfg.Impersonate.UserName,
+		ImpersonateGroups:     cfg.Impersonate.Groups,
 	}
 	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
 	kc.CurrentContext = "test"

@@ -80,6 +80,8 @@ type jobSpec struct {
 	gpus        int64
 	annotations map[string]string
 	scheduler   string
+	labels      map[string]string // on the Job
+	subdomain   string
 }
 
 func (c *cluster) createJob(s jobSpec) *batchv1.Job {
@@ -88,7 +90,7 @@ func (c *cluster) createJob(s jobSpec) *batchv1.Job {
 		s.scheduler = schedulerName
 	}
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: c.ns},
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: c.ns, Labels: s.labels},
 		Spec: batchv1.JobSpec{
 			Parallelism:    ptr.To(s.workers),
 			Completions:    ptr.To(s.workers),
@@ -100,6 +102,7 @@ func (c *cluster) createJob(s jobSpec) *batchv1.Job {
 			},
 		},
 	}
+	job.Spec.Template.Spec.Subdomain = s.subdomain
 	created, err := c.Client.BatchV1().Jobs(c.ns).Create(c.ctx, job, metav1.CreateOptions{})
 	if err != nil {
 		c.t.Fatalf("creating job %s: %v", s.name, err)
