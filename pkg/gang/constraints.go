@@ -1,7 +1,11 @@
 package gang
 
 import (
+	"slices"
+
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -14,6 +18,11 @@ import (
 type NodeConstraints struct {
 	tolerations []v1.Toleration
 	affinity    nodeaffinity.RequiredNodeAffinity
+	// OnePerNode: the pod has required anti-affinity against its own labels
+	// per hostname ("one worker per node"), the one intra-gang rule the
+	// planner models. Other affinity between members is checked only by each
+	// member's own cycle (a mismatch drops the plan).
+	OnePerNode bool
 }
 
 // ConstraintsOf extracts a pod's node constraints.
@@ -21,7 +30,24 @@ func ConstraintsOf(pod *v1.Pod) *NodeConstraints {
 	return &NodeConstraints{
 		tolerations: pod.Spec.Tolerations,
 		affinity:    nodeaffinity.GetRequiredNodeAffinity(pod),
+		OnePerNode:  antiAffinityPerNode(pod),
 	}
+}
+
+func antiAffinityPerNode(pod *v1.Pod) bool {
+	if pod.Spec.Affinity == nil || pod.Spec.Affinity.PodAntiAffinity == nil {
+		return false
+	}
+	for _, term := range pod.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+		if term.TopologyKey != v1.LabelHostname || (len(term.Namespaces) > 0 && !slices.Contains(term.Namespaces, pod.Namespace)) {
+			continue
+		}
+		selector, err := metav1.LabelSelectorAsSelector(term.LabelSelector)
+		if err == nil && !selector.Empty() && selector.Matches(labels.Set(pod.Labels)) {
+			return true
+		}
+	}
+	return false
 }
 
 // Match reports whether the pod may run on node.

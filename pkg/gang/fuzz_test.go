@@ -45,7 +45,7 @@ func FuzzAnnotations(f *testing.F) {
 			if !strings.Contains(err.Error(), AnnotationMinAvailable) {
 				t.Fatalf("quorum error does not name the annotation: %v", err)
 			}
-		case n < 1 || n > int(parallelism):
+		case n < 1 || n > max(int(parallelism), 1):
 			t.Fatalf("quorum %d outside [1, parallelism %d] for %q", n, parallelism, minAvailable)
 		}
 	})

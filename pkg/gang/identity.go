@@ -59,16 +59,18 @@ func KeyOf(pod *v1.Pod) (Key, bool) {
 	return Key{}, false
 }
 
-// JobQuorum is the gang size of a Job: parallelism (capped by completions),
-// lowered by the pod's muster.dev/min-available annotation.
+// JobQuorum is the gang size of a Job: parallelism, capped by the
+// completions still to go (finished pods leave the scheduler's view), at
+// least 1, lowered by the pod's muster.dev/min-available annotation.
 func JobQuorum(job *batchv1.Job, pod *v1.Pod) (int, error) {
 	size := 1
 	if job.Spec.Parallelism != nil {
 		size = int(*job.Spec.Parallelism)
 	}
-	if job.Spec.Completions != nil && int(*job.Spec.Completions) < size {
-		size = int(*job.Spec.Completions)
+	if job.Spec.Completions != nil {
+		size = min(size, int(*job.Spec.Completions-job.Status.Succeeded))
 	}
+	size = max(size, 1)
 	value, ok := pod.Annotations[AnnotationMinAvailable]
 	if !ok {
 		return size, nil

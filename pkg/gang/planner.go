@@ -389,7 +389,7 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 	for _, m := range members {
 		ok := feasible[m.Constraints]
 		for i, s := range slots {
-			if !ok[s.idx] || !s.free.Fits(m.Request) {
+			if !ok[s.idx] || !s.free.Fits(m.Request) || (s.used && m.Constraints != nil && m.Constraints.OnePerNode) {
 				continue
 			}
 			s.free.Sub(m.Request)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -347,5 +348,62 @@ func TestParsePolicy(t *testing.T) {
 		if _, err := ParsePolicy(bad); err == nil || !strings.Contains(err.Error(), "must be one of forbid, avoid, prefer, require") {
 			t.Errorf("ParsePolicy(%q) error = %v, want a clear rejection", bad, err)
 		}
+	}
+}
+
+func TestComputeOneWorkerPerNode(t *testing.T) {
+	members := gangOf(3, 2)
+	onePerNode := &NodeConstraints{OnePerNode: true}
+	for i := range members {
+		members[i].Constraints = onePerNode
+	}
+	plan, err := Compute(request(members), views(rackNodes("r1", 4)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(nodesUsed(plan)); got != 3 {
+		t.Errorf("anti-affine members share nodes: %v", plan.Slots)
+	}
+}
+
+func TestJobQuorum(t *testing.T) {
+	job := func(parallelism, completions, succeeded int32) *batchv1.Job {
+		return &batchv1.Job{Spec: batchv1.JobSpec{Parallelism: &parallelism, Completions: &completions}, Status: batchv1.JobStatus{Succeeded: succeeded}}
+	}
+	pod := func(minAvailable string) *v1.Pod {
+		p := &v1.Pod{}
+		if minAvailable != "" {
+			p.Annotations = map[string]string{AnnotationMinAvailable: minAvailable}
+		}
+		return p
+	}
+	tests := []struct {
+		name    string
+		job     *batchv1.Job
+		pod     *v1.Pod
+		want    int
+		wantErr string
+	}{
+		{"parallelism", job(4, 4, 0), pod(""), 4, ""},
+		{"capped by completions left", job(4, 8, 6), pod(""), 2, ""},
+		{"all done but one replacement", job(4, 4, 4), pod(""), 1, ""},
+		{"lowered by annotation", job(4, 4, 0), pod("3"), 3, ""},
+		{"annotation above parallelism", job(4, 4, 0), pod("5"), 0, "the Job runs at most 4 pods at once"},
+		{"annotation zero", job(4, 4, 0), pod("0"), 0, "must be a positive integer"},
+		{"annotation not a number", job(4, 4, 0), pod("three"), 0, "must be a positive integer"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := JobQuorum(tc.job, tc.pod)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("JobQuorum = %d, %v; want %d", got, err, tc.want)
+			}
+		})
 	}
 }

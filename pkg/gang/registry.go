@@ -27,6 +27,7 @@ type state struct {
 	lastFailure  string
 	lastNotice   string
 	lastReason   string
+	failures     int
 }
 
 // ActivePlan is a plan being carried out: members are steered to their slots
@@ -65,6 +66,20 @@ func (r *Registry) FirstSeen(key Key, seen time.Time) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.get(key, seen).firstSeen
+}
+
+// Failing lists gangs without a plan whose latest explanation has reason,
+// e.g. the gangs that could not be placed, to retry when capacity frees up.
+func (r *Registry) Failing(reason string) []Key {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var keys []Key
+	for k, s := range r.gangs {
+		if s.plan == nil && s.lastReason == reason {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // Forget drops a gang that has no pods left.
@@ -153,54 +168,78 @@ func (r *Registry) Held(exclude Key) map[string]Resources {
 	return held
 }
 
-// Reserve marks a planned member reserved and reports whether every member
-// of the plan now is.
-func (r *Registry) Reserve(key Key, uid types.UID) (planned, complete bool) {
+// Reserve marks a member of plan planID reserved: from now on the scheduler
+// cache counts it and the ledger stops holding its slot.
+func (r *Registry) Reserve(key Key, planID int64, uid types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.gangs[key]
-	if s == nil || s.plan == nil {
-		return false, false
+	if s == nil || s.plan == nil || s.plan.ID != planID {
+		return
+	}
+	if _, ok := s.plan.Slots[uid]; ok {
+		s.plan.Reserved.Insert(uid)
+	}
+}
+
+// PermitOutcome says what Permit should do with a member.
+type PermitOutcome int
+
+const (
+	// PermitDropped: the member's plan is gone; reject it.
+	PermitDropped PermitOutcome = iota
+	// PermitWait: other members of the plan are not reserved yet.
+	PermitWait
+	// PermitComplete: this member completed the plan; allow everyone.
+	PermitComplete
+)
+
+// Permit marks member uid of plan planID reserved and, when that completes
+// the plan before its deadline, ends it in the same step: the members become
+// in flight (allowed, binding) and the plan holds nothing any more. Doing both
+// under one lock means a plan is either completed or failed, never both.
+func (r *Registry) Permit(key Key, planID int64, uid types.UID, now time.Time) (PermitOutcome, *ActivePlan) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.gangs[key]
+	if s == nil || s.plan == nil || s.plan.ID != planID || !now.Before(s.plan.Deadline) {
+		return PermitDropped, nil
 	}
 	if _, ok := s.plan.Slots[uid]; !ok {
-		return false, false
+		return PermitDropped, nil
 	}
 	s.plan.Reserved.Insert(uid)
-	return true, s.plan.Reserved.Len() == len(s.plan.Slots)
-}
-
-// Complete ends a fully reserved plan: its members become in flight (allowed,
-// binding) and the plan holds nothing any more. It returns the plan, or nil if
-// it was not (or no longer) complete.
-func (r *Registry) Complete(key Key) *ActivePlan {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := r.gangs[key]
-	if s == nil || s.plan == nil || s.plan.Reserved.Len() != len(s.plan.Slots) {
-		return nil
+	c := *s.plan
+	c.Reserved = s.plan.Reserved.Clone()
+	if s.plan.Reserved.Len() < len(s.plan.Slots) {
+		return PermitWait, &c
 	}
-	plan := s.plan
 	s.plan = nil
-	s.inFlight = s.inFlight.Union(plan.Reserved)
+	s.inFlight = s.inFlight.Union(c.Reserved)
 	s.lastFailure = ""
-	return plan
+	s.failures = 0
+	return PermitComplete, &c
 }
 
-// Fail drops the gang's active plan if match accepts it (nil matches any
-// plan), starts the gang's backoff and records why. It returns the dropped
-// plan so the caller can reject waiting members, or nil if nothing was dropped.
-func (r *Registry) Fail(key Key, match func(*ActivePlan) bool, reason string, backoffUntil time.Time) *ActivePlan {
+// Fail drops the gang's active plan if its ID is planID (0 matches any
+// plan), backs the gang off and records why. Each failure in a row doubles
+// the backoff (base, 2×base, … up to 5 minutes), so a gang whose plan keeps
+// breaking does not churn. It returns the dropped plan and the backoff, or
+// nil if nothing was dropped.
+func (r *Registry) Fail(key Key, planID int64, reason string, now time.Time, base time.Duration) (*ActivePlan, time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.gangs[key]
-	if s == nil || s.plan == nil || (match != nil && !match(s.plan)) {
-		return nil
+	if s == nil || s.plan == nil || (planID != 0 && s.plan.ID != planID) {
+		return nil, 0
 	}
 	plan := s.plan
 	s.plan = nil
-	s.backoffUntil = backoffUntil
+	backoff := min(base<<min(s.failures, 16), 5*time.Minute)
+	s.failures++
+	s.backoffUntil = now.Add(backoff)
 	s.lastFailure = reason
-	return plan
+	return plan, backoff
 }
 
 // Settled removes a member from the in-flight set once it is seen bound,

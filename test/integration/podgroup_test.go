@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -199,5 +200,90 @@ func TestMissingPodGroupIsExplained(t *testing.T) {
 	c.createPodGroup("ghost", 1, nil)
 	c.waitFor("pod orphan bound", 30*time.Second, func() (bool, error) {
 		return countBound(c.groupPods("ghost")) == 1, nil
+	})
+}
+
+// Gangs never cross namespaces: a pod naming a PodGroup of another namespace
+// neither joins nor completes it, and waits with its own explanation.
+func TestGangsDoNotCrossNamespaces(t *testing.T) {
+	c := startCluster(t, gpuNodes(3, 8)...)
+	other := *c
+	other.ns = c.Namespace(t, "other")
+
+	c.createPodGroup("team", 2, nil)
+	c.createGroupPod("team", "team-0", 8)
+	other.createGroupPod("team", "intruder", 8)
+	c.waitPodGroupCondition("team", "GangWaitingForMembers")
+	other.waitFor("intruder explained", 30*time.Second, func() (bool, error) {
+		p, err := other.Client.CoreV1().Pods(other.ns).Get(other.ctx, "intruder", metav1.GetOptions{})
+		return err == nil && unschedulableWith(p, "PodGroup team not found in namespace "+other.ns), err
+	})
+	pg, err := c.podGroups().Get(c.ctx, c.ns, "team")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cond := meta.FindStatusCondition(pg.Status.Conditions, "Scheduled"); cond == nil || !contains(cond.Message, "has 1 of 2 members") {
+		t.Fatalf("PodGroup team counts a pod of another namespace: %+v", cond)
+	}
+	c.createGroupPod("team", "team-1", 8)
+	c.waitFor("team bound", 60*time.Second, func() (bool, error) { return countBound(c.groupPods("team")) == 2, nil })
+	if n := countBound(other.groupPods("team")); n != 0 {
+		t.Errorf("pod of another namespace was bound with the gang")
+	}
+}
+
+// The CRD schema rejects PodGroups muster could not serve.
+func TestInvalidPodGroupRejected(t *testing.T) {
+	c := startCluster(t, gpuNodes(1, 8)...)
+	_, err := c.podGroups().Create(c.ctx, &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "zero-timeout", Namespace: c.ns},
+		Spec: v1alpha1.PodGroupSpec{MinMember: 1, ScheduleTimeoutSeconds: ptr.To[int32](0)}})
+	if err == nil || !apierrors.IsInvalid(err) {
+		t.Errorf("PodGroup with scheduleTimeoutSeconds 0: error %v, want Invalid", err)
+	}
+	// minMember 0 is omitted on the wire, so the API server accepts the
+	// PodGroup; muster explains it on the pods instead of guessing a quorum.
+	c.createPodGroup("zero-min", 0, nil)
+	c.createGroupPod("zero-min", "zero-min-0", 1)
+	defer func() {
+		if t.Failed() {
+			for _, p := range c.groupPods("zero-min") {
+				t.Logf("pod %s: node %q conditions %+v", p.Name, p.Spec.NodeName, p.Status.Conditions)
+			}
+		}
+	}()
+	c.waitFor("pod explained", 30*time.Second, func() (bool, error) {
+		p, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, "zero-min-0", metav1.GetOptions{})
+		return err == nil && unschedulableWith(p, "PodGroup spec.minMember must be at least 1, got 0"), err
+	})
+}
+
+// Deleting a member while its siblings wait at Permit releases them at once
+// and says why.
+func TestMemberDeletedReleasesGang(t *testing.T) {
+	c := startCluster(t, gpuNodes(2, 8)...)
+	c.createPodGroup("pair", 2, ptr.To[int32](600))
+	c.createGroupPod("pair", "pair-ok", 8)
+	c.createGroupPod("pair", "pair-novolume", 8, func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "missing"}}}}
+	})
+	defer func() {
+		if t.Failed() {
+			for _, p := range c.groupPods("pair") {
+				t.Logf("pod %s: node %q nominated %q conditions %+v", p.Name, p.Spec.NodeName, p.Status.NominatedNodeName, p.Status.Conditions)
+			}
+		}
+	}()
+	c.waitFor("pair-ok waiting at Permit (nominated)", 30*time.Second, func() (bool, error) {
+		p, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, "pair-ok", metav1.GetOptions{})
+		return err == nil && p.Status.NominatedNodeName != "", err
+	})
+	if err := c.Client.CoreV1().Pods(c.ns).Delete(c.ctx, "pair-novolume", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitForEvent("PodGroup", "pair", "GangRejected", "member pair-novolume was deleted or finished")
+	c.waitFor("pair-ok released", 30*time.Second, func() (bool, error) {
+		p, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, "pair-ok", metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName == "" && unschedulableWith(p, "gang "+c.ns+"/podgroup/pair"), err
 	})
 }

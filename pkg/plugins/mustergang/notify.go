@@ -24,7 +24,7 @@ func (p *Plugin) notice(ctx context.Context, info *gangInfo, eventType, reason, 
 	}
 	klog.FromContext(ctx).V(2).Info("Gang notice", "gang", info.key, "reason", reason, "message", message)
 	if info.owner != nil {
-		p.handle.EventRecorder().Eventf(info.owner, nil, eventType, reason, "Scheduling", message)
+		p.handle.EventRecorder().Eventf(info.owner, nil, eventType, reason, "Scheduling", "%s", message)
 	}
 	p.status.enqueue(info.key)
 }
@@ -109,7 +109,10 @@ func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
 	}
 	status := *pg.DeepCopy()
 	desired := &status.Status
-	_, bound, _ := p.members(key)
+	_, bound, total := p.members(key)
+	if total == 0 && (pg.Status.Phase == v1alpha1.PodGroupRunning || pg.Status.Phase == v1alpha1.PodGroupScheduled) {
+		return nil // finished members leave the informer; keep the last state
+	}
 	running := 0
 	objs, _ := p.pods.ByIndex(gangIndex, key.String())
 	for _, o := range objs {

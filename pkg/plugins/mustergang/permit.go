@@ -6,36 +6,37 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
+// permitGrace lets muster's own plan deadline, which is serialized with plan
+// completion, fire before the framework's per-pod Permit timer.
+const permitGrace = 5 * time.Second
+
 // Reserve records that a planned member is assumed on its node: from now on
 // the scheduler cache counts it and the ledger stops holding its slot.
 func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	if s := readState(cs); s != nil && s.slot != "" {
-		p.registry.Reserve(s.key, pod.UID)
+		p.registry.Reserve(s.key, s.planID, pod.UID)
 	}
 	return nil
 }
 
 // Unreserve runs when a reserved member is rejected (Permit timeout, a
 // sibling's failure) or its binding fails. A member of an unfinished plan
-// takes the whole plan down; a member that was already allowed is just no
-// longer in flight and will be placed again. Idempotent.
+// takes that plan down; a member that was already allowed is just no longer
+// in flight and will be placed again. Idempotent.
 func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
-	key, ok := gang.KeyOf(pod)
-	if !ok {
+	s := readState(cs)
+	if s == nil || s.slot == "" {
 		return
 	}
-	p.registry.Settled(key, pod.UID)
-	reason, cause := fmt.Sprintf("member %s was rejected or failed to bind on node %s", pod.Name, nodeName), "rejected"
-	if plan := p.registry.Plan(key); plan != nil && !p.now().Before(plan.Deadline) {
-		reason, cause = timeoutReason(plan), "timeout"
-	}
-	p.failPlan(ctx, key, func(plan *gang.ActivePlan) bool { _, in := plan.Slots[pod.UID]; return in }, cause, reason)
+	p.registry.Settled(s.key, pod.UID)
+	p.failPlan(ctx, s.key, s.planID, "rejected", fmt.Sprintf("member %s was rejected or failed to bind on node %s", pod.Name, nodeName))
 }
 
 // Permit holds each member until every member of the plan is reserved, then
@@ -45,32 +46,21 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	if s == nil || s.slot == "" {
 		return nil, 0
 	}
-	planned, complete := p.registry.Reserve(s.key, pod.UID)
-	if !planned {
+	outcome, plan := p.registry.Permit(s.key, s.planID, pod.UID, p.now())
+	switch outcome {
+	case gang.PermitDropped:
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: the plan for this member was dropped", s.key)), 0
+	case gang.PermitWait:
+		// Wake the planned members not reserved yet so the gang completes
+		// quickly; the wait ends at the plan deadline (plus a grace so that
+		// muster's deadline, not the framework's timer, decides).
+		p.activatePlanned(klog.FromContext(ctx), s.key, plan)
+		return fwk.NewStatus(fwk.Wait, fmt.Sprintf("gang %s: %d of %d members reserved", s.key, plan.Reserved.Len(), len(plan.Slots))),
+			plan.Deadline.Sub(p.now()) + permitGrace
 	}
-	if !complete {
-		plan := p.registry.Plan(s.key)
-		if plan == nil {
-			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: the plan for this member was dropped", s.key)), 0
-		}
-		wait := plan.Deadline.Sub(p.now())
-		if wait <= 0 {
-			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: plan deadline passed", s.key)), 0
-		}
-		pending, _, _ := p.members(s.key)
-		p.activate(klog.FromContext(ctx), pending, plan.Slots, pod.UID)
-		return fwk.NewStatus(fwk.Wait, fmt.Sprintf("gang %s: %d of %d members reserved", s.key, plan.Reserved.Len(), len(plan.Slots))), wait
-	}
-	plan := p.registry.Complete(s.key)
-	if plan == nil {
-		return nil, 0
-	}
-	// Allow the siblings waiting at Permit; this member is allowed by
-	// returning success.
 	for uid := range plan.Slots {
 		if uid == pod.UID {
-			continue
+			continue // allowed by returning success
 		}
 		if wp := p.handle.GetWaitingPod(uid); wp != nil {
 			wp.Allow(Name)
@@ -79,21 +69,31 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	gangsScheduled.Inc()
 	seen := p.registry.FirstSeen(s.key, pod.CreationTimestamp.Time)
 	gangLatency.Observe(p.now().Sub(seen).Seconds())
-	info, _, _ := p.resolve(pod)
-	if info != nil {
-		p.notice(ctx, info, v1.EventTypeNormal, ReasonScheduled, fmt.Sprintf("gang %s: all %d planned members reserved on %d nodes in %s %s; binding",
-			s.key, len(plan.Slots), plan.Nodes, plan.Level, plan.Domain))
-	}
+	p.noticeKey(ctx, s.key, v1.EventTypeNormal, ReasonScheduled, fmt.Sprintf("gang %s: all %d planned members reserved on %d nodes in %s %s; binding",
+		s.key, len(plan.Slots), plan.Nodes, plan.Level, plan.Domain))
 	klog.FromContext(ctx).V(2).Info("Gang released", "gang", s.key, "members", len(plan.Slots), "waited", p.now().Sub(plan.Created))
 	return nil, 0
 }
 
-// failPlan drops the gang's plan (when match accepts it), rejects members
-// waiting at Permit, backs the gang off and wakes its members when the
-// backoff ends.
-func (p *Plugin) failPlan(ctx context.Context, key gang.Key, match func(*gang.ActivePlan) bool, cause, reason string) {
-	backoff := time.Duration(p.args.GangBackoffSeconds) * time.Second
-	plan := p.registry.Fail(key, match, reason, p.now().Add(backoff))
+// activatePlanned wakes the plan's members that are not reserved yet.
+func (p *Plugin) activatePlanned(logger klog.Logger, key gang.Key, plan *gang.ActivePlan) {
+	pending, _, _ := p.members(key)
+	var todo []*v1.Pod
+	for _, m := range pending {
+		if _, planned := plan.Slots[m.UID]; planned && !plan.Reserved.Has(m.UID) {
+			todo = append(todo, m)
+		}
+	}
+	p.activate(logger, todo)
+}
+
+// failPlan drops the gang's plan planID (0: whatever plan it has), rejects
+// members waiting at Permit, backs the gang off, and wakes its members when
+// the backoff ends. Gangs that could not be placed are retried at once: the
+// capacity this plan held is free again.
+func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause, reason string) {
+	base := time.Duration(p.args.GangBackoffSeconds) * time.Second
+	plan, backoff := p.registry.Fail(key, planID, reason, p.now(), base)
 	if plan == nil {
 		return
 	}
@@ -102,21 +102,36 @@ func (p *Plugin) failPlan(ctx context.Context, key gang.Key, match func(*gang.Ac
 	if cause == "timeout" {
 		timeouts.Inc()
 	}
-	msg := fmt.Sprintf("gang %s: %s; released all %d planned members", key, reason, len(plan.Slots))
-	for uid := range plan.Slots {
-		if wp := p.handle.GetWaitingPod(uid); wp != nil {
-			wp.Reject(Name, msg)
-		}
-	}
-	logger.V(2).Info("Gang plan dropped", "gang", key, "cause", cause, "reason", reason)
+	msg := fmt.Sprintf("gang %s: %s; released all %d planned members (retry in %s)", key, reason, len(plan.Slots), backoff)
+	p.rejectWaiting(key, plan.Slots, msg)
+	logger.V(2).Info("Gang plan dropped", "gang", key, "cause", cause, "reason", reason, "backoff", backoff)
 	eventReason := ReasonRejected
 	if cause == "timeout" {
 		eventReason = ReasonTimeout
 	}
 	p.noticeKey(ctx, key, v1.EventTypeWarning, eventReason, msg)
+	for _, other := range p.registry.Failing(ReasonUnschedulable) {
+		pending, _, _ := p.members(other)
+		p.activate(logger, pending)
+	}
 	time.AfterFunc(backoff, func() {
 		pending, _, _ := p.members(key)
-		p.activate(logger, pending, nil, "")
+		p.activate(logger, pending)
+	})
+}
+
+// rejectWaiting rejects the gang's members waiting at Permit: those in
+// slots, or every waiting member of the gang when slots is nil (members
+// left over from a plan that was dropped while they entered Permit).
+func (p *Plugin) rejectWaiting(key gang.Key, slots map[types.UID]string, msg string) {
+	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+		pod := wp.GetPod()
+		if k, ok := gang.KeyOf(pod); !ok || k != key {
+			return
+		}
+		if _, in := slots[pod.UID]; in || slots == nil {
+			wp.Reject(Name, msg)
+		}
 	})
 }
 
@@ -126,10 +141,7 @@ func (p *Plugin) expirePlan(key gang.Key, id int64) {
 	if plan == nil || plan.ID != id {
 		return
 	}
-	p.failPlan(context.Background(), key, func(current *gang.ActivePlan) bool { return current.ID == id }, "timeout", timeoutReason(plan))
-}
-
-func timeoutReason(plan *gang.ActivePlan) string {
-	return fmt.Sprintf("timed out after %s with %d of %d members reserved",
+	reason := fmt.Sprintf("timed out after %s with %d of %d members reserved",
 		plan.Deadline.Sub(plan.Created).Round(time.Second), plan.Reserved.Len(), len(plan.Slots))
+	p.failPlan(context.Background(), key, id, "timeout", reason)
 }

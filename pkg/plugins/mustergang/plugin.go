@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/discovery"
@@ -81,6 +82,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	p := &Plugin{handle: h, args: args, registry: gang.NewRegistry(), now: time.Now}
+	p.status = newStatusWriter(p)
 	for _, l := range args.TopologyLevels {
 		p.levels = append(p.levels, gang.Level{Name: l.Name, Label: l.NodeLabel})
 	}
@@ -102,18 +104,21 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	p.pods = podInformer.GetIndexer()
 	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    p.onPodChange,
+		AddFunc:    p.onPodAdd,
 		UpdateFunc: func(_, obj interface{}) { p.onPodChange(obj) },
 		DeleteFunc: p.onPodDelete,
 	}); err != nil {
 		return nil, err
 	}
-	p.jobs = h.SharedInformerFactory().Batch().V1().Jobs().Lister()
+	jobInformer := h.SharedInformerFactory().Batch().V1().Jobs()
+	p.jobs = jobInformer.Lister()
+	if _, err := jobInformer.Informer().AddEventHandler(p.ownerHandler(gang.KindJob)); err != nil {
+		return nil, err
+	}
 
 	if err := p.startPodGroupInformer(ctx); err != nil {
 		return nil, err
 	}
-	p.status = newStatusWriter(p)
 	go p.status.run(ctx)
 	return p, nil
 }
@@ -146,6 +151,9 @@ func (p *Plugin) startPodGroupInformer(ctx context.Context) error {
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	informer := factory.ForResource(v1alpha1.Resource)
 	p.podGroups = informer.Lister()
+	if _, err := informer.Informer().AddEventHandler(p.ownerHandler(gang.KindPodGroup)); err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
 	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -166,4 +174,39 @@ func podGroupsServed(disco discovery.DiscoveryInterface) bool {
 		}
 	}
 	return false
+}
+
+// ownerHandler wakes a gang's pods when its Job or PodGroup is added or
+// changed. The framework's queueing hints for these events come from the
+// scheduler's own dynamic informers, which can run ahead of the listers this
+// plugin reads; waking the pods from the lister's informer guarantees they
+// are retried once the plugin can see the change.
+func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
+	wake := func(obj interface{}) {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return
+		}
+		key := gang.Key{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
+		pending, _, _ := p.members(key)
+		p.activate(klog.Background(), pending)
+		p.status.enqueue(key)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: wake,
+		UpdateFunc: func(oldObj, obj interface{}) {
+			if specUnchanged(oldObj, obj) {
+				return // status writes (ours included) change no quorum
+			}
+			wake(obj)
+		},
+	}
+}
+
+// specUnchanged reports whether an update left metadata.generation alone,
+// i.e. only status or metadata changed.
+func specUnchanged(oldObj, newObj interface{}) bool {
+	o, err1 := meta.Accessor(oldObj)
+	n, err2 := meta.Accessor(newObj)
+	return err1 == nil && err2 == nil && o.GetGeneration() == n.GetGeneration()
 }

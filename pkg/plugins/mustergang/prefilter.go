@@ -2,6 +2,7 @@ package mustergang
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -21,6 +22,7 @@ const stateKey fwk.StateKey = "PreFilter" + Name
 type cycleState struct {
 	// slot is the member's planned node; empty for pods scheduled alone.
 	slot   string
+	planID int64
 	key    gang.Key
 	policy gang.Policy
 	// held and request let Filter keep pods scheduled alone off capacity
@@ -49,6 +51,7 @@ func (p *Plugin) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
 	if !ok || err != nil {
 		return nil // scheduled alone, or explained with a condition by PreFilter
 	}
+	p.registry.FirstSeen(info.key, pod.CreationTimestamp.Time)
 	_, _, total := p.members(info.key)
 	if total >= info.quorum {
 		return nil
@@ -72,7 +75,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		if info != nil {
 			p.notice(ctx, info, v1.EventTypeWarning, ReasonInvalid, err.Error())
 		} else {
-			p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeWarning, ReasonInvalid, "Scheduling", err.Error())
+			p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeWarning, ReasonInvalid, "Scheduling", "%s", err.Error())
 		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
@@ -81,6 +84,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return nil, nil
 	}
 	key := info.key
+	p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
 	if until, why := p.registry.Backoff(key); p.now().Before(until) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("gang %s backs off until %s after: %s", key, until.Format(time.RFC3339), why))
@@ -98,7 +102,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("gang %s is placing %d other members; this pod waits for that plan to finish", key, len(plan.Slots)))
 	}
-	cs.Write(stateKey, &cycleState{slot: node, key: key, policy: constraints.Policy})
+	cs.Write(stateKey, &cycleState{slot: node, planID: plan.ID, key: key, policy: constraints.Policy})
 	return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
 }
 
@@ -145,6 +149,10 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		req.Members = append(req.Members, gang.Member{UID: m.UID, Name: m.Name, Request: gang.PodRequest(m), Constraints: nc})
 	}
 
+	// Members still waiting at Permit from a plan that was dropped while they
+	// entered it hold capacity no plan accounts for: release them first.
+	p.rejectWaiting(key, nil, fmt.Sprintf("gang %s is being planned again", key))
+
 	start := p.now()
 	views := p.nodeViews(nodes, p.registry.Held(key))
 	plan, err := gang.Compute(req, views)
@@ -173,18 +181,29 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 	if !p.registry.SetPlan(key, active, pod.CreationTimestamp.Time) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s was planned concurrently; retrying", key))
 	}
-	time.AfterFunc(info.timeout, func() { p.expirePlan(key, active.ID) })
+	id := active.ID
+	time.AfterFunc(info.timeout, func() { p.expirePlan(key, id) })
 	logger.V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "level", plan.Level, "domain", plan.Domain,
 		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "duration", now.Sub(start))
 	p.notice(ctx, info, v1.EventTypeNormal, ReasonPlanned, fmt.Sprintf("gang %s: %d members planned on %d nodes in %s %s (%d preemptible)",
 		key, len(plan.Slots), plan.Nodes, plan.Level, plan.Domain, plan.PreemptibleNodes))
-	p.activate(logger, pending, plan.Slots, pod.UID)
+	var siblings []*v1.Pod
+	for _, m := range pending {
+		if _, planned := plan.Slots[m.UID]; planned && m.UID != pod.UID {
+			siblings = append(siblings, m)
+		}
+	}
+	p.activate(logger, siblings)
 	return active, nil
 }
 
 // templateKey groups members whose node constraints are identical.
 func templateKey(pod *v1.Pod) string {
-	return fmt.Sprintf("%v|%v|%v", pod.Spec.NodeSelector, pod.Spec.Affinity, pod.Spec.Tolerations)
+	data, err := json.Marshal([]interface{}{pod.Spec.NodeSelector, pod.Spec.Affinity, pod.Spec.Tolerations, pod.Labels})
+	if err != nil {
+		return string(pod.UID) // cannot happen for API objects; never share then
+	}
+	return string(data)
 }
 
 // nodeViews turns the snapshot into the planner's view, subtracting what
@@ -205,21 +224,17 @@ func (p *Plugin) nodeViews(nodes []fwk.NodeInfo, held map[string]gang.Resources)
 	return views
 }
 
-// activate moves planned siblings into the active queue so the whole gang is
-// reserved quickly.
-func (p *Plugin) activate(logger klog.Logger, pods []*v1.Pod, slots map[types.UID]string, except types.UID) {
-	toActivate := map[string]*v1.Pod{}
+// activate moves pods into the active queue. It takes the queue's lock: never
+// call it from PreEnqueue or QueueSort.
+func (p *Plugin) activate(logger klog.Logger, pods []*v1.Pod) {
+	if len(pods) == 0 {
+		return
+	}
+	toActivate := make(map[string]*v1.Pod, len(pods))
 	for _, m := range pods {
-		if m.UID == except {
-			continue
-		}
-		if _, ok := slots[m.UID]; ok || slots == nil {
-			toActivate[m.Namespace+"/"+m.Name] = m
-		}
+		toActivate[m.Namespace+"/"+m.Name] = m
 	}
-	if len(toActivate) > 0 {
-		p.handle.Activate(logger, toActivate)
-	}
+	p.handle.Activate(logger, toActivate)
 }
 
 // PreFilterExtensions is not needed: muster adds no per-pod state that
@@ -275,7 +290,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		why = st.Message()
 	}
 	reason := fmt.Sprintf("member %s no longer fits its planned node %s: %s", pod.Name, s.slot, why)
-	p.failPlan(ctx, s.key, nil, "plan_broken", reason)
+	p.failPlan(ctx, s.key, s.planID, "plan_broken", reason)
 	return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", s.key, reason))
 }
 

@@ -102,9 +102,12 @@ func (p *Plugin) sameGangPod(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) 
 }
 
 func (p *Plugin) sameGangOwner(kind gang.Kind) fwk.QueueingHintFn {
-	return func(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {
+	return func(_ klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 		mine, inGang := gang.KeyOf(pod)
 		if !inGang || mine.Kind != kind {
+			return fwk.QueueSkip, nil
+		}
+		if oldObj != nil && specUnchanged(oldObj, newObj) {
 			return fwk.QueueSkip, nil
 		}
 		obj, ok := newObj.(*unstructured.Unstructured)
@@ -115,6 +118,25 @@ func (p *Plugin) sameGangOwner(kind gang.Kind) fwk.QueueingHintFn {
 			return fwk.Queue, nil
 		}
 		return fwk.QueueSkip, nil
+	}
+}
+
+// onPodAdd is onPodChange, and a new pending member that completes its
+// gang's quorum wakes the siblings held at PreEnqueue (the framework only
+// delivers other pods' additions to them with native gangs on).
+func (p *Plugin) onPodAdd(obj interface{}) {
+	p.onPodChange(obj)
+	pod, ok := obj.(*v1.Pod)
+	if !ok || pod.Spec.NodeName != "" || pod.Spec.SchedulerName != p.handle.ProfileName() {
+		return
+	}
+	info, ok, err := p.resolve(pod)
+	if !ok || err != nil {
+		return
+	}
+	pending, _, total := p.members(info.key)
+	if total >= info.quorum {
+		p.activate(klog.Background(), pending)
 	}
 }
 
@@ -152,8 +174,11 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 		return
 	}
 	p.registry.Settled(key, pod.UID)
-	p.failPlan(context.Background(), key, func(plan *gang.ActivePlan) bool { _, in := plan.Slots[pod.UID]; return in },
-		"member_deleted", fmt.Sprintf("member %s was deleted or finished", pod.Name))
+	if plan := p.registry.Plan(key); plan != nil {
+		if _, planned := plan.Slots[pod.UID]; planned {
+			p.failPlan(context.Background(), key, plan.ID, "member_deleted", fmt.Sprintf("member %s was deleted or finished", pod.Name))
+		}
+	}
 	if objs, _ := p.pods.ByIndex(gangIndex, key.String()); len(objs) == 0 {
 		p.registry.Forget(key)
 	}
