@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"io/fs"
 	"strings"
 	"testing"
 
@@ -51,6 +52,44 @@ func TestManifestsApplyCleanly(t *testing.T) {
 	for _, kind := range []string{"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service"} {
 		if kinds[kind] == 0 {
 			t.Errorf("manifests/ has no %s", kind)
+		}
+	}
+}
+
+// The examples users copy are accepted by the API server as written.
+func TestExamplesApplyCleanly(t *testing.T) {
+	cp := controlplane.Start(t)
+	ns := cp.Namespace(t, "examples")
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(cp.Config)))
+	files, err := fs.Glob(manifests.FS, "examples/*.yaml")
+	if err != nil || len(files) < 2 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	for _, f := range files {
+		data, err := manifests.FS.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(data), "\n---\n") {
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if len(obj.Object) == 0 {
+				continue
+			}
+			gvk := obj.GroupVersionKind()
+			mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if _, err := dyn.Resource(mapping.Resource).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+				t.Errorf("%s: %s %s: %v", f, obj.GetKind(), obj.GetName(), err)
+			}
 		}
 	}
 }
