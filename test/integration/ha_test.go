@@ -1,0 +1,170 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/manifests"
+	"github.com/muster-sched/muster/pkg/controlplane"
+	"github.com/muster-sched/muster/pkg/plugins"
+)
+
+// runAsScheduler makes this test binary act as cmd/scheduler when started
+// with it set, so HA tests run real scheduler processes (kube-scheduler exits
+// the process when it loses leadership) without building another binary.
+const runAsScheduler = "MUSTER_TEST_RUN_SCHEDULER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsScheduler) == "1" {
+		os.Exit(cli.Run(app.NewSchedulerCommand(plugins.WithMusterPlugins())))
+	}
+	os.Exit(m.Run())
+}
+
+// replica is a scheduler process with leader election on.
+type replica struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  string
+}
+
+// leads reports whether the replica's log says it acquired the lease.
+func (r *replica) leads() bool {
+	out, _ := os.ReadFile(r.log)
+	return strings.Contains(string(out), `"Successfully acquired lease" lock="muster-system/muster-scheduler"`)
+}
+
+func (c *cluster) startReplica(name string) *replica {
+	c.t.Helper()
+	data, err := manifests.FS.ReadFile(manifests.SchedulerConfig)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	dir := c.t.TempDir()
+	config := filepath.Join(dir, "config.yaml")
+	data = append(data, []byte("\nclientConnection:\n  kubeconfig: "+c.Kubeconfig+"\n")...)
+	if err := os.WriteFile(config, data, 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "--config="+config, "--secure-port=0",
+		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms", "--v=1")
+	cmd.Env = append(os.Environ(), runAsScheduler+"=1")
+	log, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	r := &replica{name: name, cmd: cmd, done: make(chan struct{}), log: log.Name()}
+	go func() { _ = cmd.Wait(); close(r.done); _ = log.Close() }()
+	c.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-r.done
+		if c.t.Failed() {
+			out, err := os.ReadFile(log.Name())
+			c.t.Logf("%s log (tail, %v):\n%s", name, err, tail(string(out), 3000))
+		}
+	})
+	return r
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// Two scheduler replicas with leader election. The leader is killed while a
+// gang waits at Permit (one member's volume is missing); the other replica
+// takes over. The gang is never partly bound: nothing binds while the member
+// cannot run, and once that member is replaced by one that can, the whole
+// gang binds on the new leader.
+func TestFailoverWhileGangWaits(t *testing.T) {
+	cp := controlplane.Start(t)
+	c := &cluster{ControlPlane: cp, t: t, ctx: context.Background(), ns: cp.Namespace(t, "ha")}
+	if _, err := c.Client.CoreV1().Namespaces().Create(c.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "muster-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.addNodes(gpuNodes(3, 8)...)
+	obs := c.observeGangs(map[string]int{"": 3})
+	replicas := map[string]*replica{}
+	for _, name := range []string{"a", "b"} {
+		replicas[name] = c.startReplica(name)
+	}
+	var leader, follower *replica
+	c.waitFor("a leader", 60*time.Second, func() (bool, error) {
+		switch {
+		case replicas["a"].leads():
+			leader, follower = replicas["a"], replicas["b"]
+		case replicas["b"].leads():
+			leader, follower = replicas["b"], replicas["a"]
+		}
+		return leader != nil, nil
+	})
+
+	c.createPodGroup("ha", 3, ptr.To[int32](600))
+	for i := range 2 {
+		c.createGroupPod("ha", fmt.Sprintf("ha-%d", i), 8)
+	}
+	c.createGroupPod("ha", "ha-volume", 8, func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+	})
+	c.waitFor("two members waiting at Permit on the leader", 60*time.Second, func() (bool, error) {
+		n := 0
+		for _, p := range c.groupPods("ha") {
+			if p.Status.NominatedNodeName != "" {
+				n++
+			}
+		}
+		return n == 2, nil
+	})
+
+	// Stop the leader hard (no lease release), while the gang waits in its
+	// memory only; the follower must take over.
+	_ = leader.cmd.Process.Kill()
+	<-leader.done
+	c.waitFor("the follower leads", 60*time.Second, func() (bool, error) {
+		select {
+		case <-follower.done:
+			return false, fmt.Errorf("follower exited")
+		default:
+		}
+		return follower.leads(), nil
+	})
+	if n := countBound(c.groupPods("ha")); n != 0 {
+		t.Fatalf("%d members bound while one member cannot run", n)
+	}
+
+	defer func() {
+		if t.Failed() {
+			for _, p := range c.groupPods("ha") {
+				t.Logf("pod %s: node %q nominated %q conditions %+v", p.Name, p.Spec.NodeName, p.Status.NominatedNodeName, p.Status.Conditions)
+			}
+		}
+	}()
+	if err := c.Client.CoreV1().Pods(c.ns).Delete(c.ctx, "ha-volume", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	c.createGroupPod("ha", "ha-2", 8)
+	c.waitFor("whole gang bound by the surviving replica", 90*time.Second, func() (bool, error) {
+		return countBound(c.groupPods("ha")) == 3, nil
+	})
+	obs.check(t, 10*time.Second)
+}
