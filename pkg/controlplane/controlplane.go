@@ -144,6 +144,22 @@ func (cp *ControlPlane) As(user string, groups ...string) (*ControlPlane, error)
 	return &ControlPlane{Config: cfg, Client: client, Kubeconfig: path, tb: cp.tb}, nil
 }
 
+// Via returns a view of the control plane whose clients reach the API
+// server at host instead (e.g. through a proxy a test can cut).
+func (cp *ControlPlane) Via(host string) (*ControlPlane, error) {
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.Host = host
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	path, err := writeKubeconfig(cp.tb.TempDir(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &ControlPlane{Config: cfg, Client: client, Kubeconfig: path, tb: cp.tb}, nil
+}
+
 // ServiceAccount is As for the ServiceAccount namespace/name with the groups
 // the API server gives ServiceAccount tokens.
 func (cp *ControlPlane) ServiceAccount(namespace, name string) (*ControlPlane, error) {
