@@ -131,8 +131,9 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		for _, m := range want {
 			needGPU += m.Request.Scalars[req.GPU]
 		}
+		fits := memberSlots(want, eligible, req.GPU)
 		for li := startIdx; li <= endIdx; li++ {
-			levelName, doms := domainsAt(req, li, eligible)
+			levelName, doms := domainsAt(req, li, eligible, needGPU, fits, len(want))
 			for _, d := range rankDomains(doms, needGPU, req.Policy) {
 				if d.freeGPU < needGPU || d.eligibleCnt == 0 {
 					continue
@@ -161,7 +162,7 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 	if best == nil {
 		// Say how close the gang came: the most members that fit in one
 		// domain of the widest level it may use.
-		levelName, doms := domainsAt(req, endIdx, eligible)
+		levelName, doms := domainsAt(req, endIdx, eligible, 0, nil, 0)
 		for _, d := range rankDomains(doms, 0, req.Policy) {
 			if p := placeInDomain(members, d, eligible, feasible, req); p.placed > mostPlaced {
 				mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
@@ -282,10 +283,32 @@ func feasibility(members []Member, eligible []NodeView) map[*NodeConstraints][]b
 	return out
 }
 
+// memberSlots is, per eligible node, how many of the members' smallest GPU
+// request its free GPUs hold: an upper bound on the members it can take.
+func memberSlots(members []Member, eligible []NodeView, gpu v1.ResourceName) []int {
+	smallest := int64(0)
+	for _, m := range members {
+		if g := m.Request.Scalars[gpu]; g > 0 && (smallest == 0 || g < smallest) {
+			smallest = g
+		}
+	}
+	if smallest == 0 {
+		return nil // no GPUs asked: no bound from GPUs
+	}
+	slots := make([]int, len(eligible))
+	for i := range eligible {
+		slots[i] = int(max(eligible[i].Free.Scalars[gpu], 0) / smallest)
+	}
+	return slots
+}
+
 // domainsAt groups eligible nodes by their label at level li (the cluster when
-// li == len(Levels)). Nodes without the label (or with an empty value) form
-// no domain at that level.
-func domainsAt(req Request, li int, eligible []NodeView) (string, []*domain) {
+// li == len(Levels)), keeping only domains with at least minGPU free GPUs and,
+// when slots is given, room for minMembers members by memberSlots. Nodes
+// without the label (or with an empty value) form no domain at that level. A
+// first pass only sums per domain, so levels where few domains qualify (racks
+// without enough whole nodes for a big gang) cost little.
+func domainsAt(req Request, li int, eligible []NodeView, minGPU int64, slots []int, minMembers int) (string, []*domain) {
 	if li == len(req.Levels) {
 		d := &domain{name: "*"}
 		for i := range eligible {
@@ -294,10 +317,28 @@ func domainsAt(req Request, li int, eligible []NodeView) (string, []*domain) {
 		return clusterLevel, []*domain{d}
 	}
 	label := req.Levels[li].Label
+	type sum struct {
+		gpus  int64
+		slots int
+	}
+	sums := make(map[string]sum)
+	for i := range eligible {
+		if value := eligible[i].Node.Labels[label]; value != "" {
+			s := sums[value]
+			s.gpus += max(eligible[i].Free.Scalars[req.GPU], 0)
+			if slots != nil {
+				s.slots += slots[i]
+			}
+			sums[value] = s
+		}
+	}
 	byName := map[string]*domain{}
 	for i := range eligible {
 		value := eligible[i].Node.Labels[label]
 		if value == "" {
+			continue
+		}
+		if s := sums[value]; s.gpus < minGPU || (slots != nil && s.slots < minMembers) {
 			continue
 		}
 		d := byName[value]
@@ -355,19 +396,22 @@ func rankDomains(doms []*domain, needGPU int64, policy Policy) []*domain {
 // and still fits it, so members share nodes and big holes stay free.
 func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible map[*NodeConstraints][]bool, req Request) *placement {
 	type slot struct {
-		idx  int
-		free Resources
+		idx     int
+		gpuFree int64
+		// free is copied from the node on first use: most nodes of a big
+		// domain are only looked at.
+		free *Resources
 		rank int // 0 for nodes the policy likes
 		used bool
 	}
-	slots := make([]*slot, len(d.nodes))
+	slots := make([]slot, len(d.nodes))
 	for i, idx := range d.nodes {
-		n := eligible[idx]
+		n := &eligible[idx]
 		rank := 0
 		if (req.Policy == PolicyAvoid && n.Preemptible) || (req.Policy == PolicyPrefer && !n.Preemptible) {
 			rank = 1
 		}
-		slots[i] = &slot{idx: idx, free: n.Free.Clone(), rank: rank}
+		slots[i] = slot{idx: idx, gpuFree: n.Free.Scalars[req.GPU], rank: rank}
 	}
 	less := func(a, b *slot) bool {
 		if a.rank != b.rank {
@@ -377,26 +421,39 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 		if a.used != b.used {
 			return a.used
 		}
-		fa, fb := a.free.Scalars[req.GPU], b.free.Scalars[req.GPU]
-		if fa != fb {
-			return fa < fb
+		if a.gpuFree != b.gpuFree {
+			return a.gpuFree < b.gpuFree
 		}
 		return eligible[a.idx].Node.Name < eligible[b.idx].Node.Name
 	}
-	sort.Slice(slots, func(i, j int) bool { return less(slots[i], slots[j]) })
+	sort.Slice(slots, func(i, j int) bool { return less(&slots[i], &slots[j]) })
 
 	p := &placement{slots: make(map[types.UID]string, len(members))}
 	for _, m := range members {
 		ok := feasible[m.Constraints]
-		for i, s := range slots {
-			if !ok[s.idx] || !s.free.Fits(m.Request) || (s.used && m.Constraints != nil && m.Constraints.OnePerNode) {
+		gpus := m.Request.Scalars[req.GPU]
+		for i := range slots {
+			s := &slots[i]
+			if !ok[s.idx] || s.gpuFree < gpus || (s.used && m.Constraints != nil && m.Constraints.OnePerNode) {
 				continue
 			}
+			free := s.free
+			if free == nil {
+				free = &eligible[s.idx].Free
+			}
+			if !free.Fits(m.Request) {
+				continue
+			}
+			if s.free == nil {
+				c := eligible[s.idx].Free.Clone()
+				s.free = &c
+			}
 			s.free.Sub(m.Request)
+			s.gpuFree -= gpus
 			if !s.used {
 				s.used = true
 				p.nodes++
-				if (req.Policy == PolicyAvoid && eligible[s.idx].Preemptible) || (req.Policy == PolicyPrefer && !eligible[s.idx].Preemptible) {
+				if s.rank == 1 {
 					p.cost++
 				}
 				if eligible[s.idx].Preemptible {
@@ -406,7 +463,7 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 			p.slots[m.UID] = eligible[s.idx].Node.Name
 			p.placed++
 			// Keep the order: the slot only moved towards the front.
-			for j := i; j > 0 && less(slots[j], slots[j-1]); j-- {
+			for j := i; j > 0 && less(&slots[j], &slots[j-1]); j-- {
 				slots[j], slots[j-1] = slots[j-1], slots[j]
 			}
 			break

@@ -22,23 +22,31 @@ func benchCluster(nodes int) []NodeView {
 	return v
 }
 
-func BenchmarkCompute5000Nodes(b *testing.B) {
-	cluster := benchCluster(5000)
-	for _, g := range []struct {
-		members int
-		gpus    int64
-		policy  Policy
-	}{
-		{4, 1, PolicyAvoid}, {8, 8, PolicyAvoid}, {64, 8, PolicyAvoid}, {16, 4, PolicyPrefer}, {32, 2, PolicyForbid},
-	} {
-		b.Run(fmt.Sprintf("%dx%dgpu-%s", g.members, g.gpus, g.policy), func(b *testing.B) {
-			req := request(gangOf(g.members, g.gpus), func(r *Request) { r.Policy = g.policy })
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := Compute(req, cluster); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+// BenchmarkCompute plans one gang over a busy cluster: the planner's whole
+// cost per gang (members after the first only look up their slot).
+func BenchmarkCompute(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		cluster := benchCluster(n)
+		for _, g := range []struct {
+			members int
+			gpus    int64
+			policy  Policy
+		}{
+			{4, 1, PolicyAvoid}, {8, 8, PolicyAvoid}, {64, 8, PolicyAvoid}, {16, 4, PolicyPrefer}, {32, 2, PolicyForbid},
+		} {
+			benchGang(b, fmt.Sprintf("nodes=%d/%dx%dgpu-%s", n, g.members, g.gpus, g.policy), cluster, g.members, g.gpus, g.policy)
+		}
 	}
+}
+
+func benchGang(b *testing.B, name string, cluster []NodeView, members int, gpus int64, policy Policy) {
+	b.Run(name, func(b *testing.B) {
+		req := request(gangOf(members, gpus), func(r *Request) { r.Policy = policy })
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Compute(req, cluster); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
