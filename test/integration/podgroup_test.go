@@ -239,6 +239,11 @@ func TestGangsDoNotCrossNamespaces(t *testing.T) {
 	if n := countBound(other.groupPods("team")); n != 0 {
 		t.Errorf("pod of another namespace was bound with the gang")
 	}
+	// A PodGroup of the same name in the other namespace is its own gang.
+	other.createPodGroup("team", 1, nil)
+	other.waitFor("other namespace's gang bound", 60*time.Second, func() (bool, error) {
+		return countBound(other.groupPods("team")) == 1, nil
+	})
 }
 
 // The CRD schema rejects PodGroups muster could not serve.

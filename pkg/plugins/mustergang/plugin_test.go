@@ -1,0 +1,183 @@
+package mustergang
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// jobPod is member index of Job job, created at t0+created seconds.
+func jobPod(job string, index int, created int, priority int32) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: job + "-" + string(rune('0'+index)), UID: types.UID(job + string(rune('0'+index))),
+			CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(created) * time.Second)),
+			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job, Controller: ptr.To(true)}},
+		},
+		Spec: v1.PodSpec{Priority: ptr.To(priority)},
+	}
+}
+
+func lonePod(name string, created int, priority int32) *v1.Pod {
+	p := jobPod(name, 0, created, priority)
+	p.OwnerReferences = nil
+	p.Name = name
+	return p
+}
+
+func queued(t *testing.T, pod *v1.Pod) fwk.QueuedEntityInfo {
+	t.Helper()
+	pi, err := framework.NewPodInfo(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The queue's own timestamp changes on every requeue; Less must not use it.
+	return &framework.QueuedPodInfo{PodInfo: pi, QueueingParams: framework.QueueingParams{Timestamp: time.Now()}}
+}
+
+func TestLessKeepsGangsTogetherInFirstSeenOrder(t *testing.T) {
+	p := &Plugin{registry: gang.NewRegistry()}
+	// Gang "a" was seen first (its first member at t0+1), gang "b" at t0+2
+	// (even though b's second member is older than a's second member).
+	a0, a1 := jobPod("a", 0, 1, 0), jobPod("a", 1, 10, 0)
+	b0, b1 := jobPod("b", 0, 2, 0), jobPod("b", 1, 3, 0)
+	for _, pod := range []*v1.Pod{a0, b0} {
+		key, _ := gang.KeyOf(pod)
+		p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
+	}
+	lone := lonePod("lone", 5, 0)
+	urgent := jobPod("urgent", 0, 100, 10)
+
+	// The expected order: higher priority first; then gangs by first-seen
+	// time, members of one gang together (by name); a lone pod by its own
+	// creation time.
+	want := []*v1.Pod{urgent, a0, a1, b0, b1, lone}
+	for i := range want {
+		for j := range want {
+			got := p.Less(queued(t, want[i]), queued(t, want[j]))
+			if got != (i < j) {
+				t.Errorf("Less(%s, %s) = %v, want %v", want[i].Name, want[j].Name, got, i < j)
+			}
+		}
+	}
+	// The key is stable: the registry's first-seen time does not move when
+	// another member is seen later.
+	key, _ := gang.KeyOf(a1)
+	if got := p.registry.FirstSeen(key, a1.CreationTimestamp.Time); !got.Equal(a0.CreationTimestamp.Time) {
+		t.Errorf("first-seen of gang a moved to %v", got)
+	}
+}
+
+func TestCycleStateClone(t *testing.T) {
+	s := &cycleState{slot: "node-1", planID: 7, key: gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "a"}, policy: gang.PolicyPrefer}
+	cs := framework.NewCycleState()
+	cs.Write(stateKey, s)
+	got := readState(cs.Clone())
+	if got == nil || got.slot != "node-1" || got.planID != 7 || got.policy != gang.PolicyPrefer || got.key != s.key {
+		t.Fatalf("cloned state = %+v, want %+v", got, s)
+	}
+	if readState(framework.NewCycleState()) != nil {
+		t.Errorf("empty cycle state yields state")
+	}
+}
+
+func unstructuredOwner(kind, namespace, name string, generation int64) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetKind(kind)
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	u.SetGeneration(generation)
+	return u
+}
+
+func TestQueueingHints(t *testing.T) {
+	p := &Plugin{registry: gang.NewRegistry()}
+	logger := klog.Background()
+	member := jobPod("a", 0, 1, 0)
+	sibling := jobPod("a", 1, 2, 0)
+	stranger := jobPod("b", 0, 3, 0)
+	lone := lonePod("lone", 4, 0)
+	groupPod := lonePod("grouped", 5, 0)
+	groupPod.Labels = map[string]string{"scheduling.x-k8s.io/pod-group": "pg"}
+
+	podHints := []struct {
+		name  string
+		pod   *v1.Pod
+		added interface{}
+		want  fwk.QueueingHint
+	}{
+		{"sibling added", member, sibling, fwk.Queue},
+		{"other gang's pod added", member, stranger, fwk.QueueSkip},
+		{"lone pod added", member, lone, fwk.QueueSkip},
+		{"lone pod is not woken by pods", lone, lonePod("other", 6, 0), fwk.QueueSkip},
+		{"not a pod: queue when unsure", member, "garbage", fwk.Queue},
+	}
+	for _, tc := range podHints {
+		t.Run("pod/"+tc.name, func(t *testing.T) {
+			got, err := p.sameGangPod(logger, tc.pod, nil, tc.added)
+			if err != nil || got != tc.want {
+				t.Errorf("sameGangPod = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+
+	ownerHints := []struct {
+		name     string
+		kind     gang.Kind
+		pod      *v1.Pod
+		old, new interface{}
+		want     fwk.QueueingHint
+	}{
+		{"own Job added", gang.KindJob, member, nil, unstructuredOwner("Job", "ns", "a", 1), fwk.Queue},
+		{"own Job spec changed", gang.KindJob, member, unstructuredOwner("Job", "ns", "a", 1), unstructuredOwner("Job", "ns", "a", 2), fwk.Queue},
+		{"own Job status only", gang.KindJob, member, unstructuredOwner("Job", "ns", "a", 2), unstructuredOwner("Job", "ns", "a", 2), fwk.QueueSkip},
+		{"other Job", gang.KindJob, member, nil, unstructuredOwner("Job", "ns", "b", 1), fwk.QueueSkip},
+		{"same name, other namespace", gang.KindJob, member, nil, unstructuredOwner("Job", "other", "a", 1), fwk.QueueSkip},
+		{"Job event for a PodGroup gang", gang.KindJob, groupPod, nil, unstructuredOwner("Job", "ns", "pg", 1), fwk.QueueSkip},
+		{"own PodGroup added", gang.KindPodGroup, groupPod, nil, unstructuredOwner("PodGroup", "ns", "pg", 1), fwk.Queue},
+		{"PodGroup event for a lone pod", gang.KindPodGroup, lone, nil, unstructuredOwner("PodGroup", "ns", "pg", 1), fwk.QueueSkip},
+		{"not unstructured: queue when unsure", gang.KindPodGroup, groupPod, nil, "garbage", fwk.Queue},
+	}
+	for _, tc := range ownerHints {
+		t.Run("owner/"+tc.name, func(t *testing.T) {
+			got, err := p.sameGangOwner(tc.kind)(logger, tc.pod, tc.old, tc.new)
+			if err != nil || got != tc.want {
+				t.Errorf("sameGangOwner = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestEventsToRegisterIncludePodGroupsOnlyWhenServed(t *testing.T) {
+	p := &Plugin{registry: gang.NewRegistry()}
+	events, err := p.EventsToRegister(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if e.Event.Resource == podGroupEvent {
+			t.Errorf("PodGroup event registered without the PodGroup API: the scheduler would wait on an unserved informer")
+		}
+	}
+	resources := map[fwk.EventResource]bool{}
+	for _, e := range events {
+		resources[e.Event.Resource] = true
+	}
+	for _, r := range []fwk.EventResource{fwk.UnscheduledPod, fwk.AssignedPod, fwk.Pod, fwk.Node, jobEvent} {
+		if !resources[r] {
+			t.Errorf("no event registered for %s", r)
+		}
+	}
+}
