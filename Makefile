@@ -45,8 +45,9 @@ verify: ## gofmt, go vet, go mod tidy leaves no diff.
 demo: ## The main job on an embedded control plane: a GPU cluster, the scheduler, a TensorFlow job.
 	go run -ldflags "$(LDFLAGS)" ./cmd/muster-sim demo
 
-bench: ## Benchmarks of the planner (go test -bench).
+bench: ## Planner benchmarks, then the simulator standard set (writes bench/results, updates BENCHMARKS.md; ~6 min).
 	go test -run '^$$' -bench . -benchmem ./pkg/gang/...
+	hack/bench.sh
 
 clean: ## Remove build output.
 	rm -rf bin/

@@ -1,5 +1,7 @@
-// Command muster-sim runs muster's demo on an in-process control plane (and,
-// later, simulated-cluster benchmarks).
+// Command muster-sim runs muster's demo on an in-process control plane, and
+// the simulated-cluster benchmarks: the real scheduler (muster, the default
+// profile, native gang scheduling) against a simulated cluster, side by side
+// on one seed.
 package main
 
 import (
@@ -9,27 +11,192 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/muster-sched/muster/pkg/demo"
+	"github.com/muster-sched/muster/pkg/sim"
+	"github.com/muster-sched/muster/pkg/sim/report"
 )
 
-func main() {
-	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: muster-sim demo [--logs]")
-		os.Exit(2)
-	}
-	fs := flag.NewFlagSet("demo", flag.ExitOnError)
-	logs := fs.Bool("logs", false, "show control plane and scheduler logs on stderr")
-	_ = fs.Parse(os.Args[2:])
+const usage = `usage:
+  muster-sim demo [--logs]
+      the main job on an in-process control plane
+  muster-sim [run] --scenario NAME|FILE [--schedulers muster,default,native-gang] [--seed 1] [--out DIR]
+      simulated-cluster benchmark; writes DIR/report.json, report.md, allocation.svg
+  muster-sim summarize --update BENCHMARKS.md DIR...
+      renders the standard set's results into BENCHMARKS.md
+`
 
+func main() {
+	args := os.Args[1:]
+	cmd := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	var err error
+	switch cmd {
+	case "demo":
+		err = runDemo(ctx, args)
+	case "run":
+		err = runSim(ctx, args)
+	case "summarize":
+		err = summarize(args)
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "muster-sim %s: %v\n", cmd, err)
+		os.Exit(1)
+	}
+}
+
+func runDemo(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("demo", flag.ExitOnError)
+	logs := fs.Bool("logs", false, "show control plane and scheduler logs on stderr")
+	_ = fs.Parse(args)
 	var logOut io.Writer
 	if *logs {
 		logOut = os.Stderr
 	}
 	if err := demo.Run(ctx, demo.Options{Out: os.Stdout, Logs: logOut}); err != nil {
-		fmt.Fprintln(os.Stderr, "demo failed:", err)
-		os.Exit(1)
+		return fmt.Errorf("demo failed: %w", err)
 	}
+	return nil
+}
+
+func runSim(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, usage); fs.PrintDefaults() }
+	scenarioArg := fs.String("scenario", "", "scenario name (a file in --scenarios-dir) or path to a scenario file")
+	scenariosDir := fs.String("scenarios-dir", "", "directory of scenario files (default: bench/scenarios of the enclosing module)")
+	schedulers := fs.String("schedulers", strings.Join(sim.Schedulers, ","), "schedulers to compare, in report order")
+	seed := fs.Uint64("seed", 1, "seed of every random choice (cluster, jobs, pod order, reclaims)")
+	out := fs.String("out", "", "output directory (default bench/results/<scenario>)")
+	quiet := fs.Duration("settle-quiet", 5*time.Millisecond, "how long the scheduler must stay idle before a step counts as settled")
+	stepTimeout := fs.Duration("step-timeout", 3*time.Minute, "real-time limit of one step")
+	verbosity := fs.Int("v", 0, "scheduler log verbosity (logs go to <out>/runs/<scheduler>.log)")
+	child := fs.Bool(sim.ChildFlag, false, "internal: run one scheduler in this process")
+	scheduler := fs.String("scheduler", "", "internal: the scheduler a child runs")
+	progress := fs.String("progress", "auto", "progress bar on stderr: auto (on a terminal: redrawn; else a line per 10%), never")
+	cpuProfile := fs.Bool("cpuprofile", false, "write a CPU profile of each scheduler's process to <out>/runs/<scheduler>.pprof")
+	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *scenarioArg == "" {
+		fs.Usage()
+		return fmt.Errorf("--scenario is required")
+	}
+	path, err := sim.ResolveScenario(*scenarioArg, *scenariosDir)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		*out = filepath.Join("bench", "results", strings.TrimSuffix(filepath.Base(path), ".yaml"))
+	}
+
+	if *child {
+		logFile, err := childLogs(*out, *scheduler, *verbosity)
+		if err != nil {
+			return err
+		}
+		defer logFile.Close()
+		if *cpuProfile {
+			f, err := os.Create(filepath.Join(*out, "runs", *scheduler+".pprof"))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
+		}
+		var bar *sim.Progress
+		if *progress != "never" {
+			bar = sim.NewProgress(os.Stderr, *scheduler, sim.IsTerminal(os.Stderr))
+		}
+		return sim.RunChild(ctx, sim.ChildConfig{ScenarioPath: path, Scheduler: *scheduler, Seed: *seed, Out: *out,
+			SettleQuiet: *quiet, StepTimeout: *stepTimeout, Progress: bar})
+	}
+
+	names, err := sim.ParseSchedulers(*schedulers)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = sim.RunAll(ctx, sim.Invocation{
+		Exe: exe, ScenarioPath: path, Schedulers: names, Seed: *seed, Out: *out,
+		SettleQuiet: *quiet, StepTimeout: *stepTimeout, Stderr: os.Stderr,
+		ExtraArgs: []string{fmt.Sprintf("--v=%d", *verbosity), "--progress=" + *progress, fmt.Sprintf("--cpuprofile=%t", *cpuProfile)},
+		Command: fmt.Sprintf("muster-sim --scenario %s --schedulers %s --seed %d --out %s",
+			strings.TrimSuffix(filepath.Base(path), ".yaml"), strings.Join(names, ","), *seed, *out),
+		Kubernetes: kubernetesVersion(),
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s, %s and %s in %s (%s)\n", filepath.Join(*out, report.JSONFile), report.MarkdownFile, report.PlotFile,
+		*out, time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// childLogs sends klog (the scheduler's logs) to <out>/runs/<scheduler>.log.
+func childLogs(out, scheduler string, verbosity int) (*os.File, error) {
+	path := sim.LogPath(out, scheduler)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(kfs)
+	_ = kfs.Set("v", fmt.Sprint(verbosity))
+	_ = kfs.Set("logtostderr", "false")
+	_ = kfs.Set("alsologtostderr", "false")
+	_ = kfs.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(f)
+	return f, nil
+}
+
+func summarize(args []string) error {
+	fs := flag.NewFlagSet("summarize", flag.ExitOnError)
+	update := fs.String("update", "BENCHMARKS.md", "file whose generated section is replaced")
+	elapsed := fs.String("elapsed", "", "how long the whole set took (shown in the summary)")
+	command := fs.String("command", "make bench", "command shown as the way to reproduce")
+	_ = fs.Parse(args)
+	if fs.NArg() == 0 {
+		return fmt.Errorf("name at least one results directory")
+	}
+	section, err := report.Summary(fs.Args(), *command, *elapsed, time.Now().UTC().Format("2006-01-02"))
+	if err != nil {
+		return err
+	}
+	return report.UpdateFile(*update, section)
+}
+
+func kubernetesVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range info.Deps {
+			if dep.Path == "k8s.io/kubernetes" {
+				return dep.Version
+			}
+		}
+	}
+	return "unknown"
 }

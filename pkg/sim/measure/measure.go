@@ -1,0 +1,299 @@
+// Package measure records what happens in one simulator run (submissions,
+// placements, completions, what the cluster holds after every step) and
+// computes the benchmark's metrics from that record. It knows nothing of the
+// scheduler, so every definition can be tested on a hand-written record.
+// BENCHMARKS.md states the same definitions in prose.
+package measure
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// Metrics are the per-scheduler fields of report.json, exactly as the
+// benchmark issue lists them.
+type Metrics struct {
+	Scheduler             string  `json:"scheduler"`
+	PodsPerSecond         float64 `json:"pods_per_second"`
+	GangLatencyP50Ms      float64 `json:"gang_latency_p50_ms"`
+	GangLatencyP99Ms      float64 `json:"gang_latency_p99_ms"`
+	GPUAllocationRatio    float64 `json:"gpu_allocation_ratio"`
+	MakespanS             float64 `json:"makespan_s"`
+	MeanJCTS              float64 `json:"mean_jct_s"`
+	GangsTotal            int     `json:"gangs_total"`
+	GangsCompleted        int     `json:"gangs_completed"`
+	PartialGangs          int     `json:"partial_gangs"`
+	DeadlockedGangs       int     `json:"deadlocked_gangs"`
+	MeanRacksPerGang      float64 `json:"mean_racks_per_gang"`
+	PreemptibleGangsMixed int     `json:"preemptible_gangs_mixed"`
+}
+
+// Details are the run's other facts, shown in report.md and BENCHMARKS.md.
+type Details struct {
+	// HeldGPURatio is like GPUAllocationRatio but counts every bound pod,
+	// including members of gangs that are not running.
+	HeldGPURatio float64 `json:"held_gpu_ratio"`
+	// GangsBroken counts gangs that lost a member to a node reclaim and were
+	// resubmitted.
+	GangsBroken int `json:"gangs_broken"`
+	// GangsPendingAtEnd had no member bound when the run ended.
+	GangsPendingAtEnd int `json:"gangs_pending_at_end"`
+	// PodsBound counts successful bindings (a restarted gang's pods count
+	// again).
+	PodsBound int `json:"pods_bound"`
+	// BusySeconds is the real time the scheduler had work (see Recorder.Step).
+	BusySeconds float64 `json:"busy_seconds"`
+	// SetupSeconds is scheduler.New, informer sync and node creation.
+	SetupSeconds float64 `json:"setup_seconds"`
+	// WallSeconds is the whole child process run.
+	WallSeconds float64 `json:"wall_seconds"`
+	Steps       int     `json:"steps"`
+	// StalledSteps never became idle within the step timeout.
+	StalledSteps int `json:"stalled_steps"`
+	// EndReason says why the run stopped.
+	EndReason string `json:"end_reason"`
+	// Extra holds scheduler-specific counters (plan failures, batching).
+	Extra map[string]float64 `json:"extra,omitempty"`
+	// PeakRSSMiB is the child process's maximum resident set (filled in by
+	// the parent from rusage).
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+}
+
+// Sample is the cluster after one step, at virtual time T (seconds).
+type Sample struct {
+	T float64 `json:"t"`
+	// CapacityGPUs is the GPUs of the nodes that exist.
+	CapacityGPUs int64 `json:"capacity_gpus"`
+	// HeldGPUs are requested by bound pods; RunningGPUs by bound pods of
+	// gangs whose every member is bound.
+	HeldGPUs    int64 `json:"held_gpus"`
+	RunningGPUs int64 `json:"running_gpus"`
+}
+
+// Run is one scheduler's run of one scenario: the metrics plus what they were
+// computed from, so a report can plot it.
+type Run struct {
+	Scenario string    `json:"scenario"`
+	Seed     uint64    `json:"seed"`
+	Nodes    int       `json:"nodes"`
+	GPUs     int64     `json:"gpus"`
+	Metrics  Metrics   `json:"metrics"`
+	Details  Details   `json:"details"`
+	Series   []Sample  `json:"series"`
+	Gangs    []GangLog `json:"gangs"`
+}
+
+// GangLog is what happened to one gang, for debugging a surprising metric.
+type GangLog struct {
+	Name       string   `json:"name"`
+	Workers    int      `json:"workers"`
+	Submitted  float64  `json:"submitted_s"`
+	Placed     float64  `json:"placed_s"`    // last placement; -1 if never
+	Completed  float64  `json:"completed_s"` // -1 if never
+	Racks      int      `json:"racks,omitempty"`
+	Nodes      []string `json:"nodes,omitempty"` // of the last placement
+	Restarts   int      `json:"restarts,omitempty"`
+	BoundAtEnd int      `json:"bound_at_end,omitempty"`
+}
+
+// Recorder collects a run. Times are virtual durations since the scenario's
+// start; latencies and busy time are on the real clock. Not safe for
+// concurrent use: the simulator's step loop is its only caller.
+type Recorder struct {
+	scheduler string
+	gangs     map[string]*gangRecord
+	order     []string
+	latencies []time.Duration
+	racks     []int
+	mixed     int
+	busy      time.Duration
+	podsBound int
+	samples   []Sample
+	everPart  map[string]bool
+	lastPart  []string
+	end       time.Duration
+	broken    int
+	steps     int
+}
+
+type gangRecord struct {
+	workers   int
+	submitted time.Duration
+	placed    time.Duration
+	completed time.Duration
+	isPlaced  bool
+	isDone    bool
+	racks     int
+	nodes     []string
+	restarts  int
+	boundEnd  int
+}
+
+// NewRecorder starts an empty record for scheduler.
+func NewRecorder(scheduler string) *Recorder {
+	return &Recorder{scheduler: scheduler, gangs: map[string]*gangRecord{}, everPart: map[string]bool{}}
+}
+
+// Submitted records a gang's submission.
+func (r *Recorder) Submitted(gang string, workers int, t time.Duration) {
+	r.gangs[gang] = &gangRecord{workers: workers, submitted: t}
+	r.order = append(r.order, gang)
+}
+
+// Placement is where a gang's members landed.
+type Placement struct {
+	// Nodes are the distinct nodes, sorted.
+	Nodes         []string
+	Racks         int
+	SpotNodes     int
+	OnDemandNodes int
+}
+
+// Placed records that every member of the gang is bound at t. latency is the
+// real time the scheduler took (see BENCHMARKS.md).
+func (r *Recorder) Placed(gang string, t, latency time.Duration, p Placement) {
+	g := r.gangs[gang]
+	g.placed, g.isPlaced, g.racks, g.nodes = t, true, p.Racks, p.Nodes
+	r.latencies = append(r.latencies, latency)
+	r.racks = append(r.racks, p.Racks)
+	if p.SpotNodes > 0 && p.OnDemandNodes > 0 {
+		r.mixed++
+	}
+}
+
+// Completed records that the gang ran for its whole duration.
+func (r *Recorder) Completed(gang string, t time.Duration) {
+	g := r.gangs[gang]
+	g.completed, g.isDone = t, true
+}
+
+// Broken records that the gang lost a member to a node reclaim and was
+// resubmitted.
+func (r *Recorder) Broken(gang string) {
+	r.gangs[gang].restarts++
+	r.broken++
+}
+
+// Step records one settled step: the real time the scheduler was busy, the
+// bindings it made, the cluster's GPUs, and which gangs are partly bound.
+func (r *Recorder) Step(s Sample, busy time.Duration, binds int, partial []string) {
+	r.steps++
+	r.busy += busy
+	r.podsBound += binds
+	if n := len(r.samples); n > 0 && r.samples[n-1].T == s.T {
+		r.samples[n-1] = s
+	} else {
+		r.samples = append(r.samples, s)
+	}
+	for _, g := range partial {
+		r.everPart[g] = true
+	}
+	r.lastPart = partial
+}
+
+// End records when the run stopped and how many members each unfinished
+// gang had bound then.
+func (r *Recorder) End(t time.Duration, boundAtEnd map[string]int) {
+	r.end = t
+	for name, n := range boundAtEnd {
+		if g := r.gangs[name]; g != nil {
+			g.boundEnd = n
+		}
+	}
+}
+
+// Steps is how many steps were recorded.
+func (r *Recorder) Steps() int { return r.steps }
+
+// Result computes the metrics.
+func (r *Recorder) Result() (Metrics, Details, []Sample, []GangLog) {
+	m := Metrics{Scheduler: r.scheduler, GangsTotal: len(r.order)}
+	d := Details{PodsBound: r.podsBound, BusySeconds: r.busy.Seconds(), Steps: r.steps, GangsBroken: r.broken}
+	if r.busy > 0 {
+		m.PodsPerSecond = float64(r.podsBound) / r.busy.Seconds()
+	}
+	m.GangLatencyP50Ms = ms(Percentile(r.latencies, 50))
+	m.GangLatencyP99Ms = ms(Percentile(r.latencies, 99))
+
+	start := time.Duration(math.MaxInt64)
+	var jct time.Duration
+	logs := make([]GangLog, 0, len(r.order))
+	for _, name := range r.order {
+		g := r.gangs[name]
+		start = min(start, g.submitted)
+		log := GangLog{Name: name, Workers: g.workers, Submitted: g.submitted.Seconds(), Placed: -1, Completed: -1,
+			Racks: g.racks, Nodes: g.nodes, Restarts: g.restarts}
+		if g.isPlaced {
+			log.Placed = g.placed.Seconds()
+		}
+		if g.isDone {
+			m.GangsCompleted++
+			jct += g.completed - g.submitted
+			log.Completed = g.completed.Seconds()
+		} else {
+			log.BoundAtEnd = g.boundEnd
+			if g.boundEnd == 0 {
+				d.GangsPendingAtEnd++
+			}
+		}
+		logs = append(logs, log)
+	}
+	if len(r.order) == 0 {
+		start = 0
+	}
+	if m.GangsCompleted > 0 {
+		m.MeanJCTS = (jct / time.Duration(m.GangsCompleted)).Seconds()
+	}
+	m.MakespanS = max(r.end-start, 0).Seconds()
+	m.GPUAllocationRatio, d.HeldGPURatio = allocation(r.samples, start.Seconds(), r.end.Seconds())
+	m.PartialGangs = len(r.everPart)
+	m.DeadlockedGangs = len(r.lastPart)
+	if len(r.racks) > 0 {
+		sum := 0
+		for _, n := range r.racks {
+			sum += n
+		}
+		m.MeanRacksPerGang = float64(sum) / float64(len(r.racks))
+	}
+	m.PreemptibleGangsMixed = r.mixed
+	return m, d, append([]Sample(nil), r.samples...), logs
+}
+
+// allocation integrates the step function of samples (each holds until the
+// next) over [from, to] and divides by the integral of capacity.
+func allocation(samples []Sample, from, to float64) (running, held float64) {
+	var capArea, runArea, heldArea float64
+	for i, s := range samples {
+		next := to
+		if i+1 < len(samples) {
+			next = min(samples[i+1].T, to)
+		}
+		lo := max(s.T, from)
+		if next <= lo {
+			continue
+		}
+		dt := next - lo
+		capArea += float64(s.CapacityGPUs) * dt
+		runArea += float64(s.RunningGPUs) * dt
+		heldArea += float64(s.HeldGPUs) * dt
+	}
+	if capArea == 0 {
+		return 0, 0
+	}
+	return runArea / capArea, heldArea / capArea
+}
+
+// Percentile is the nearest-rank percentile (0 for no values).
+func Percentile(values []time.Duration, p float64) time.Duration {
+	if len(values) == 0 {
+		return 0
+	}
+	sorted := append([]time.Duration(nil), values...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

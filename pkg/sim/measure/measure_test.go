@@ -1,0 +1,163 @@
+package measure
+
+import (
+	"encoding/json"
+	"math"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+)
+
+const s = time.Second
+
+// A hand-written run of three gangs on a 24-GPU cluster:
+//
+//	t=0   a (2 workers × 4 GPUs) and b (2 × 4) submitted; a placed whole,
+//	      b gets one member (partial).
+//	t=10  c (1 × 8) submitted and placed; b still partial.
+//	t=20  a completes; b's second member is bound, b runs.
+//	t=30  c completes; b completes at t=50.
+func sampleRun() *Recorder {
+	r := NewRecorder("muster")
+	r.Submitted("a", 2, 0)
+	r.Submitted("b", 2, 0)
+	r.Placed("a", 0, 4*time.Millisecond, Placement{Nodes: []string{"n1"}, Racks: 1, OnDemandNodes: 1})
+	r.Step(Sample{T: 0, CapacityGPUs: 24, HeldGPUs: 12, RunningGPUs: 8}, 100*time.Millisecond, 3, []string{"b"})
+	r.Submitted("c", 1, 10*s)
+	r.Placed("c", 10*s, 2*time.Millisecond, Placement{Nodes: []string{"n2"}, Racks: 1, SpotNodes: 1})
+	r.Step(Sample{T: 10, CapacityGPUs: 24, HeldGPUs: 20, RunningGPUs: 16}, 50*time.Millisecond, 1, []string{"b"})
+	r.Completed("a", 20*s)
+	r.Placed("b", 20*s, 10*time.Millisecond, Placement{Nodes: []string{"n1", "n3"}, Racks: 2, SpotNodes: 1, OnDemandNodes: 1})
+	r.Step(Sample{T: 20, CapacityGPUs: 24, HeldGPUs: 16, RunningGPUs: 16}, 50*time.Millisecond, 1, nil)
+	r.Completed("c", 30*s)
+	r.Step(Sample{T: 30, CapacityGPUs: 24, HeldGPUs: 8, RunningGPUs: 8}, 0, 0, nil)
+	r.Completed("b", 50*s)
+	r.Step(Sample{T: 50, CapacityGPUs: 24}, 0, 0, nil)
+	r.End(50*s, nil)
+	return r
+}
+
+func TestResult(t *testing.T) {
+	m, d, series, gangs := sampleRun().Result()
+	want := Metrics{
+		Scheduler: "muster",
+		// 5 bindings in 200ms of busy time.
+		PodsPerSecond: 25,
+		// latencies 2, 4, 10 ms: nearest rank p50 = 2nd = 4, p99 = 3rd = 10.
+		GangLatencyP50Ms: 4, GangLatencyP99Ms: 10,
+		// running GPU-seconds 8*10 + 16*10 + 16*10 + 8*20 = 560 of 24*50 = 1200.
+		GPUAllocationRatio: 560.0 / 1200,
+		MakespanS:          50,
+		// JCTs 20, 50, 20.
+		MeanJCTS:   30,
+		GangsTotal: 3, GangsCompleted: 3,
+		PartialGangs: 1, DeadlockedGangs: 0,
+		// racks 1, 1, 2.
+		MeanRacksPerGang:      4.0 / 3,
+		PreemptibleGangsMixed: 1,
+	}
+	if !approxEqual(m, want) {
+		t.Errorf("metrics:\n got %+v\nwant %+v", m, want)
+	}
+	// held GPU-seconds 12*10 + 20*10 + 16*10 + 8*20 = 640 of 1200.
+	if math.Abs(d.HeldGPURatio-640.0/1200) > 1e-9 || d.PodsBound != 5 || d.Steps != 5 {
+		t.Errorf("details: held %.3f, pods bound %d, steps %d; want %.3f, 5, 5", d.HeldGPURatio, d.PodsBound, d.Steps, 640.0/1200)
+	}
+	if len(series) != 5 || len(gangs) != 3 || gangs[1].Name != "b" || gangs[1].Placed != 20 {
+		t.Errorf("series %d samples, gangs %+v", len(series), gangs)
+	}
+}
+
+func TestDeadlockedAtEnd(t *testing.T) {
+	r := NewRecorder("default")
+	r.Submitted("a", 4, 0)
+	r.Submitted("b", 4, 0)
+	r.Step(Sample{T: 0, CapacityGPUs: 8, HeldGPUs: 8}, time.Second, 4, []string{"a", "b"})
+	// Nothing can change; the simulator carries the run to the horizon.
+	r.Step(Sample{T: 3600, CapacityGPUs: 8, HeldGPUs: 8}, 0, 0, []string{"a", "b"})
+	r.End(3600*s, map[string]int{"a": 2, "b": 2})
+	m, d, _, gangs := r.Result()
+	if m.PartialGangs != 2 || m.DeadlockedGangs != 2 || m.GangsCompleted != 0 {
+		t.Errorf("partial %d, deadlocked %d, completed %d; want 2, 2, 0", m.PartialGangs, m.DeadlockedGangs, m.GangsCompleted)
+	}
+	if m.GPUAllocationRatio != 0 || d.HeldGPURatio != 1 || m.MakespanS != 3600 {
+		t.Errorf("allocation %.2f, held %.2f, makespan %.0f; want 0, 1, 3600", m.GPUAllocationRatio, d.HeldGPURatio, m.MakespanS)
+	}
+	if m.GangLatencyP50Ms != 0 || m.MeanJCTS != 0 || gangs[0].BoundAtEnd != 2 || d.GangsPendingAtEnd != 0 {
+		t.Errorf("no gang ran, yet latency %.1f, JCT %.1f; bound at end %d, pending %d", m.GangLatencyP50Ms, m.MeanJCTS, gangs[0].BoundAtEnd, d.GangsPendingAtEnd)
+	}
+}
+
+// A gang partial in one observation and whole in the next counts as partial
+// but not deadlocked.
+func TestPartialThenWhole(t *testing.T) {
+	r := NewRecorder("default")
+	r.Submitted("a", 2, 0)
+	r.Step(Sample{T: 0, CapacityGPUs: 8, HeldGPUs: 4}, time.Second, 1, []string{"a"})
+	r.Placed("a", 10*s, time.Millisecond, Placement{Racks: 1})
+	r.Step(Sample{T: 10, CapacityGPUs: 8, HeldGPUs: 8, RunningGPUs: 8}, time.Second, 1, nil)
+	r.End(10*s, nil)
+	m, _, _, _ := r.Result()
+	if m.PartialGangs != 1 || m.DeadlockedGangs != 0 {
+		t.Errorf("partial %d, deadlocked %d; want 1, 0", m.PartialGangs, m.DeadlockedGangs)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	for _, c := range []struct {
+		values []time.Duration
+		p      float64
+		want   time.Duration
+	}{
+		{nil, 50, 0},
+		{ms(7), 99, 7 * time.Millisecond},
+		{ms(5, 1, 3, 2, 4), 50, 3 * time.Millisecond},
+		{ms(5, 1, 3, 2, 4), 99, 5 * time.Millisecond},
+		{ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 90, 9 * time.Millisecond},
+	} {
+		if got := Percentile(c.values, c.p); got != c.want {
+			t.Errorf("Percentile(%v, %v) = %v, want %v", c.values, c.p, got, c.want)
+		}
+	}
+}
+
+// report.json's per-scheduler objects have exactly the fields.
+func TestMetricsFields(t *testing.T) {
+	data, err := json.Marshal(Metrics{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(data, &fields); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for k := range fields {
+		got = append(got, k)
+	}
+	sort.Strings(got)
+	want := []string{"deadlocked_gangs", "gang_latency_p50_ms", "gang_latency_p99_ms", "gangs_completed", "gangs_total",
+		"gpu_allocation_ratio", "makespan_s", "mean_jct_s", "mean_racks_per_gang", "partial_gangs", "pods_per_second",
+		"preemptible_gangs_mixed", "scheduler"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("fields %v, want %v", got, want)
+	}
+}
+
+func approxEqual(a, b Metrics) bool {
+	near := func(x, y float64) bool { return math.Abs(x-y) < 1e-9 }
+	return a.Scheduler == b.Scheduler && near(a.PodsPerSecond, b.PodsPerSecond) &&
+		near(a.GangLatencyP50Ms, b.GangLatencyP50Ms) && near(a.GangLatencyP99Ms, b.GangLatencyP99Ms) &&
+		near(a.GPUAllocationRatio, b.GPUAllocationRatio) && near(a.MakespanS, b.MakespanS) && near(a.MeanJCTS, b.MeanJCTS) &&
+		a.GangsTotal == b.GangsTotal && a.GangsCompleted == b.GangsCompleted && a.PartialGangs == b.PartialGangs &&
+		a.DeadlockedGangs == b.DeadlockedGangs && near(a.MeanRacksPerGang, b.MeanRacksPerGang) &&
+		a.PreemptibleGangsMixed == b.PreemptibleGangsMixed
+}

@@ -1,0 +1,167 @@
+package sim
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/sim/scenario"
+)
+
+// Labels, taints and resources of the simulated cluster (DESIGN.md §2).
+const (
+	GPUResource    v1.ResourceName = "nvidia.com/gpu"
+	LabelHostname                  = "kubernetes.io/hostname"
+	LabelRack                      = "topology.kubernetes.io/rack"
+	LabelZone                      = "topology.kubernetes.io/zone"
+	LabelSpot                      = "cloud.google.com/gke-spot"
+	TaintReclaim                   = "cloud.google.com/impending-node-termination"
+	annPreemptible                 = "muster.dev/preemptible"
+	namespace                      = "sim"
+)
+
+// epoch is virtual time zero; object timestamps are epoch plus virtual time,
+// so they are the same in every run of a seed.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Per worker, CPU and memory grow with the GPUs (6 cores and 48Gi per GPU) so
+// they never bind before the GPUs do on a 64-core, 512Gi, 8-GPU node.
+const (
+	cpuPerGPU    = 6
+	memGiPerGPU  = 48
+	workerImage  = "tensorflow/tensorflow:2.15.0-gpu"
+	workerName   = "tensorflow"
+	podsPerNode  = "110"
+	reclaimValue = "true"
+)
+
+func nodeObject(n nodeSpec, cpu, memory resource.Quantity) *v1.Node {
+	labels := map[string]string{LabelHostname: n.name, LabelRack: n.rack, LabelZone: n.zone}
+	if n.spot {
+		labels[LabelSpot] = "true"
+	}
+	capacity := v1.ResourceList{
+		v1.ResourceCPU:    cpu,
+		v1.ResourceMemory: memory,
+		v1.ResourcePods:   resource.MustParse(podsPerNode),
+		GPUResource:       *resource.NewQuantity(n.gpus, resource.DecimalSI),
+	}
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.name, UID: types.UID("node-" + n.name), Labels: labels},
+		Status: v1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: capacity,
+			Conditions:  []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
+		},
+	}
+}
+
+// reclaimTaint is what GKE puts on a spot node about to be reclaimed.
+func reclaimTaint() v1.Taint {
+	return v1.Taint{Key: TaintReclaim, Value: reclaimValue, Effect: v1.TaintEffectNoSchedule}
+}
+
+func jobObject(j *scenario.Job, schedulerName string, submit time.Duration) *batchv1.Job {
+	workers := int32(j.Workers)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: j.Name, Namespace: namespace, UID: types.UID("job-" + j.Name),
+			CreationTimestamp: metav1.NewTime(epoch.Add(submit)),
+		},
+		Spec: batchv1.JobSpec{
+			Parallelism:    &workers,
+			Completions:    &workers,
+			CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			Template: v1.PodTemplateSpec{Spec: v1.PodSpec{
+				SchedulerName: schedulerName,
+				RestartPolicy: v1.RestartPolicyNever,
+			}},
+		},
+	}
+}
+
+// podGroupName names the native PodGroup of one attempt of a job.
+func podGroupName(j *scenario.Job, attempt int) string {
+	if attempt == 0 {
+		return j.Name
+	}
+	return fmt.Sprintf("%s-r%d", j.Name, attempt)
+}
+
+func podGroupObject(j *scenario.Job, attempt int, created time.Duration) *schedulingv1beta1.PodGroup {
+	name := podGroupName(j, attempt)
+	return &schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: namespace, UID: types.UID("podgroup-" + name),
+			CreationTimestamp: metav1.NewTime(epoch.Add(created)),
+		},
+		Spec: schedulingv1beta1.PodGroupSpec{
+			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+				Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(j.Workers)},
+			},
+		},
+	}
+}
+
+// podName is the name of worker index of attempt: j-<index> first, then
+// j-r<attempt>-<index>, so a sorted listing keeps attempts together.
+func podName(j *scenario.Job, attempt, index int) string {
+	if attempt == 0 {
+		return fmt.Sprintf("%s-%d", j.Name, index)
+	}
+	return fmt.Sprintf("%s-r%d-%d", j.Name, attempt, index)
+}
+
+// podObject is one worker as the Job controller would create it: controlled
+// by the Job (muster's zero-config gang), indexed, asking for GPUs; for
+// native gang scheduling it also names its PodGroup.
+func podObject(j *scenario.Job, job *batchv1.Job, b *built, attempt, index int, created time.Duration) *v1.Pod {
+	name := podName(j, attempt, index)
+	gpus := resource.NewQuantity(j.GPUs, resource.DecimalSI)
+	annotations := map[string]string{batchv1.JobCompletionIndexAnnotation: strconv.Itoa(index)}
+	if j.Policy != "" {
+		annotations[annPreemptible] = j.Policy
+	}
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: namespace, UID: types.UID("pod-" + name),
+			CreationTimestamp: metav1.NewTime(epoch.Add(created)),
+			Labels:            map[string]string{batchv1.JobNameLabel: j.Name, batchv1.ControllerUidLabel: string(job.UID)},
+			Annotations:       annotations,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: batchv1.SchemeGroupVersion.String(), Kind: "Job", Name: job.Name, UID: job.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: v1.PodSpec{
+			SchedulerName:   b.schedulerName,
+			RestartPolicy:   v1.RestartPolicyNever,
+			SchedulingGates: []v1.PodSchedulingGate{{Name: stepGate}},
+			Containers: []v1.Container{{
+				Name:  workerName,
+				Image: workerImage,
+				Resources: v1.ResourceRequirements{
+					Requests: v1.ResourceList{
+						v1.ResourceCPU:    *resource.NewQuantity(cpuPerGPU*j.GPUs, resource.DecimalSI),
+						v1.ResourceMemory: resource.MustParse(fmt.Sprintf("%dGi", memGiPerGPU*j.GPUs)),
+						GPUResource:       *gpus,
+					},
+					Limits: v1.ResourceList{GPUResource: *gpus},
+				},
+			}},
+		},
+		Status: v1.PodStatus{Phase: v1.PodPending},
+	}
+	if b.podGroups {
+		pod.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To(podGroupName(j, attempt))}
+	}
+	return pod
+}

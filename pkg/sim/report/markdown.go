@@ -1,0 +1,156 @@
+package report
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/muster-sched/muster/pkg/sim/measure"
+)
+
+// metricRows lists report.json's fields in table order with how to print them.
+var metricRows = []struct {
+	name   string
+	format func(m measure.Metrics) string
+}{
+	{"pods_per_second", func(m measure.Metrics) string { return fmt.Sprintf("%.1f", m.PodsPerSecond) }},
+	{"gang_latency_p50_ms", func(m measure.Metrics) string { return fmt.Sprintf("%.1f", m.GangLatencyP50Ms) }},
+	{"gang_latency_p99_ms", func(m measure.Metrics) string { return fmt.Sprintf("%.1f", m.GangLatencyP99Ms) }},
+	{"gpu_allocation_ratio", func(m measure.Metrics) string { return fmt.Sprintf("%.3f", m.GPUAllocationRatio) }},
+	{"makespan_s", func(m measure.Metrics) string { return fmt.Sprintf("%.0f", m.MakespanS) }},
+	{"mean_jct_s", func(m measure.Metrics) string { return fmt.Sprintf("%.0f", m.MeanJCTS) }},
+	{"gangs_total", func(m measure.Metrics) string { return fmt.Sprint(m.GangsTotal) }},
+	{"gangs_completed", func(m measure.Metrics) string { return fmt.Sprint(m.GangsCompleted) }},
+	{"partial_gangs", func(m measure.Metrics) string { return fmt.Sprint(m.PartialGangs) }},
+	{"deadlocked_gangs", func(m measure.Metrics) string { return fmt.Sprint(m.DeadlockedGangs) }},
+	{"mean_racks_per_gang", func(m measure.Metrics) string { return fmt.Sprintf("%.2f", m.MeanRacksPerGang) }},
+	{"preemptible_gangs_mixed", func(m measure.Metrics) string { return fmt.Sprint(m.PreemptibleGangsMixed) }},
+}
+
+var detailRows = []struct {
+	name   string
+	format func(d measure.Details) string
+}{
+	{"GPU share held by any bound pod (time-averaged)", func(d measure.Details) string { return fmt.Sprintf("%.3f", d.HeldGPURatio) }},
+	{"pods bound", func(d measure.Details) string { return fmt.Sprint(d.PodsBound) }},
+	{"gangs broken by node reclaims", func(d measure.Details) string { return fmt.Sprint(d.GangsBroken) }},
+	{"gangs with nothing bound at the end", func(d measure.Details) string { return fmt.Sprint(d.GangsPendingAtEnd) }},
+	{"scheduling attempts", func(d measure.Details) string { return fmt.Sprintf("%.0f", d.Extra["schedule_attempts"]) }},
+	{"real time busy (s)", func(d measure.Details) string { return fmt.Sprintf("%.2f", d.BusySeconds) }},
+	{"setup: scheduler.New, informer sync (s)", func(d measure.Details) string { return fmt.Sprintf("%.2f", d.SetupSeconds) }},
+	{"wall time of the process (s)", func(d measure.Details) string { return fmt.Sprintf("%.1f", d.WallSeconds) }},
+	{"peak RSS (MiB)", func(d measure.Details) string { return fmt.Sprintf("%.0f", d.PeakRSSMiB) }},
+	{"steps", func(d measure.Details) string { return fmt.Sprint(d.Steps) }},
+	{"steps that never went idle", func(d measure.Details) string { return fmt.Sprint(d.StalledSteps) }},
+	{"end", func(d measure.Details) string { return d.EndReason }},
+}
+
+// Markdown renders report.md.
+func Markdown(rep Report, det Details) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# muster-sim: %s, seed %d\n\n", rep.Scenario, rep.Seed)
+	if det.Description != "" {
+		fmt.Fprintf(&b, "%s\n\n", det.Description)
+	}
+	fmt.Fprintf(&b, "- Cluster: %d nodes, %d GPUs, %d racks, %d zones, %d spot nodes.\n", rep.Nodes, rep.GPUs, det.Racks, det.Zones, det.SpotNodes)
+	fmt.Fprintf(&b, "- Workload: %d jobs (gangs), %d pods.\n", det.Jobs, det.Pods)
+	fmt.Fprintf(&b, "- Command: `%s`\n", det.Command)
+	fmt.Fprintf(&b, "- Machine: %s.\n\n", describeMachine(det.Machine))
+
+	b.WriteString("## Metrics\n\nDefinitions: BENCHMARKS.md. Virtual time for makespan, JCT and allocation; real time for pods/s and latency.\n\n")
+	header(&b, rep)
+	for _, row := range metricRows {
+		fmt.Fprintf(&b, "| %s |", row.name)
+		for _, m := range rep.Results {
+			fmt.Fprintf(&b, " %s |", row.format(m))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n## Run facts\n\n")
+	header(&b, rep)
+	for _, row := range detailRows {
+		fmt.Fprintf(&b, "| %s |", row.name)
+		for _, m := range rep.Results {
+			fmt.Fprintf(&b, " %s |", row.format(det.Schedulers[m.Scheduler]))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+	extraKeys := map[string]bool{}
+	for _, d := range det.Schedulers {
+		for k := range d.Extra {
+			if k != "schedule_attempts" {
+				extraKeys[k] = true
+			}
+		}
+	}
+	if len(extraKeys) > 0 {
+		b.WriteString("Scheduler counters (from the scheduler's own metrics):\n\n")
+		header(&b, rep)
+		for _, k := range sortedSet(extraKeys) {
+			fmt.Fprintf(&b, "| %s |", k)
+			for _, m := range rep.Results {
+				if v, ok := det.Schedulers[m.Scheduler].Extra[k]; ok {
+					fmt.Fprintf(&b, " %.0f |", v)
+				} else {
+					b.WriteString(" – |")
+				}
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
+	if d, ok := det.Schedulers["default"]; ok {
+		fmt.Fprintf(&b, "Opportunistic batching in the default profile: %s\n\n", Batching(d))
+	}
+	fmt.Fprintf(&b, "GPU allocation over virtual time: [%s](%s).\n", PlotFile, PlotFile)
+	return b.String()
+}
+
+// Batching says whether opportunistic batching was on for a run and whether
+// it ever placed a pod from a hint.
+func Batching(d measure.Details) string {
+	gate := "on"
+	if d.Extra["gate_opportunistic_batching"] == 0 {
+		gate = "off"
+	}
+	used := d.Extra["batch_attempts_hint_used"]
+	total := used + d.Extra["batch_attempts_no_hint"] + d.Extra["batch_attempts_hint_not_used"]
+	effect := "so batching was effectively off"
+	if used > 0 {
+		effect = "so batching was active"
+	}
+	return fmt.Sprintf("the OpportunisticBatching feature gate was %s; %.0f of %.0f scheduling attempts used a batching hint, %s.", gate, used, total, effect)
+}
+
+func header(b *strings.Builder, rep Report) {
+	b.WriteString("| |")
+	for _, m := range rep.Results {
+		fmt.Fprintf(b, " %s |", m.Scheduler)
+	}
+	b.WriteString("\n|---|")
+	for range rep.Results {
+		b.WriteString("--:|")
+	}
+	b.WriteString("\n")
+}
+
+func describeMachine(m Machine) string {
+	s := fmt.Sprintf("%d CPUs (GOMAXPROCS %d)", m.CPUs, m.GOMAXPROCS)
+	if m.CPUModel != "" {
+		s += ", " + m.CPUModel
+	}
+	if m.MemoryGiB > 0 {
+		s += fmt.Sprintf(", %d GiB", m.MemoryGiB)
+	}
+	return s + fmt.Sprintf(", %s %s, k8s.io/kubernetes %s", m.Go, m.OS, m.Kubernetes)
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

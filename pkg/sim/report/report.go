@@ -1,0 +1,165 @@
+// Package report turns the runs of one scenario (one per scheduler, same
+// seed) into the files a person and a script read: report.json (the metrics,
+// exactly the benchmark's fields), details.json (everything else: machine,
+// command, per-scheduler facts), report.md (tables) and allocation.svg (GPU
+// allocation over virtual time). It also renders the standard set's summary
+// for BENCHMARKS.md.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/muster-sched/muster/pkg/sim/measure"
+	"github.com/muster-sched/muster/pkg/sim/scenario"
+)
+
+// File names in a run's output directory.
+const (
+	JSONFile     = "report.json"
+	DetailsFile  = "details.json"
+	MarkdownFile = "report.md"
+	PlotFile     = "allocation.svg"
+)
+
+// Report is report.json.
+type Report struct {
+	Scenario string            `json:"scenario"`
+	Seed     uint64            `json:"seed"`
+	Nodes    int               `json:"nodes"`
+	GPUs     int64             `json:"gpus"`
+	Results  []measure.Metrics `json:"results"`
+}
+
+// Details is details.json: what report.json leaves out.
+type Details struct {
+	Scenario    string                     `json:"scenario"`
+	Description string                     `json:"description"`
+	Seed        uint64                     `json:"seed"`
+	Command     string                     `json:"command"`
+	Machine     Machine                    `json:"machine"`
+	Jobs        int                        `json:"jobs"`
+	Pods        int                        `json:"pods"`
+	Racks       int                        `json:"racks"`
+	Zones       int                        `json:"zones"`
+	SpotNodes   int                        `json:"spot_nodes"`
+	Schedulers  map[string]measure.Details `json:"schedulers"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs       int    `json:"cpus"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	CPUModel   string `json:"cpu_model,omitempty"`
+	MemoryGiB  int    `json:"memory_gib,omitempty"`
+	Go         string `json:"go"`
+	OS         string `json:"os"`
+	Kubernetes string `json:"kubernetes"`
+}
+
+// ThisMachine reads what it can about the current machine.
+func ThisMachine(kubernetes string) Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(),
+		OS: runtime.GOOS + "/" + runtime.GOARCH, Kubernetes: kubernetes}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kib int
+		if _, err := fmt.Sscanf(string(data), "MemTotal: %d kB", &kib); err == nil {
+			m.MemoryGiB = (kib + 512*1024) / (1024 * 1024)
+		}
+	}
+	return m
+}
+
+// Write writes the four files for runs (in the order given) into dir.
+func Write(dir string, plan *scenario.Plan, runs []*measure.Run, command string, machine Machine) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	rep := Report{Scenario: plan.Scenario.Name, Seed: plan.Seed, Nodes: len(plan.Nodes), GPUs: plan.TotalGPUs()}
+	det := Details{
+		Scenario: plan.Scenario.Name, Description: strings.TrimSpace(plan.Scenario.Description), Seed: plan.Seed,
+		Command: command, Machine: machine, Jobs: len(plan.Jobs), Pods: plan.TotalPods(),
+		Schedulers: map[string]measure.Details{},
+	}
+	racks, zones := map[string]bool{}, map[string]bool{}
+	for _, n := range plan.Nodes {
+		racks[n.Rack], zones[n.Zone] = true, true
+		if n.Spot {
+			det.SpotNodes++
+		}
+	}
+	det.Racks, det.Zones = len(racks), len(zones)
+	for _, r := range runs {
+		rep.Results = append(rep.Results, r.Metrics)
+		det.Schedulers[r.Metrics.Scheduler] = r.Details
+	}
+	if err := writeJSON(filepath.Join(dir, JSONFile), rep); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(dir, DetailsFile), det); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, MarkdownFile), []byte(Markdown(rep, det)), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, PlotFile), []byte(SVG(rep, runs)), 0o644)
+}
+
+// Read loads report.json and details.json from dir.
+func Read(dir string) (*Report, *Details, error) {
+	var rep Report
+	var det Details
+	if err := readJSON(filepath.Join(dir, JSONFile), &rep); err != nil {
+		return nil, nil, err
+	}
+	if err := readJSON(filepath.Join(dir, DetailsFile), &det); err != nil {
+		return nil, nil, err
+	}
+	return &rep, &det, nil
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
+}
+
+// WriteRun and ReadRun move one scheduler's run between the child process
+// and the parent.
+func WriteRun(path string, run *measure.Run) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return writeJSON(path, run)
+}
+
+// ReadRun reads what WriteRun wrote.
+func ReadRun(path string) (*measure.Run, error) {
+	var run measure.Run
+	if err := readJSON(path, &run); err != nil {
+		return nil, err
+	}
+	return &run, nil
+}

@@ -1,0 +1,349 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/informers"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/features"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
+)
+
+// bindReactor stands in for the API server's pods/binding subresource, which
+// the fake tracker does not persist: it sets spec.nodeName and the
+// PodScheduled condition on the stored pod and records the binding. It
+// refuses pods or nodes that are gone and pods already bound, as the API
+// server would. It runs under the fake's lock, so it uses only the tracker.
+func (h *harness) bindReactor(action k8stesting.Action) (bool, runtime.Object, error) {
+	create, ok := action.(k8stesting.CreateAction)
+	if !ok || action.GetSubresource() != "binding" {
+		return false, nil, nil
+	}
+	binding, ok := create.GetObject().(*v1.Binding)
+	if !ok {
+		return true, nil, fmt.Errorf("binding: unexpected %T", create.GetObject())
+	}
+	tracker := h.cs.Tracker()
+	podsResource := v1.SchemeGroupVersion.WithResource("pods")
+	nodesResource := v1.SchemeGroupVersion.WithResource("nodes")
+	if _, err := tracker.Get(nodesResource, "", binding.Target.Name); err != nil {
+		return true, nil, err
+	}
+	obj, err := tracker.Get(podsResource, action.GetNamespace(), binding.Name)
+	if err != nil {
+		return true, nil, err
+	}
+	pod := obj.(*v1.Pod).DeepCopy()
+	if pod.Spec.NodeName != "" {
+		return true, nil, apierrors.NewConflict(podsResource.GroupResource(), pod.Name, fmt.Errorf("pod is already bound to %s", pod.Spec.NodeName))
+	}
+	pod.Spec.NodeName = binding.Target.Name
+	pod.ResourceVersion = strconv.FormatInt(h.resourceVersion.Add(1), 10)
+	pod.Status.Conditions = append(pod.Status.Conditions, v1.PodCondition{Type: v1.PodScheduled, Status: v1.ConditionTrue})
+	if err := tracker.Update(podsResource, pod, action.GetNamespace()); err != nil {
+		return true, nil, err
+	}
+	h.counts.want(kindPodBind)
+	h.binds.add(bindRecord{pod: pod.Name, node: pod.Spec.NodeName, at: time.Now()})
+	return true, binding, nil
+}
+
+// Kinds of change the simulator waits to see delivered by the scheduler's
+// informers before it trusts the scheduler's queue to reflect them.
+const (
+	kindPodAdd = iota
+	kindPodDelete
+	kindPodBind
+	kindPodUngate
+	kindNodeAdd
+	kindNodeUpdate
+	kindNodeDelete
+	kindJobAdd
+	kindJobDelete
+	kindPodGroupAdd
+	kindPodGroupDelete
+	numKinds
+)
+
+// counters compare changes made (want) with changes the shared informers
+// delivered (seen). The simulator's handlers sit on the scheduler's own
+// informers, so a delivered change has reached the scheduler's handlers too
+// (they are called from the same distribution, possibly a moment later: the
+// settle window covers that).
+type counters struct {
+	wanted [numKinds]atomic.Int64
+	seen   [numKinds]atomic.Int64
+}
+
+func (c *counters) want(kind int) { c.wanted[kind].Add(1) }
+
+func (c *counters) caughtUp() bool {
+	for k := 0; k < numKinds; k++ {
+		if c.seen[k].Load() < c.wanted[k].Load() {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *counters) waitCaughtUp(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !c.caughtUp() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("informers did not deliver the simulator's changes within %s", timeout)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return nil
+}
+
+func (c *counters) handler(add, del int, update func(old, new interface{}) int) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(interface{}) { c.seen[add].Add(1) },
+		DeleteFunc: func(interface{}) { c.seen[del].Add(1) },
+		UpdateFunc: func(old, new interface{}) {
+			if update != nil {
+				if k := update(old, new); k >= 0 {
+					c.seen[k].Add(1)
+				}
+			}
+		},
+	}
+}
+
+// watch adds the counting handlers to the scheduler's informers (before they
+// start, so the initial list is counted as adds nobody waits for).
+func (c *counters) watch(factory informers.SharedInformerFactory, podGroups bool) error {
+	podUpdate := func(old, new interface{}) int {
+		o, ok1 := old.(*v1.Pod)
+		n, ok2 := new.(*v1.Pod)
+		switch {
+		case !ok1 || !ok2:
+			return -1
+		case o.Spec.NodeName == "" && n.Spec.NodeName != "":
+			return kindPodBind
+		case len(o.Spec.SchedulingGates) > 0 && len(n.Spec.SchedulingGates) == 0:
+			return kindPodUngate
+		}
+		return -1
+	}
+	nodeUpdate := func(old, new interface{}) int { return kindNodeUpdate }
+	regs := []struct {
+		informer cache.SharedIndexInformer
+		handler  cache.ResourceEventHandlerFuncs
+	}{
+		{factory.Core().V1().Pods().Informer(), c.handler(kindPodAdd, kindPodDelete, podUpdate)},
+		{factory.Core().V1().Nodes().Informer(), c.handler(kindNodeAdd, kindNodeDelete, nodeUpdate)},
+		{factory.Batch().V1().Jobs().Informer(), c.handler(kindJobAdd, kindJobDelete, nil)},
+	}
+	if podGroups {
+		regs = append(regs, struct {
+			informer cache.SharedIndexInformer
+			handler  cache.ResourceEventHandlerFuncs
+		}{factory.Scheduling().V1beta1().PodGroups().Informer(), c.handler(kindPodGroupAdd, kindPodGroupDelete, nil)})
+	}
+	for _, r := range regs {
+		if _, err := r.informer.AddEventHandler(r.handler); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// busyReason names what the scheduler is still doing, "" when it has nothing
+// to do for now: every change was delivered, no pod is queued to be tried,
+// being tried, waiting at Permit or binding. Pods parked as unschedulable do
+// not count: only a cluster event can move them, and the next step brings
+// those. Pods in the backoff queue do not count either: with the active
+// queue empty the scheduler pops them at once (which the settle loop sees as
+// a new scheduling cycle), except those that failed with an error (native
+// gang scheduling reports an unschedulable pod group that way), which wait
+// for their backoff on the virtual clock, i.e. for the next step.
+func (h *harness) busyReason() string {
+	if !h.counts.caughtUp() {
+		return "informers have not delivered every change"
+	}
+	q := h.sched.SchedulingQueue
+	if n := len(q.PodsInActiveQ()); n > 0 {
+		return fmt.Sprintf("%d pods in activeQ", n)
+	}
+	if n := len(q.InFlightPods()); n > 0 {
+		return fmt.Sprintf("%d pods in flight (being scheduled or waiting at Permit)", n)
+	}
+	if h.b.podGroups {
+		if n := len(q.PendingPodGroupPods()); n > 0 {
+			return fmt.Sprintf("%d pods wait for their in-flight pod group", n)
+		}
+		if n := len(q.IncompletePodGroupPodsPods()); n > 0 {
+			return fmt.Sprintf("%d pods wait for their PodGroup object", n)
+		}
+	}
+	binding, err := testutil.GetGaugeMetricValue(schedmetrics.Goroutines.WithLabelValues(schedmetrics.Binding))
+	if err != nil {
+		return err.Error()
+	}
+	if binding > 0 {
+		return fmt.Sprintf("%.0f binding goroutines", binding)
+	}
+	return ""
+}
+
+// settle waits until the scheduler has been idle for SettleQuiet and returns
+// the real time it was busy since stepStart. When muster dropped a gang plan
+// in this step, the gang backs off on the real clock (gangBackoffSeconds) and
+// is woken by a timer: the step waits that out (not counted as busy) so the
+// retry lands in this step, as it would in a cluster where the next job event
+// is minutes away.
+func (h *harness) settle(ctx context.Context, stepStart time.Time) (time.Duration, error) {
+	var busy time.Duration
+	segment := stepStart
+	for {
+		busyEnd, ok, err := h.waitIdle(ctx, h.opts.StepTimeout)
+		if err != nil {
+			return 0, err
+		}
+		busy += busyEnd.Sub(segment)
+		if !ok {
+			h.stalled++
+			return busy, nil
+		}
+		if h.b.gangBackoffSeconds == 0 {
+			return busy, nil
+		}
+		rejects := counterSum("muster_gang_rejections_total")
+		if rejects <= h.lastRejects {
+			return busy, nil
+		}
+		h.lastRejects = rejects
+		wait := time.Duration(h.b.gangBackoffSeconds)*time.Second + 100*time.Millisecond
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(wait):
+		}
+		segment = time.Now()
+	}
+}
+
+// waitIdle polls until idle() has held for SettleQuiet. It returns when the
+// idle stretch began (the end of the busy time), and ok=false on timeout.
+func (h *harness) waitIdle(ctx context.Context, timeout time.Duration) (time.Time, bool, error) {
+	deadline := time.Now().Add(timeout)
+	var idleSince time.Time
+	var idleCycle int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return time.Time{}, false, err
+		}
+		now := time.Now()
+		// A pod popped during the idle stretch (from the backoff queue) ends it.
+		cycle := h.sched.SchedulingQueue.SchedulingCycle()
+		if reason := h.busyReason(); reason == "" && (idleSince.IsZero() || cycle == idleCycle) {
+			if idleSince.IsZero() {
+				idleSince, idleCycle = now, cycle
+			} else if now.Sub(idleSince) >= h.opts.SettleQuiet {
+				return idleSince, true, nil
+			}
+		} else {
+			idleSince = time.Time{}
+		}
+		if now.After(deadline) {
+			klog.Background().Info("Simulator step did not settle", "virtual", h.now, "busy", h.busyReason(),
+				"backoffQ", len(h.sched.SchedulingQueue.PodsInBackoffQ()))
+			return now, false, nil
+		}
+		time.Sleep(250 * time.Microsecond)
+	}
+}
+
+// counterSum adds up every series of a counter in the process's registry (0
+// when it is not registered).
+func counterSum(name string) float64 {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
+
+// counterByLabel returns a counter's values by one label.
+func counterByLabel(name, label string) map[string]float64 {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label {
+					out[lp.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// extraMetrics collects scheduler-specific counters for the report, as
+// increases since the run started: whether opportunistic batching ever used a
+// hint, muster's plan outcomes, native pod-group attempts.
+func (h *harness) extraMetrics() map[string]float64 {
+	out := h.counterValues()
+	for k, v := range h.baseline {
+		out[k] -= v
+	}
+	out["gate_opportunistic_batching"] = 0
+	if utilfeature.DefaultFeatureGate.Enabled(features.OpportunisticBatching) {
+		out["gate_opportunistic_batching"] = 1
+	}
+	return out
+}
+
+func (h *harness) counterValues() map[string]float64 {
+	out := map[string]float64{}
+	for result, v := range counterByLabel("scheduler_batch_attempts_total", "result") {
+		out["batch_attempts_"+result] = v
+	}
+	out["schedule_attempts"] = counterSum("scheduler_schedule_attempts_total")
+	switch h.opts.Scheduler {
+	case Muster:
+		out["muster_gangs_scheduled"] = counterSum("muster_gangs_scheduled_total")
+		out["muster_plans_unplaceable"] = counterSum("muster_gang_unplaceable_total")
+		for cause, v := range counterByLabel("muster_gang_rejections_total", "cause") {
+			out["muster_plans_dropped_"+cause] = v
+		}
+	case NativeGang:
+		for result, v := range counterByLabel("scheduler_podgroup_schedule_attempts_total", "result") {
+			out["podgroup_attempts_"+result] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,729 @@
+// Package sim runs the real kube-scheduler (scheduler.New, with muster's
+// plugins and shipped profile, or the default profile, or the default profile
+// with native gang scheduling) against a simulated cluster: a client-go fake
+// clientset whose binding subresource is recorded, nodes and pods with UIDs,
+// and a virtual clock that decides when jobs arrive, run and finish, and when
+// spot nodes are reclaimed. No API server runs.
+//
+// A run is a sequence of steps. Each step applies everything due at one
+// virtual instant (completions, reclaims, arrivals), then lets the scheduler
+// work on the real clock until it is idle, then records what is bound. The
+// scheduling queue's clock follows the virtual clock, so pod backoff (1-10 s)
+// is short next to job run times, as in a real cluster, and does not depend on
+// how fast this machine is.
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/sim/measure"
+	"github.com/muster-sched/muster/pkg/sim/scenario"
+	"k8s.io/kubernetes/pkg/scheduler"
+)
+
+// Options configure one scheduler's run.
+type Options struct {
+	Plan      *scenario.Plan
+	Scheduler string
+	// Progress receives a progress bar (nil: none).
+	Progress *Progress
+	// SettleQuiet is how long the scheduler must stay idle before a step
+	// counts as settled (default 5ms): long enough for every informer
+	// handler to have seen the step's last change.
+	SettleQuiet time.Duration
+	// StepTimeout bounds the real time of one step (default 3m); a step that
+	// never settles is counted in Details.StalledSteps.
+	StepTimeout time.Duration
+}
+
+// watchBuffer is the fake clientset's per-watcher event buffer. The fake
+// panics when a watcher's buffer is full (default 100), and a step creates
+// thousands of objects at once in the large scenarios.
+const watchBuffer = 1 << 17
+
+// Run runs one scheduler through the plan in this process.
+func Run(ctx context.Context, opts Options) (*measure.Run, error) {
+	if opts.SettleQuiet == 0 {
+		opts.SettleQuiet = 5 * time.Millisecond
+	}
+	if opts.StepTimeout == 0 {
+		opts.StepTimeout = 3 * time.Minute
+	}
+	wallStart := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	h, err := newHarness(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.loop(ctx); err != nil {
+		return nil, err
+	}
+	m, d, series, gangs := h.rec.Result()
+	d.SetupSeconds = h.setup.Seconds()
+	d.StalledSteps = h.stalled
+	d.EndReason = h.endReason
+	d.Extra = h.extraMetrics()
+	d.WallSeconds = time.Since(wallStart).Seconds()
+	return &measure.Run{
+		Scenario: opts.Plan.Scenario.Name, Seed: opts.Plan.Seed,
+		Nodes: len(opts.Plan.Nodes), GPUs: opts.Plan.TotalGPUs(),
+		Metrics: m, Details: d, Series: series, Gangs: gangs,
+	}, nil
+}
+
+// harness is the state of one run. Everything but the binding records and
+// the observation counters belongs to the step loop's goroutine.
+type harness struct {
+	opts   Options
+	plan   *scenario.Plan
+	cs     *fake.Clientset
+	b      *built
+	sched  *scheduler.Scheduler
+	clock  *clocktesting.FakeClock
+	rec    *measure.Recorder
+	counts *counters
+	binds  *bindLog
+
+	cpu, memory resource.Quantity
+	now         time.Duration
+	events      eventQueue
+	nodes       map[string]*nodeSpec
+	slots       []string // spot slot → node filling it now ("" while empty)
+	gangs       []*gangState
+	podGang     map[string]*gangState
+	nodePods    map[string]map[string]bool
+	setup       time.Duration
+	stalled     int
+	endReason   string
+	stepIndex   uint64
+	bindCursor  int
+	lastRejects float64
+	changes     stepChanges
+	parked      chan struct{}
+	resumed     chan struct{}
+	baseline    map[string]float64
+	// resourceVersion numbers every write: the fake tracker keeps object
+	// versions to itself, and the scheduler ignores an update whose
+	// resourceVersion did not change.
+	resourceVersion atomic.Int64
+}
+
+// versioned gives obj the next resourceVersion of counter.
+func versioned[T metav1.Object](counter *atomic.Int64, obj T) T {
+	obj.SetResourceVersion(strconv.FormatInt(counter.Add(1), 10))
+	return obj
+}
+
+type nodeSpec struct {
+	name, rack, zone string
+	gpus             int64
+	spot             bool
+	slot             int
+	generation       int
+}
+
+type gangState struct {
+	job     *scenario.Job
+	jobObj  *batchv1.Job
+	attempt int
+	pods    []string
+	bound   map[string]string // pod → node
+	running bool
+	done    bool
+}
+
+func newHarness(ctx context.Context, opts Options) (*harness, error) {
+	plan := opts.Plan
+	cpu, err := resource.ParseQuantity(plan.Scenario.Cluster.CPU)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.cpu: %w", err)
+	}
+	memory, err := resource.ParseQuantity(plan.Scenario.Cluster.Memory)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.memory: %w", err)
+	}
+	h := &harness{
+		opts: opts, plan: plan, cpu: cpu, memory: memory,
+		rec: measure.NewRecorder(opts.Scheduler), counts: &counters{}, binds: &bindLog{},
+		nodes: map[string]*nodeSpec{}, podGang: map[string]*gangState{}, nodePods: map[string]map[string]bool{},
+		clock:  clocktesting.NewFakeClock(epoch),
+		parked: make(chan struct{}), resumed: make(chan struct{}),
+	}
+	setupStart := time.Now()
+
+	watch.DefaultChanSize = watchBuffer
+	h.cs = fake.NewSimpleClientset()
+	h.cs.PrependReactor("create", "pods", h.bindReactor)
+	for _, n := range plan.Nodes {
+		spec := &nodeSpec{name: n.Name, rack: n.Rack, zone: n.Zone, gpus: n.GPUs, spot: n.Spot, slot: n.Slot}
+		h.nodes[n.Name] = spec
+		if n.Spot {
+			h.slots = append(h.slots, n.Name)
+		}
+		// Nodes go straight into the tracker before the informers start:
+		// they arrive in the initial list, not as thousands of watch events.
+		if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, nodeObject(*spec, cpu, memory))); err != nil {
+			return nil, err
+		}
+	}
+
+	factory := scheduler.NewInformerFactory(h.cs, 0, nil)
+	h.b, err = buildScheduler(ctx, opts.Scheduler, h.cs, factory, h.clock)
+	if err != nil {
+		return nil, err
+	}
+	h.sched = h.b.sched
+	if err := h.counts.watch(factory, h.b.podGroups); err != nil {
+		return nil, err
+	}
+	// The initial list delivers every node as an add: wait for those too.
+	h.counts.wanted[kindNodeAdd].Add(int64(len(plan.Nodes)))
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	if err := h.sched.WaitForHandlersSync(ctx); err != nil {
+		return nil, fmt.Errorf("waiting for scheduler handlers: %w", err)
+	}
+	if err := h.counts.waitCaughtUp(ctx, opts.StepTimeout); err != nil {
+		return nil, err
+	}
+	// Scheduler and plugin metrics live in the process's registry and add up
+	// across runs in one process (tests, benchmarks): start from here.
+	h.baseline = h.counterValues()
+	h.lastRejects = counterSum("muster_gang_rejections_total")
+	h.installBarrier(ctx)
+	go h.sched.Run(ctx)
+	h.setup = time.Since(setupStart)
+
+	for i := range plan.Jobs {
+		j := &plan.Jobs[i]
+		g := &gangState{job: j, bound: map[string]string{}}
+		h.gangs = append(h.gangs, g)
+		heap.Push(&h.events, event{at: j.Submit, kind: evArrival, seq: j.Seq, gang: g})
+	}
+	for i, r := range plan.Reclaims {
+		heap.Push(&h.events, event{at: r.At, kind: evNotice, seq: i, reclaim: &plan.Reclaims[i]})
+	}
+	return h, nil
+}
+
+// Event kinds, in the order they apply within one step: finished jobs free
+// capacity first, then nodes change, then new jobs arrive.
+const (
+	evComplete = iota
+	evNotice
+	evDelete
+	evReplace
+	evArrival
+)
+
+type event struct {
+	at   time.Duration
+	kind int
+	seq  int
+	// gang and attempt: arrivals and completions (a completion of an attempt
+	// a reclaim has since restarted is ignored).
+	gang    *gangState
+	attempt int
+	// reclaim: notices; node: deletions; slot and generation: deletions and
+	// replacements.
+	reclaim    *scenario.Reclaim
+	node       string
+	slot       int
+	generation int
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	if q[i].kind != q[j].kind {
+		return q[i].kind < q[j].kind
+	}
+	if q[i].seq != q[j].seq {
+		return q[i].seq < q[j].seq
+	}
+	// One reclaim event deletes and replaces several nodes: a total order
+	// keeps the seed's runs identical.
+	if q[i].node != q[j].node {
+		return q[i].node < q[j].node
+	}
+	return q[i].slot < q[j].slot
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+func (h *harness) loop(ctx context.Context) error {
+	horizon := h.plan.Scenario.Horizon.Duration
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if h.events.Len() == 0 {
+			h.endReason = h.finishedReason()
+			if h.endReason != allFinished {
+				// Nothing can change any more: the jobs left wait forever.
+				// The run is carried to the horizon so makespan and
+				// allocation count that wait instead of stopping the clock.
+				h.now = horizon
+				h.rec.Step(h.sample(), 0, 0, h.partialGangs())
+				h.endReason += fmt.Sprintf("; the run is carried to the horizon (%s)", horizon)
+			}
+			break
+		}
+		next := h.events[0].at
+		if next > horizon {
+			h.endReason = fmt.Sprintf("horizon %s reached with events left", horizon)
+			h.now = horizon
+			h.rec.Step(h.sample(), 0, 0, h.partialGangs())
+			break
+		}
+		if err := h.step(ctx, next); err != nil {
+			return err
+		}
+	}
+	bound := map[string]int{}
+	for _, g := range h.gangs {
+		if !g.done {
+			bound[g.job.Name] = len(g.bound)
+		}
+	}
+	h.rec.End(h.now, bound)
+	h.opts.Progress.Done(h.progressState())
+	return nil
+}
+
+const allFinished = "all jobs finished"
+
+func (h *harness) finishedReason() string {
+	waiting := 0
+	for _, g := range h.gangs {
+		if !g.done {
+			waiting++
+		}
+	}
+	if waiting == 0 {
+		return allFinished
+	}
+	return fmt.Sprintf("no event left; %d jobs can never run", waiting)
+}
+
+// step applies every event due at t while the scheduling loop is paused,
+// lets the scheduler work until it is idle, and records the outcome. The
+// scheduler's busy time is the time to apply the step's changes (its event
+// handlers run meanwhile) plus the time from resuming it until it is idle.
+func (h *harness) step(ctx context.Context, t time.Duration) error {
+	h.stepIndex++
+	h.cs.ClearActions() // the fake keeps a copy of every call otherwise
+	if err := h.pause(ctx); err != nil {
+		return err
+	}
+	h.now = t
+	h.changes.reset()
+	applyStart := time.Now()
+	var margins time.Duration // deliberate waits, not scheduler work
+	h.clock.SetTime(epoch.Add(t))
+
+	var arriving []*gangState
+	for h.events.Len() > 0 && h.events[0].at == t {
+		e := heap.Pop(&h.events).(event)
+		var err error
+		switch e.kind {
+		case evComplete:
+			err = h.complete(ctx, e)
+		case evNotice:
+			err = h.notice(ctx, e)
+		case evDelete:
+			arriving, err = h.deleteNode(ctx, e, arriving)
+		case evReplace:
+			err = h.replaceNode(ctx, e)
+		case evArrival:
+			h.rec.Submitted(e.gang.job.Name, e.gang.job.Workers, t)
+			arriving = append(arriving, e.gang)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(h.changes.deletedBound)+len(h.changes.deletedQueue) > 0 {
+		// Let every handler see the deletions before the same gangs' new
+		// pods appear: muster forgets a gang whose pods are all gone, and
+		// whether it did decides where a restarted gang queues.
+		if err := h.counts.waitCaughtUp(ctx, h.opts.StepTimeout); err != nil {
+			return err
+		}
+		time.Sleep(handlerMargin)
+		margins += handlerMargin
+	}
+	if err := h.submit(ctx, arriving); err != nil {
+		return err
+	}
+	if err := h.waitDelivered(ctx); err != nil {
+		return err
+	}
+	applied := time.Since(applyStart) - margins
+	time.Sleep(handlerMargin)
+	if v := klog.V(3); v.Enabled() {
+		q := h.sched.SchedulingQueue
+		v.Info("Simulator resumes the scheduler", "virtual", t, "activeQ", len(q.PodsInActiveQ()), "backoffQ", len(q.PodsInBackoffQ()),
+			"unschedulable", len(q.UnschedulablePods()))
+	}
+	resumedAt := time.Now()
+	h.resume()
+	busy, err := h.settle(ctx, resumedAt)
+	if err != nil {
+		return err
+	}
+	binds := h.collectBinds(resumedAt)
+	h.rec.Step(h.sample(), applied+busy, binds, h.partialGangs())
+	h.opts.Progress.Update(h.progressState())
+	return nil
+}
+
+func (h *harness) complete(ctx context.Context, e event) error {
+	g := e.gang
+	if g.done || !g.running || g.attempt != e.attempt {
+		return nil // a reclaim restarted the gang since
+	}
+	if err := h.deletePods(ctx, g); err != nil {
+		return err
+	}
+	g.running, g.done = false, true
+	h.rec.Completed(g.job.Name, h.now)
+	h.counts.want(kindJobDelete)
+	if err := h.cs.BatchV1().Jobs(namespace).Delete(ctx, g.job.Name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	return h.deletePodGroup(ctx, g)
+}
+
+func (h *harness) deletePodGroup(ctx context.Context, g *gangState) error {
+	if !h.b.podGroups {
+		return nil
+	}
+	h.counts.want(kindPodGroupDelete)
+	return h.cs.SchedulingV1beta1().PodGroups(namespace).Delete(ctx, podGroupName(g.job, g.attempt), metav1.DeleteOptions{})
+}
+
+// deletePods deletes every pod of the gang's current attempt.
+func (h *harness) deletePods(ctx context.Context, g *gangState) error {
+	for _, name := range g.pods {
+		h.counts.want(kindPodDelete)
+		if err := h.cs.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			return fmt.Errorf("deleting pod %s: %w", name, err)
+		}
+		ref := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: types.UID("pod-" + name)}}
+		if node, ok := g.bound[name]; ok {
+			delete(h.nodePods[node], name)
+			h.changes.deletedBound = append(h.changes.deletedBound, ref)
+		} else {
+			if h.b.podGroups {
+				ref.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To(podGroupName(g.job, g.attempt))}
+			}
+			h.changes.deletedQueue = append(h.changes.deletedQueue, ref)
+		}
+		delete(h.podGang, name)
+	}
+	g.pods, g.bound = nil, map[string]string{}
+	return nil
+}
+
+// notice taints the nodes filling the event's spot slots; they are deleted
+// Notice later.
+func (h *harness) notice(ctx context.Context, e event) error {
+	churn := h.plan.Scenario.Churn
+	for _, slot := range e.reclaim.Slots {
+		name := h.slots[slot]
+		if name == "" {
+			continue // already reclaimed and not yet replaced
+		}
+		node, err := h.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Spec.Taints = append(node.Spec.Taints, reclaimTaint())
+		h.counts.want(kindNodeUpdate)
+		if _, err := h.cs.CoreV1().Nodes().Update(ctx, versioned(&h.resourceVersion, node), metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		h.slots[slot] = ""
+		h.changes.tainted = append(h.changes.tainted, name)
+		heap.Push(&h.events, event{at: h.now + h.plan.Scenario.Quantize(churn.Notice.Duration), kind: evDelete, seq: e.seq, node: name, slot: slot})
+	}
+	return nil
+}
+
+// deleteNode removes a reclaimed node. Every gang with a pod on it loses the
+// whole gang (a MultiWorkerMirroredStrategy job cannot go on without a
+// peer): its pods are deleted and it is resubmitted in this step.
+func (h *harness) deleteNode(ctx context.Context, e event, arriving []*gangState) ([]*gangState, error) {
+	var broken []*gangState
+	seen := map[*gangState]bool{}
+	pods := make([]string, 0, len(h.nodePods[e.node]))
+	for pod := range h.nodePods[e.node] {
+		pods = append(pods, pod)
+	}
+	sort.Strings(pods)
+	for _, pod := range pods {
+		if g := h.podGang[pod]; g != nil && !seen[g] {
+			seen[g] = true
+			broken = append(broken, g)
+		}
+	}
+	for _, g := range broken {
+		if err := h.deletePods(ctx, g); err != nil {
+			return nil, err
+		}
+		if err := h.deletePodGroup(ctx, g); err != nil {
+			return nil, err
+		}
+		g.running = false
+		g.attempt++
+		h.rec.Broken(g.job.Name)
+		arriving = append(arriving, g)
+	}
+	h.counts.want(kindNodeDelete)
+	if err := h.cs.CoreV1().Nodes().Delete(ctx, e.node, metav1.DeleteOptions{}); err != nil {
+		return nil, err
+	}
+	spec := h.nodes[e.node]
+	delete(h.nodes, e.node)
+	delete(h.nodePods, e.node)
+	if after := h.plan.Scenario.Churn.ReplaceAfter.Duration; after > 0 {
+		heap.Push(&h.events, event{at: h.now + h.plan.Scenario.Quantize(after), kind: evReplace, seq: e.seq, slot: e.slot,
+			generation: spec.generation + 1})
+	}
+	return arriving, nil
+}
+
+// replaceNode adds a new spot node where a reclaimed one was (same rack and
+// zone, a new name).
+func (h *harness) replaceNode(ctx context.Context, e event) error {
+	var orig scenario.Node
+	for _, n := range h.plan.Nodes {
+		if n.Slot == e.slot {
+			orig = n
+		}
+	}
+	spec := &nodeSpec{name: fmt.Sprintf("%s-g%d", orig.Name, e.generation), rack: orig.Rack, zone: orig.Zone, gpus: orig.GPUs,
+		spot: true, slot: e.slot, generation: e.generation}
+	h.counts.want(kindNodeAdd)
+	if _, err := h.cs.CoreV1().Nodes().Create(ctx, versioned(&h.resourceVersion, nodeObject(*spec, h.cpu, h.memory)), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	h.nodes[spec.name] = spec
+	h.slots[e.slot] = spec.name
+	return nil
+}
+
+// submit creates what arriving gangs need, in an order that lets the
+// scheduler see each gang whole: native PodGroups first (pods whose PodGroup
+// the scheduler has not seen wait apart), then every pod with a scheduling
+// gate (interleaved across gangs or job by job), then the Jobs. Until its Job
+// exists muster does not treat a pod as a gang member, so no plugin ever
+// observes a half-created gang; waitDelivered lifts the gates once all of it
+// is in place.
+func (h *harness) submit(ctx context.Context, arriving []*gangState) error {
+	if len(arriving) == 0 {
+		return nil
+	}
+	if h.b.podGroups {
+		for _, g := range arriving {
+			h.counts.want(kindPodGroupAdd)
+			if _, err := h.cs.SchedulingV1beta1().PodGroups(namespace).Create(ctx, versioned(&h.resourceVersion, podGroupObject(g.job, g.attempt, h.now)), metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		if err := h.counts.waitCaughtUp(ctx, h.opts.StepTimeout); err != nil {
+			return err
+		}
+	}
+
+	type podRef struct {
+		g     *gangState
+		index int
+	}
+	var refs []podRef
+	for _, g := range arriving {
+		if g.jobObj == nil {
+			g.jobObj = jobObject(g.job, h.b.schedulerName, h.now)
+		}
+		for i := 0; i < g.job.Workers; i++ {
+			refs = append(refs, podRef{g, i})
+		}
+	}
+	if h.plan.Scenario.Workload.PodOrder == "interleaved" {
+		rng := rand.New(rand.NewPCG(h.plan.Seed, scenario.StreamPodOrder+h.stepIndex))
+		rng.Shuffle(len(refs), func(i, j int) { refs[i], refs[j] = refs[j], refs[i] })
+	}
+	for _, r := range refs {
+		pod := podObject(r.g.job, r.g.jobObj, h.b, r.g.attempt, r.index, h.now)
+		r.g.pods = append(r.g.pods, pod.Name)
+		h.podGang[pod.Name] = r.g
+		h.counts.want(kindPodAdd)
+		if _, err := h.cs.CoreV1().Pods(namespace).Create(ctx, versioned(&h.resourceVersion, pod), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		h.changes.created = append(h.changes.created, pod)
+	}
+	for _, g := range arriving {
+		if g.attempt > 0 {
+			continue // a restarted gang keeps its Job
+		}
+		h.counts.want(kindJobAdd)
+		if _, err := h.cs.BatchV1().Jobs(namespace).Create(ctx, versioned(&h.resourceVersion, g.jobObj), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// collectBinds applies the bindings made in this step to the gangs, and
+// records every gang whose last member was bound. A gang's latency runs from
+// the moment the scheduler was resumed in this step to its last binding.
+func (h *harness) collectBinds(resumedAt time.Time) int {
+	records := h.binds.since(h.bindCursor)
+	h.bindCursor += len(records)
+	lastBind := map[*gangState]time.Time{}
+	var touched []*gangState
+	for _, r := range records {
+		g := h.podGang[r.pod]
+		if g == nil {
+			continue // deleted since (cannot happen: the reactor checks)
+		}
+		if _, ok := lastBind[g]; !ok {
+			touched = append(touched, g)
+		}
+		g.bound[r.pod] = r.node
+		if h.nodePods[r.node] == nil {
+			h.nodePods[r.node] = map[string]bool{}
+		}
+		h.nodePods[r.node][r.pod] = true
+		lastBind[g] = r.at
+	}
+	for _, g := range touched {
+		if g.running || len(g.bound) < g.job.Workers {
+			continue
+		}
+		g.running = true
+		heap.Push(&h.events, event{at: h.now + g.job.Duration, kind: evComplete, seq: g.job.Seq, gang: g, attempt: g.attempt})
+		h.rec.Placed(g.job.Name, h.now, lastBind[g].Sub(resumedAt), h.placement(g))
+	}
+	return len(records)
+}
+
+func (h *harness) placement(g *gangState) measure.Placement {
+	racks, nodes := map[string]bool{}, map[string]bool{}
+	var p measure.Placement
+	for _, node := range g.bound {
+		if nodes[node] {
+			continue
+		}
+		nodes[node] = true
+		spec := h.nodes[node]
+		racks[spec.rack] = true
+		p.Nodes = append(p.Nodes, node)
+		if spec.spot {
+			p.SpotNodes++
+		} else {
+			p.OnDemandNodes++
+		}
+	}
+	sort.Strings(p.Nodes)
+	p.Racks = len(racks)
+	return p
+}
+
+func (h *harness) partialGangs() []string {
+	var out []string
+	for _, g := range h.gangs {
+		if n := len(g.bound); n > 0 && n < g.job.Workers {
+			out = append(out, g.job.Name)
+		}
+	}
+	return out
+}
+
+func (h *harness) sample() measure.Sample {
+	s := measure.Sample{T: h.now.Seconds()}
+	for _, n := range h.nodes {
+		s.CapacityGPUs += n.gpus
+	}
+	for _, g := range h.gangs {
+		held := int64(len(g.bound)) * g.job.GPUs
+		s.HeldGPUs += held
+		if g.running {
+			s.RunningGPUs += held
+		}
+	}
+	return s
+}
+
+func (h *harness) progressState() ProgressState {
+	st := ProgressState{Virtual: h.now, Total: len(h.gangs)}
+	for _, g := range h.gangs {
+		switch {
+		case g.done:
+			st.Done++
+		case g.running:
+			st.Running++
+		}
+	}
+	return st
+}
+
+// bindLog records the bindings the reactor performed, in order.
+type bindLog struct {
+	mu      sync.Mutex
+	records []bindRecord
+}
+
+type bindRecord struct {
+	pod, node string
+	at        time.Time
+}
+
+func (l *bindLog) add(r bindRecord) {
+	l.mu.Lock()
+	l.records = append(l.records, r)
+	l.mu.Unlock()
+}
+
+func (l *bindLog) since(i int) []bindRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]bindRecord(nil), l.records[i:]...)
+}

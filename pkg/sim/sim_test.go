@@ -1,0 +1,178 @@
+package sim
+
+import (
+	"context"
+	"flag"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/muster-sched/muster/pkg/sim/measure"
+	"github.com/muster-sched/muster/pkg/sim/scenario"
+)
+
+// The schedulers log to stderr; keep test output readable.
+func TestMain(m *testing.M) {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(io.Discard)
+	os.Exit(m.Run())
+}
+
+func smallPlan(tb testing.TB, seed uint64) *scenario.Plan {
+	tb.Helper()
+	s, err := scenario.Load("../../bench/scenarios/small.yaml")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := s.Expand(seed)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+func run(tb testing.TB, plan *scenario.Plan, scheduler string) *measure.Run {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := Run(ctx, Options{Plan: plan, Scheduler: scheduler, StepTimeout: time.Minute})
+	if err != nil {
+		tb.Fatalf("running %s: %v", scheduler, err)
+	}
+	return r
+}
+
+// placement keeps what the seed decides and drops what the real clock does
+// (throughput, latency, busy time).
+func placement(r *measure.Run) (measure.Metrics, []measure.GangLog, []measure.Sample) {
+	m := r.Metrics
+	m.PodsPerSecond, m.GangLatencyP50Ms, m.GangLatencyP99Ms = 0, 0, 0
+	return m, r.Gangs, r.Series
+}
+
+// The same seed gives muster the same placements, and so the same placement
+// metrics; the run holds no partial gang and completes every job.
+func TestSameSeedSamePlacement(t *testing.T) {
+	plan := smallPlan(t, 1)
+	first := run(t, plan, Muster)
+	second := run(t, smallPlan(t, 1), Muster)
+
+	m1, g1, s1 := placement(first)
+	m2, g2, s2 := placement(second)
+	if !reflect.DeepEqual(m1, m2) {
+		t.Errorf("placement metrics differ between two runs of seed 1:\n%+v\n%+v", m1, m2)
+	}
+	if !reflect.DeepEqual(g1, g2) {
+		t.Errorf("gang placements differ between two runs of seed 1:\n%+v\n%+v", g1, g2)
+	}
+	if !reflect.DeepEqual(s1, s2) {
+		t.Errorf("allocation series differ between two runs of seed 1")
+	}
+	if m1.GangsTotal != len(plan.Jobs) || m1.GangsCompleted != m1.GangsTotal {
+		t.Errorf("muster completed %d of %d gangs (want all %d)", m1.GangsCompleted, m1.GangsTotal, len(plan.Jobs))
+	}
+	if m1.PartialGangs != 0 || m1.DeadlockedGangs != 0 {
+		t.Errorf("muster left partial gangs: %d partial, %d deadlocked", m1.PartialGangs, m1.DeadlockedGangs)
+	}
+	if first.Details.PodsBound != plan.TotalPods() || first.Details.StalledSteps != 0 {
+		t.Errorf("bound %d of %d pods with %d stalled steps", first.Details.PodsBound, plan.TotalPods(), first.Details.StalledSteps)
+	}
+	for _, g := range first.Gangs {
+		if g.Placed < g.Submitted || g.Completed <= g.Placed {
+			t.Errorf("gang %s: submitted %.0fs, placed %.0fs, completed %.0fs", g.Name, g.Submitted, g.Placed, g.Completed)
+		}
+	}
+}
+
+// The default profile runs the same plan through the same harness: every pod
+// is bound eventually on small (it has room for every gang in turn).
+func TestDefaultProfileRuns(t *testing.T) {
+	plan := smallPlan(t, 1)
+	r := run(t, plan, Default)
+	if r.Metrics.GangsCompleted != len(plan.Jobs) || r.Details.StalledSteps != 0 {
+		t.Errorf("default completed %d of %d gangs, %d stalled steps (%s)", r.Metrics.GangsCompleted, len(plan.Jobs), r.Details.StalledSteps, r.Details.EndReason)
+	}
+	if r.Details.Extra["gate_opportunistic_batching"] != 1 {
+		t.Errorf("OpportunisticBatching is on by default in 1.37; extra = %v", r.Details.Extra)
+	}
+}
+
+// Native gang scheduling turns on a process-wide feature gate, which would
+// change every later scheduler in the process; it is refused here and run in
+// a child process by RunAll.
+func TestNativeGangNeedsItsOwnProcess(t *testing.T) {
+	if err := ensureGate(Muster); err != nil {
+		t.Fatalf("muster in a fresh process: %v", err)
+	}
+	if _, err := ParseSchedulers("muster,nope"); err == nil {
+		t.Error("ParseSchedulers accepted an unknown scheduler")
+	}
+	if got, err := ParseSchedulers(" default,muster,default "); err != nil || !reflect.DeepEqual(got, []string{Default, Muster}) {
+		t.Errorf("ParseSchedulers = %v, %v", got, err)
+	}
+}
+
+func TestMusterConfigIsTheShippedProfile(t *testing.T) {
+	cfg, err := MusterConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName != "muster" {
+		t.Fatalf("profiles %+v, want one named muster", cfg.Profiles)
+	}
+	p := cfg.Profiles[0].Plugins
+	if p.QueueSort.Enabled[0].Name != "MusterGang" {
+		t.Errorf("queueSort = %+v, want MusterGang", p.QueueSort.Enabled)
+	}
+	for _, pl := range p.PostFilter.Enabled {
+		if pl.Name == "DefaultPreemption" {
+			t.Error("DefaultPreemption is enabled; the shipped profile disables it")
+		}
+	}
+}
+
+// BenchmarkSmall drives each scheduler through the small scenario; pods/s is
+// the simulator's metric (bindings per second of scheduler busy time).
+func BenchmarkSmall(b *testing.B) {
+	for _, name := range []string{Muster, Default} {
+		b.Run(name, func(b *testing.B) {
+			var pps float64
+			for i := 0; i < b.N; i++ {
+				r := run(b, smallPlan(b, 1), name)
+				pps += r.Metrics.PodsPerSecond
+			}
+			b.ReportMetric(pps/float64(b.N), "pods/s")
+		})
+	}
+}
+
+// Off a terminal the bar writes a line per 10% and one at the end, and
+// nothing for runs shorter than two seconds.
+func TestProgressLines(t *testing.T) {
+	var out strings.Builder
+	quiet := NewProgress(&out, "muster", false)
+	quiet.Update(ProgressState{Done: 5, Total: 10})
+	quiet.Done(ProgressState{Done: 10, Total: 10})
+	if out.Len() != 0 {
+		t.Fatalf("a run under two seconds printed %q", out.String())
+	}
+	p := NewProgress(&out, "muster", false)
+	p.start = p.start.Add(-progressDelay)
+	for done := 0; done <= 10; done++ {
+		p.Update(ProgressState{Done: done, Total: 10, Virtual: time.Duration(done) * time.Minute})
+		p.Update(ProgressState{Done: done, Total: 10, Virtual: time.Duration(done) * time.Minute})
+	}
+	p.Done(ProgressState{Done: 10, Total: 10})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 11 || !strings.Contains(lines[10], "100%  10/10 jobs done") {
+		t.Errorf("got %d lines, want 11 ending at 100%%:\n%s", len(lines), out.String())
+	}
+}
