@@ -5,7 +5,7 @@
 # Sized to finish within 10 minutes on a 2-core machine.
 #
 #   SEED=1 SCENARIOS="exact-fill contention" hack/bench.sh
-#   GO_WRAP="flock /tmp/build.lock" hack/bench.sh   # serialise the build
+#   GO_WRAP="flock build.lock" hack/bench.sh   # serialise the build
 #   KEEP_RUNS=1 hack/bench.sh   # keep runs/ (per-gang placements, scheduler logs)
 set -o errexit -o nounset -o pipefail
 
