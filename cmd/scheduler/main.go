@@ -8,11 +8,10 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
-	"github.com/muster-sched/muster/pkg/plugins"
+	"github.com/muster-sched/muster/pkg/schedulercmd"
 )
 
 func main() {
-	os.Exit(cli.Run(app.NewSchedulerCommand(plugins.WithMusterPlugins())))
+	os.Exit(cli.Run(schedulercmd.New()))
 }

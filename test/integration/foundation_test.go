@@ -1,6 +1,10 @@
 package integration
 
 import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,4 +48,31 @@ func TestLonePodBoundToGPUNode(t *testing.T) {
 	if o.Spec.NodeName != "" || len(o.Status.Conditions) != 0 {
 		t.Errorf("pod for another scheduler was touched: node %q, conditions %v", o.Spec.NodeName, o.Status.Conditions)
 	}
+}
+
+// The scheduler command, as a process, with the shipped config file and
+// --kubeconfig (which plain kube-scheduler ignores next to --config).
+func TestSchedulerCommandWithShippedConfigAndKubeconfig(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "cmd")}
+	c.addNodes(gpuNodes(1, 8)...)
+	cmd := exec.CommandContext(ctx, os.Args[0], "--config=../../manifests/scheduler/scheduler-config.yaml",
+		"--kubeconfig="+cp.Kubeconfig, "--leader-elect=false", "--secure-port=0")
+	cmd.Env = append(os.Environ(), runAsScheduler+"=1")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("scheduler output (tail):\n%s", tail(out.String(), 3000))
+		}
+	}()
+	c.createJob(jobSpec{name: "cmd", workers: 2, gpus: 4})
+	c.waitJobBound("cmd", 2)
 }

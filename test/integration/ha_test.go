@@ -13,22 +13,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/cli"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/controlplane"
-	"github.com/muster-sched/muster/pkg/plugins"
+	"github.com/muster-sched/muster/pkg/schedulercmd"
 )
 
-// runAsScheduler makes this test binary act as cmd/scheduler when started
+// runAsScheduler makes this test binary act as cmd/scheduler (the same
+// command) when started
 // with it set, so HA tests run real scheduler processes (kube-scheduler exits
 // the process when it loses leadership) without building another binary.
 const runAsScheduler = "MUSTER_TEST_RUN_SCHEDULER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(runAsScheduler) == "1" {
-		os.Exit(cli.Run(app.NewSchedulerCommand(plugins.WithMusterPlugins())))
+		os.Exit(cli.Run(schedulercmd.New()))
 	}
 	os.Exit(m.Run())
 }
