@@ -72,29 +72,46 @@ func runDemo(ctx context.Context, args []string) error {
 		return fmt.Errorf("demo failed: %w", err)
 	}
 
-	// Part two: the simulator's small scenario, muster beside kube-scheduler's
-	// default profile and native gang scheduling, same seed.
+	// Part two: the simulator's small scenario played on the embedded
+	// control plane with the muster scheduler as it runs in a cluster.
+	live := filepath.Join("out", "demo-live")
+	fmt.Printf("\nscenario small on the in-process control plane (16 nodes × 8 GPUs, 7 gangs in two waves, 1 virtual s = 50 ms)...\n")
+	rep, err := demo.RunScenario(ctx, demo.LiveOptions{Logs: logOut, ScenarioFile: demo.ScenarioPath("small"),
+		Seed: 1, Scale: 50 * time.Millisecond, Dir: live})
+	if err != nil {
+		return err
+	}
+	if err := printResults(rep); err != nil {
+		return err
+	}
+	fmt.Printf("plot of GPU allocation over time: %s\n", filepath.Join(live, report.PlotFile))
+
+	// Part three: the same scenario in the simulator, muster beside
+	// kube-scheduler's default profile and native gang scheduling.
 	out := filepath.Join("out", "demo-small")
-	fmt.Printf("\nsimulated cluster, scenario small (16 nodes × 8 GPUs, 7 gangs, seed 1): muster, default, native-gang...\n")
+	fmt.Printf("\nthe same scenario in the simulator: muster, default, native-gang (seed 1)...\n")
 	if err := runSim(ctx, []string{"--scenario", "small", "--schedulers", "muster,default,native-gang", "--seed", "1",
 		"--out", out, "--progress", "never"}); err != nil {
 		return err
 	}
-	rep, _, err := report.Read(out)
-	if err != nil {
+	if rep, _, err = report.Read(out); err != nil {
 		return err
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "SCHEDULER	GANGS DONE	PARTIAL	DEADLOCKED	GPU ALLOC	MAKESPAN (s)	RACKS/GANG	PODS/S")
-	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%s	%d/%d	%d	%d	%.3f	%.0f	%.2f	%.0f\n", r.Scheduler, r.GangsCompleted, r.GangsTotal, r.PartialGangs,
-			r.DeadlockedGangs, r.GPUAllocationRatio, r.MakespanS, r.MeanRacksPerGang, r.PodsPerSecond)
-	}
-	if err := w.Flush(); err != nil {
+	if err := printResults(rep); err != nil {
 		return err
 	}
-	fmt.Printf("\nplot of GPU allocation over time: %s\nfull report: %s\n", filepath.Join(out, report.PlotFile), filepath.Join(out, report.MarkdownFile))
+	fmt.Printf("plot of GPU allocation over time: %s\nfull report: %s\n", filepath.Join(out, report.PlotFile), filepath.Join(out, report.MarkdownFile))
 	return nil
+}
+
+func printResults(rep *report.Report) error {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "SCHEDULER\tGANGS DONE\tPARTIAL\tDEADLOCKED\tGPU ALLOC\tMAKESPAN (s)\tRACKS/GANG")
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "%s\t%d/%d\t%d\t%d\t%.3f\t%.0f\t%.2f\n", r.Scheduler, r.GangsCompleted, r.GangsTotal, r.PartialGangs,
+			r.DeadlockedGangs, r.GPUAllocationRatio, r.MakespanS, r.MeanRacksPerGang)
+	}
+	return w.Flush()
 }
 
 func runSim(ctx context.Context, args []string) error {

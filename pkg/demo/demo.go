@@ -38,13 +38,7 @@ type Options struct {
 // where each worker landed and the TF_CONFIG it would read.
 func Run(ctx context.Context, opts Options) error {
 	out := opts.Out
-	logs := opts.Logs
-	if logs == nil {
-		logs = io.Discard
-	}
-	klog.LogToStderr(false)
-	klog.SetOutput(logs)
-	tb := &controlplane.ProcessTB{Output: logs}
+	tb := &controlplane.ProcessTB{Output: routeLogs(opts.Logs)}
 	defer tb.Close()
 
 	start := time.Now()
@@ -194,4 +188,15 @@ func printPlacement(out io.Writer, cp *controlplane.ControlPlane, ctx context.Co
 		fmt.Fprintf(out, "  %s: %s\n", p.Name, strings.TrimSpace(tfConfig))
 	}
 	return nil
+}
+
+// routeLogs sends klog output (the control plane's and the scheduler's) to w,
+// or discards it when w is nil, and returns where it goes.
+func routeLogs(w io.Writer) io.Writer {
+	if w == nil {
+		w = io.Discard
+	}
+	klog.LogToStderr(false)
+	klog.SetOutput(w)
+	return w
 }
