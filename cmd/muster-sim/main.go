@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/muster-sched/muster/pkg/demo"
 	"github.com/muster-sched/muster/pkg/sim"
 	"github.com/muster-sched/muster/pkg/sim/report"
+	"github.com/muster-sched/muster/pkg/sim/scenario"
 )
 
 const usage = `usage:
@@ -32,6 +34,8 @@ const usage = `usage:
       simulated-cluster benchmark; writes DIR/report.json, report.md, allocation.svg
   muster-sim summarize --update BENCHMARKS.md DIR...
       renders the standard set's results into BENCHMARKS.md
+  muster-sim soak [--scenario large] [--runs 2]
+      runs muster through a scenario repeatedly in one process; goroutines and heap after each run
 `
 
 func main() {
@@ -50,6 +54,8 @@ func main() {
 		err = runSim(ctx, args)
 	case "summarize":
 		err = summarize(args)
+	case "soak":
+		err = soak(ctx, args)
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -240,4 +246,41 @@ func kubernetesVersion() string {
 		}
 	}
 	return "unknown"
+}
+
+// soak runs muster through a scenario several times in this process and
+// reports goroutines and heap after each run: a leak shows as growth.
+func soak(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("soak", flag.ExitOnError)
+	scenarioArg := fs.String("scenario", "large", "scenario name or path")
+	runs := fs.Int("runs", 2, "how many runs")
+	seed := fs.Uint64("seed", 1, "seed")
+	_ = fs.Parse(args)
+	path, err := sim.ResolveScenario(*scenarioArg, "")
+	if err != nil {
+		return err
+	}
+	sc, err := scenario.Load(path)
+	if err != nil {
+		return err
+	}
+	plan, err := sc.Expand(*seed)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "RUN\tWALL\tGANGS DONE\tPARTIAL\tGOROUTINES AFTER\tHEAP IN USE AFTER (MiB)")
+	for i := 1; i <= *runs; i++ {
+		start := time.Now()
+		r, err := sim.Run(ctx, sim.Options{Plan: plan, Scheduler: sim.Muster})
+		if err != nil {
+			return err
+		}
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		fmt.Fprintf(w, "%d\t%s\t%d/%d\t%d\t%d\t%.1f\n", i, time.Since(start).Round(100*time.Millisecond),
+			r.Metrics.GangsCompleted, r.Metrics.GangsTotal, r.Metrics.PartialGangs, runtime.NumGoroutine(), float64(m.HeapInuse)/(1<<20))
+	}
+	return w.Flush()
 }

@@ -114,7 +114,7 @@ func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause
 		pending, _, _ := p.members(other)
 		p.activate(logger, pending)
 	}
-	time.AfterFunc(backoff, func() {
+	p.after(backoff, func() {
 		pending, _, _ := p.members(key)
 		p.activate(logger, pending)
 	})

@@ -7,6 +7,7 @@ package mustergang
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -68,6 +69,9 @@ type Plugin struct {
 	pgClient  *v1alpha1.Client
 	status    *statusWriter
 	now       func() time.Time
+
+	timersMu sync.Mutex
+	timers   map[*time.Timer]bool // nil once the scheduler stopped
 }
 
 // New builds the plugin: validates args, adds the gang index to the pod
@@ -81,7 +85,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := config.ValidateMusterGangArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), args); err != nil {
 		return nil, err
 	}
-	p := &Plugin{handle: h, args: args, registry: gang.NewRegistry(), now: time.Now}
+	p := &Plugin{handle: h, args: args, registry: gang.NewRegistry(), now: time.Now, timers: map[*time.Timer]bool{}}
+	go func() {
+		<-ctx.Done()
+		p.stopTimers()
+	}()
 	p.status = newStatusWriter(p)
 	for _, l := range args.TopologyLevels {
 		p.levels = append(p.levels, gang.Level{Name: l.Name, Label: l.NodeLabel})
@@ -209,4 +217,32 @@ func specUnchanged(oldObj, newObj interface{}) bool {
 	o, err1 := meta.Accessor(oldObj)
 	n, err2 := meta.Accessor(newObj)
 	return err1 == nil && err2 == nil && o.GetGeneration() == n.GetGeneration()
+}
+
+// after runs f after d unless the scheduler stops first. Pending timers hold
+// the plugin (and through its handle the scheduler's caches), so they are
+// stopped with the scheduler instead of firing minutes later.
+func (p *Plugin) after(d time.Duration, f func()) {
+	p.timersMu.Lock()
+	defer p.timersMu.Unlock()
+	if p.timers == nil {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		p.timersMu.Lock()
+		delete(p.timers, t) // t is set: the lock was held while it was assigned
+		p.timersMu.Unlock()
+		f()
+	})
+	p.timers[t] = true
+}
+
+func (p *Plugin) stopTimers() {
+	p.timersMu.Lock()
+	defer p.timersMu.Unlock()
+	for t := range p.timers {
+		t.Stop()
+	}
+	p.timers = nil
 }

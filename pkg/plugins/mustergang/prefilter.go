@@ -182,7 +182,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s was planned concurrently; retrying", key))
 	}
 	id := active.ID
-	time.AfterFunc(info.timeout, func() { p.expirePlan(key, id) })
+	p.after(info.timeout, func() { p.expirePlan(key, id) })
 	logger.V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "level", plan.Level, "domain", plan.Domain,
 		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "duration", now.Sub(start))
 	p.notice(ctx, info, v1.EventTypeNormal, ReasonPlanned, fmt.Sprintf("gang %s: %d members planned on %d nodes in %s %s (%d preemptible)",
