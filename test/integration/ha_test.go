@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/manifests"
+	"github.com/muster-sched/muster/pkg/controllercmd"
 	"github.com/muster-sched/muster/pkg/controlplane"
 	"github.com/muster-sched/muster/pkg/schedulercmd"
 )
@@ -24,27 +25,35 @@ import (
 // command) when started
 // with it set, so HA tests run real scheduler processes (kube-scheduler exits
 // the process when it loses leadership) without building another binary.
-const runAsScheduler = "MUSTER_TEST_RUN_SCHEDULER"
+const (
+	runAsScheduler  = "MUSTER_TEST_RUN_SCHEDULER"
+	runAsController = "MUSTER_TEST_RUN_CONTROLLER"
+)
 
 func TestMain(m *testing.M) {
-	if os.Getenv(runAsScheduler) == "1" {
+	switch {
+	case os.Getenv(runAsScheduler) == "1":
 		os.Exit(cli.Run(schedulercmd.New()))
+	case os.Getenv(runAsController) == "1":
+		os.Exit(controllercmd.Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
 
-// replica is a scheduler process with leader election on.
+// replica is a component process (scheduler or controller) with leader
+// election on.
 type replica struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  string
+	name  string
+	cmd   *exec.Cmd
+	done  chan struct{}
+	log   string
+	lease string
 }
 
-// leads reports whether the replica's log says it acquired the lease.
+// leads reports whether the replica's log says it acquired its lease.
 func (r *replica) leads() bool {
 	out, _ := os.ReadFile(r.log)
-	return strings.Contains(string(out), `"Successfully acquired lease" lock="muster-system/muster-scheduler"`)
+	return strings.Contains(string(out), `"Successfully acquired lease" lock="muster-system/`+r.lease+`"`)
 }
 
 func (c *cluster) startReplica(name string) *replica {
@@ -59,10 +68,17 @@ func (c *cluster) startReplica(name string) *replica {
 	if err := os.WriteFile(config, data, 0o600); err != nil {
 		c.t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "--config="+config, "--secure-port=0",
+	return c.startProcess(name, runAsScheduler, "muster-scheduler", "--config="+config, "--secure-port=0",
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms", "--v=1")
-	cmd.Env = append(os.Environ(), runAsScheduler+"=1")
-	log, err := os.Create(filepath.Join(dir, name+".log"))
+}
+
+// startProcess runs this test binary as the component selected by env, with
+// args, logging to a file; it is killed when the test ends.
+func (c *cluster) startProcess(name, env, lease string, args ...string) *replica {
+	c.t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), env+"=1")
+	log, err := os.Create(filepath.Join(c.t.TempDir(), name+".log"))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -70,7 +86,7 @@ func (c *cluster) startReplica(name string) *replica {
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	r := &replica{name: name, cmd: cmd, done: make(chan struct{}), log: log.Name()}
+	r := &replica{name: name, cmd: cmd, done: make(chan struct{}), log: log.Name(), lease: lease}
 	go func() { _ = cmd.Wait(); close(r.done); _ = log.Close() }()
 	c.t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -167,4 +183,63 @@ func TestFailoverWhileGangWaits(t *testing.T) {
 		return countBound(c.groupPods("ha")) == 3, nil
 	})
 	obs.check(t, 10*time.Second)
+}
+
+// Two TF_CONFIG controller replicas with leader election: the leader is
+// killed, the follower takes over, serves a new Job, and leaves the Secret the
+// old leader wrote untouched.
+func TestControllerFailover(t *testing.T) {
+	cp := controlplane.Start(t)
+	c := &cluster{ControlPlane: cp, t: t, ctx: context.Background(), ns: cp.Namespace(t, "ctrl-ha")}
+	if _, err := c.Client.CoreV1().Namespaces().Create(c.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "muster-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replicas := map[string]*replica{}
+	for _, name := range []string{"a", "b"} {
+		replicas[name] = c.startProcess("controller-"+name, runAsController, "muster-tfconfig-controller",
+			"--kubeconfig="+cp.Kubeconfig, "--health-addr=", "--metrics-addr=",
+			"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms")
+	}
+	var leader, follower *replica
+	c.waitFor("a leader", 60*time.Second, func() (bool, error) {
+		switch {
+		case replicas["a"].leads():
+			leader, follower = replicas["a"], replicas["b"]
+		case replicas["b"].leads():
+			leader, follower = replicas["b"], replicas["a"]
+		}
+		return leader != nil, nil
+	})
+	tfJob := func(name string) {
+		c.createJob(jobSpec{name: name, workers: 2, gpus: 1, scheduler: "none",
+			labels: map[string]string{"muster.dev/tf-config": "true"}, subdomain: name})
+	}
+	secret := func(name string) *corev1.Secret {
+		var s *corev1.Secret
+		c.waitFor("Secret "+name, 60*time.Second, func() (bool, error) {
+			got, err := c.Client.CoreV1().Secrets(c.ns).Get(c.ctx, name, metav1.GetOptions{})
+			s = got
+			return err == nil, nil
+		})
+		return s
+	}
+	tfJob("first")
+	before := secret("first-tf-config")
+
+	_ = leader.cmd.Process.Kill()
+	<-leader.done
+	c.waitFor("the follower leads", 60*time.Second, func() (bool, error) {
+		select {
+		case <-follower.done:
+			return false, fmt.Errorf("follower exited")
+		default:
+		}
+		return follower.leads(), nil
+	})
+	tfJob("second")
+	secret("second-tf-config")
+	after := secret("first-tf-config")
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the new leader rewrote an unchanged Secret (resourceVersion %s -> %s)", before.ResourceVersion, after.ResourceVersion)
+	}
 }
