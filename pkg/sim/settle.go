@@ -46,6 +46,11 @@ func (h *harness) bindReactor(action k8stesting.Action) (bool, runtime.Object, e
 		return true, nil, err
 	}
 	pod := obj.(*v1.Pod).DeepCopy()
+	if h.opts.BindFault != nil {
+		if err := h.opts.BindFault(pod, binding.Target.Name); err != nil {
+			return true, nil, err
+		}
+	}
 	if pod.Spec.NodeName != "" {
 		return true, nil, apierrors.NewConflict(podsResource.GroupResource(), pod.Name, fmt.Errorf("pod is already bound to %s", pod.Spec.NodeName))
 	}

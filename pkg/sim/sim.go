@@ -53,6 +53,9 @@ type Options struct {
 	// StepTimeout bounds the real time of one step (default 3m); a step that
 	// never settles is counted in Details.StalledSteps.
 	StepTimeout time.Duration
+	// BindFault, when set, is asked before each binding; an error fails that
+	// binding like an API server error would (fault injection in tests).
+	BindFault func(pod *v1.Pod, node string) error
 }
 
 // watchBuffer is the fake clientset's per-watcher event buffer. The fake

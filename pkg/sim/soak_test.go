@@ -3,8 +3,13 @@ package sim
 import (
 	"context"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -43,5 +48,40 @@ func TestRepeatedRunsDoNotLeak(t *testing.T) {
 	}
 	if heap > 2*baseHeap+16<<20 {
 		t.Errorf("heap in use grew from %.1f MiB to %.1f MiB", float64(baseHeap)/(1<<20), float64(heap)/(1<<20))
+	}
+}
+
+// Bindings that fail after a gang was allowed (an API server error) are
+// retried by the scheduler: every gang still completes, none is left partly
+// bound at the end, and the failed members are placed again.
+func TestBindFailuresAreRetried(t *testing.T) {
+	var mu sync.Mutex
+	failed := map[string]bool{}
+	fault := func(pod *v1.Pod, node string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		// The first binding of every gang's index-1 member fails once.
+		if strings.HasSuffix(pod.Name, "-1") && !failed[pod.Name] {
+			failed[pod.Name] = true
+			return apierrors.NewServiceUnavailable("injected bind failure")
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r, err := Run(ctx, Options{Plan: smallPlan(t, 1), Scheduler: Muster, StepTimeout: time.Minute, BindFault: fault})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	injected := len(failed)
+	mu.Unlock()
+	if injected == 0 {
+		t.Fatal("no binding failure was injected: the test tests nothing")
+	}
+	m := r.Metrics
+	t.Logf("%d bind failures injected; gangs %d/%d completed, %d ever partial, %d partial at the end", injected, m.GangsCompleted, m.GangsTotal, m.PartialGangs, m.DeadlockedGangs)
+	if m.GangsCompleted != m.GangsTotal || m.DeadlockedGangs != 0 {
+		t.Errorf("with bind failures: %d/%d gangs completed, %d partly bound at the end", m.GangsCompleted, m.GangsTotal, m.DeadlockedGangs)
 	}
 }
