@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/muster-sched/muster/pkg/controller/tfconfig"
 	"github.com/muster-sched/muster/pkg/controlplane"
 )
 
@@ -113,4 +118,70 @@ func TestSchedulerSurvivesAPIOutage(t *testing.T) {
 	}
 	proxy.setCut(false)
 	c.waitJobBound("during", 2)
+}
+
+// The TF_CONFIG controller loses the API server while a Job is created and
+// writes its Secret once the connection returns.
+func TestControllerSurvivesAPIOutage(t *testing.T) {
+	cp := controlplane.Start(t)
+	u, err := url.Parse(cp.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startCutProxy(t, u.Host)
+	viaProxy, err := cp.Via("https://" + proxy.l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "ctrl-outage")}
+	controller := tfconfig.NewController(viaProxy.Client)
+	done := make(chan error, 1)
+	go func() { done <- controller.Run(ctx, 1) }()
+	defer func() { cancel(); <-done }()
+	c.waitFor("controller synced", 30*time.Second, func() (bool, error) { return controller.HasSynced(), nil })
+
+	proxy.setCut(true)
+	c.createJob(jobSpec{name: "during", workers: 2, gpus: 1, scheduler: "none",
+		labels: map[string]string{"muster.dev/tf-config": "true"}, subdomain: "during"})
+	c.waitFor("controller reconnect attempts refused", 60*time.Second, func() (bool, error) { return proxy.dropped.Load() >= 3, nil })
+	if _, err := c.Client.CoreV1().Secrets(c.ns).Get(ctx, "during-tf-config", metav1.GetOptions{}); err == nil {
+		t.Fatal("Secret written while the controller could not reach the API server")
+	}
+	proxy.setCut(false)
+	c.waitFor("Secret written after the outage", 60*time.Second, func() (bool, error) {
+		_, err := c.Client.CoreV1().Secrets(c.ns).Get(ctx, "during-tf-config", metav1.GetOptions{})
+		return err == nil, nil
+	})
+}
+
+// Without the PodGroup CRD the scheduler starts (it never waits on an API
+// that is not served), explains pods that name a PodGroup, and still
+// schedules Job gangs.
+func TestWithoutPodGroupCRD(t *testing.T) {
+	cp := controlplane.Start(t)
+	ext, err := apiextensionsclient.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := ext.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, "podgroups.scheduling.x-k8s.io", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "nocrd")}
+	c.waitFor("PodGroup API gone from discovery", 60*time.Second, func() (bool, error) {
+		_, err := cp.Client.Discovery().ServerResourcesForGroupVersion("scheduling.x-k8s.io/v1alpha1")
+		return apierrors.IsNotFound(err), nil
+	})
+	c.addNodes(gpuNodes(2, 8)...)
+	stop := c.startScheduler()
+	defer stop()
+	c.createGroupPod("pg", "grouped", 1)
+	c.waitFor("grouped pod explained", 30*time.Second, func() (bool, error) {
+		p, err := c.Client.CoreV1().Pods(c.ns).Get(ctx, "grouped", metav1.GetOptions{})
+		return err == nil && unschedulableWith(p, "the PodGroup API (podgroups.scheduling.x-k8s.io) is not installed"), err
+	})
+	c.createJob(jobSpec{name: "job", workers: 2, gpus: 8})
+	c.waitJobBound("job", 2)
 }
