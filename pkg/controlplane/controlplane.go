@@ -133,15 +133,7 @@ func freeURL() *url.URL {
 func (cp *ControlPlane) As(user string, groups ...string) (*ControlPlane, error) {
 	cfg := rest.CopyConfig(cp.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	path, err := writeKubeconfig(cp.tb.TempDir(), cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &ControlPlane{Config: cfg, Client: client, Kubeconfig: path, tb: cp.tb}, nil
+	return cp.withConfig(cfg)
 }
 
 // Via returns a view of the control plane whose clients reach the API
@@ -149,6 +141,12 @@ func (cp *ControlPlane) As(user string, groups ...string) (*ControlPlane, error)
 func (cp *ControlPlane) Via(host string) (*ControlPlane, error) {
 	cfg := rest.CopyConfig(cp.Config)
 	cfg.Host = host
+	return cp.withConfig(cfg)
+}
+
+// withConfig is a view of the control plane with its clients and kubeconfig
+// built from cfg.
+func (cp *ControlPlane) withConfig(cfg *rest.Config) (*ControlPlane, error) {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

@@ -53,6 +53,22 @@ func startCutProxy(t *testing.T, target string) *cutProxy {
 	return p
 }
 
+// proxied puts a cutProxy in front of the control plane's API server and
+// returns it with a view of the control plane that goes through it.
+func proxied(t *testing.T, cp *controlplane.ControlPlane) (*cutProxy, *controlplane.ControlPlane) {
+	t.Helper()
+	u, err := url.Parse(cp.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startCutProxy(t, u.Host)
+	viaProxy, err := cp.Via("https://" + proxy.l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proxy, viaProxy
+}
+
 func (p *cutProxy) forward(in net.Conn) {
 	out, err := net.Dial("tcp", p.target)
 	if err != nil {
@@ -88,15 +104,7 @@ func (p *cutProxy) setCut(cut bool) {
 // scheduler catches up and places the whole gang.
 func TestSchedulerSurvivesAPIOutage(t *testing.T) {
 	cp := controlplane.Start(t)
-	u, err := url.Parse(cp.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := startCutProxy(t, u.Host)
-	viaProxy, err := cp.Via("https://" + proxy.l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, viaProxy := proxied(t, cp)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "outage")}
 	c.addNodes(gpuNodes(4, 8)...)
@@ -124,15 +132,7 @@ func TestSchedulerSurvivesAPIOutage(t *testing.T) {
 // writes its Secret once the connection returns.
 func TestControllerSurvivesAPIOutage(t *testing.T) {
 	cp := controlplane.Start(t)
-	u, err := url.Parse(cp.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := startCutProxy(t, u.Host)
-	viaProxy, err := cp.Via("https://" + proxy.l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, viaProxy := proxied(t, cp)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "ctrl-outage")}
 	controller := tfconfig.NewController(viaProxy.Client)

@@ -99,6 +99,38 @@ func (c *cluster) startProcess(name, env, lease string, args ...string) *replica
 	return r
 }
 
+// waitForLeader waits until one of the two replicas leads and returns it
+// first.
+func (c *cluster) waitForLeader(a, b *replica) (leader, follower *replica) {
+	c.t.Helper()
+	c.waitFor("a leader", 60*time.Second, func() (bool, error) {
+		switch {
+		case a.leads():
+			leader, follower = a, b
+		case b.leads():
+			leader, follower = b, a
+		}
+		return leader != nil, nil
+	})
+	return leader, follower
+}
+
+// killAndFailOver kills the leader without letting it release the lease and
+// waits for the follower to take over.
+func (c *cluster) killAndFailOver(leader, follower *replica) {
+	c.t.Helper()
+	_ = leader.cmd.Process.Kill()
+	<-leader.done
+	c.waitFor("the follower leads", 60*time.Second, func() (bool, error) {
+		select {
+		case <-follower.done:
+			return false, fmt.Errorf("follower exited")
+		default:
+		}
+		return follower.leads(), nil
+	})
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
@@ -123,16 +155,7 @@ func TestFailoverWhileGangWaits(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		replicas[name] = c.startReplica(name)
 	}
-	var leader, follower *replica
-	c.waitFor("a leader", 60*time.Second, func() (bool, error) {
-		switch {
-		case replicas["a"].leads():
-			leader, follower = replicas["a"], replicas["b"]
-		case replicas["b"].leads():
-			leader, follower = replicas["b"], replicas["a"]
-		}
-		return leader != nil, nil
-	})
+	leader, follower := c.waitForLeader(replicas["a"], replicas["b"])
 
 	c.createPodGroup("ha", 3, ptr.To[int32](600))
 	for i := range 2 {
@@ -154,16 +177,7 @@ func TestFailoverWhileGangWaits(t *testing.T) {
 
 	// Stop the leader hard (no lease release), while the gang waits in its
 	// memory only; the follower must take over.
-	_ = leader.cmd.Process.Kill()
-	<-leader.done
-	c.waitFor("the follower leads", 60*time.Second, func() (bool, error) {
-		select {
-		case <-follower.done:
-			return false, fmt.Errorf("follower exited")
-		default:
-		}
-		return follower.leads(), nil
-	})
+	c.killAndFailOver(leader, follower)
 	if n := countBound(c.groupPods("ha")); n != 0 {
 		t.Fatalf("%d members bound while one member cannot run", n)
 	}
@@ -200,16 +214,7 @@ func TestControllerFailover(t *testing.T) {
 			"--kubeconfig="+cp.Kubeconfig, "--health-addr=", "--metrics-addr=",
 			"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms")
 	}
-	var leader, follower *replica
-	c.waitFor("a leader", 60*time.Second, func() (bool, error) {
-		switch {
-		case replicas["a"].leads():
-			leader, follower = replicas["a"], replicas["b"]
-		case replicas["b"].leads():
-			leader, follower = replicas["b"], replicas["a"]
-		}
-		return leader != nil, nil
-	})
+	leader, follower := c.waitForLeader(replicas["a"], replicas["b"])
 	tfJob := func(name string) {
 		c.createJob(jobSpec{name: name, workers: 2, gpus: 1, scheduler: "none",
 			labels: map[string]string{"muster.dev/tf-config": "true"}, subdomain: name})
@@ -226,16 +231,7 @@ func TestControllerFailover(t *testing.T) {
 	tfJob("first")
 	before := secret("first-tf-config")
 
-	_ = leader.cmd.Process.Kill()
-	<-leader.done
-	c.waitFor("the follower leads", 60*time.Second, func() (bool, error) {
-		select {
-		case <-follower.done:
-			return false, fmt.Errorf("follower exited")
-		default:
-		}
-		return follower.leads(), nil
-	})
+	c.killAndFailOver(leader, follower)
 	tfJob("second")
 	secret("second-tf-config")
 	after := secret("first-tf-config")
