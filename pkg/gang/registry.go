@@ -83,15 +83,10 @@ func (r *Registry) Failing(reason string) []Key {
 }
 
 // Forget drops a gang that has no pods left.
-func (r *Registry) Forget(key Key) *ActivePlan {
+func (r *Registry) Forget(key Key) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.gangs[key]
 	delete(r.gangs, key)
-	if s == nil {
-		return nil
-	}
-	return s.plan
 }
 
 // Plan returns a copy of the gang's active plan (nil when none). Slots and
@@ -273,15 +268,4 @@ func (r *Registry) LastNotice(key Key) (reason, message string) {
 		return s.lastReason, s.lastNotice
 	}
 	return "", ""
-}
-
-// Gangs lists the keys of all known gangs.
-func (r *Registry) Gangs() []Key {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	keys := make([]Key, 0, len(r.gangs))
-	for k := range r.gangs {
-		keys = append(keys, k)
-	}
-	return keys
 }
