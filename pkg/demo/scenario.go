@@ -6,14 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/controlplane"
 	"github.com/muster-sched/muster/pkg/sim/measure"
@@ -136,14 +132,14 @@ func RunScenario(ctx context.Context, opts LiveOptions) (*report.Report, error) 
 			switch {
 			case !js.placed && n == js.job.Workers:
 				js.placed, js.endAt = true, t+js.job.Duration
-				rec.Placed(name, t, time.Since(js.submittedAt), placement(bound[name], rack, spot))
+				rec.Placed(name, t, time.Since(js.submittedAt), measure.PlacementOf(bound[name], func(n string) string { return rack[n] }, func(n string) bool { return spot[n] }))
 			case n > 0 && n < js.job.Workers:
 				partial = append(partial, name)
 			}
 			if js.placed && !js.finished {
 				running += gpusOf[name]
 				if t >= js.endAt {
-					if err := finishJob(ctx, cp, ns, name); err != nil {
+					if err := controlplane.DeleteJob(ctx, cp.Client, ns, name); err != nil {
 						return nil, err
 					}
 					js.finished = true
@@ -175,64 +171,13 @@ func RunScenario(ctx context.Context, opts LiveOptions) (*report.Report, error) 
 	return rep, err
 }
 
-func placement(nodes []string, rack map[string]string, spot map[string]bool) measure.Placement {
-	distinct := map[string]bool{}
-	racks := map[string]bool{}
-	var p measure.Placement
-	for _, n := range nodes {
-		if distinct[n] {
-			continue
-		}
-		distinct[n], racks[rack[n]] = true, true
-		p.Nodes = append(p.Nodes, n)
-		if spot[n] {
-			p.SpotNodes++
-		} else {
-			p.OnDemandNodes++
-		}
-	}
-	sort.Strings(p.Nodes)
-	p.Racks = len(racks)
-	return p
-}
-
 func submitJob(ctx context.Context, cp *controlplane.ControlPlane, ns string, j scenario.Job) error {
-	gpus := *resource.NewQuantity(j.GPUs, resource.DecimalSI)
-	var annotations map[string]string
+	job := controlplane.GPUJob(ns, j.Name, int32(j.Workers), j.GPUs, "muster")
 	if j.Policy != "" {
-		annotations = map[string]string{"muster.dev/preemptible": j.Policy}
-	}
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: ns},
-		Spec: batchv1.JobSpec{
-			Parallelism: ptr.To(int32(j.Workers)), Completions: ptr.To(int32(j.Workers)),
-			CompletionMode: ptr.To(batchv1.IndexedCompletion), BackoffLimit: ptr.To[int32](0),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Annotations: annotations},
-				Spec: corev1.PodSpec{
-					SchedulerName: "muster",
-					RestartPolicy: corev1.RestartPolicyNever,
-					Containers: []corev1.Container{{Name: "worker", Image: "tensorflow/tensorflow:2.15.0-gpu",
-						Resources: corev1.ResourceRequirements{
-							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), controlplane.GPUResource: gpus},
-							Limits:   corev1.ResourceList{controlplane.GPUResource: gpus},
-						}}},
-				},
-			},
-		},
+		job.Spec.Template.Annotations = map[string]string{"muster.dev/preemptible": j.Policy}
 	}
 	_, err := cp.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{})
 	return err
-}
-
-// finishJob ends a job's run: the Job and its pods go away (no garbage
-// collector runs in process, so the pods are deleted here).
-func finishJob(ctx context.Context, cp *controlplane.ControlPlane, ns, name string) error {
-	if err := cp.Client.BatchV1().Jobs(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
-		return err
-	}
-	return cp.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)},
-		metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + name})
 }
 
 // ScenarioPath finds a bench/scenarios file from the working directory.

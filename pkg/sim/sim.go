@@ -649,25 +649,11 @@ func (h *harness) collectBinds(resumedAt time.Time) int {
 }
 
 func (h *harness) placement(g *gangState) measure.Placement {
-	racks, nodes := map[string]bool{}, map[string]bool{}
-	var p measure.Placement
+	nodes := make([]string, 0, len(g.bound))
 	for _, node := range g.bound {
-		if nodes[node] {
-			continue
-		}
-		nodes[node] = true
-		spec := h.nodes[node]
-		racks[spec.rack] = true
-		p.Nodes = append(p.Nodes, node)
-		if spec.spot {
-			p.SpotNodes++
-		} else {
-			p.OnDemandNodes++
-		}
+		nodes = append(nodes, node)
 	}
-	sort.Strings(p.Nodes)
-	p.Racks = len(racks)
-	return p
+	return measure.PlacementOf(nodes, func(n string) string { return h.nodes[n].rack }, func(n string) bool { return h.nodes[n].spot })
 }
 
 func (h *harness) partialGangs() []string {

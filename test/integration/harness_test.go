@@ -10,10 +10,8 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/controlplane"
 )
@@ -89,19 +87,9 @@ func (c *cluster) createJob(s jobSpec) *batchv1.Job {
 	if s.scheduler == "" {
 		s.scheduler = schedulerName
 	}
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: c.ns, Labels: s.labels},
-		Spec: batchv1.JobSpec{
-			Parallelism:    ptr.To(s.workers),
-			Completions:    ptr.To(s.workers),
-			CompletionMode: ptr.To(batchv1.IndexedCompletion),
-			BackoffLimit:   ptr.To[int32](0),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Annotations: s.annotations},
-				Spec:       workerPodSpec(s.scheduler, s.gpus),
-			},
-		},
-	}
+	job := controlplane.GPUJob(c.ns, s.name, s.workers, s.gpus, s.scheduler)
+	job.Labels = s.labels
+	job.Spec.Template.Annotations = s.annotations
 	job.Spec.Template.Spec.Subdomain = s.subdomain
 	created, err := c.Client.BatchV1().Jobs(c.ns).Create(c.ctx, job, metav1.CreateOptions{})
 	if err != nil {
@@ -110,38 +98,25 @@ func (c *cluster) createJob(s jobSpec) *batchv1.Job {
 	return created
 }
 
-func workerPodSpec(scheduler string, gpus int64) corev1.PodSpec {
-	gpu := *resource.NewQuantity(gpus, resource.DecimalSI)
-	return corev1.PodSpec{
-		SchedulerName: scheduler,
-		RestartPolicy: corev1.RestartPolicyNever,
-		Containers: []corev1.Container{{
-			Name:  "worker",
-			Image: "tensorflow/tensorflow:2.16.1-gpu",
-			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), controlplane.GPUResource: gpu},
-				Limits:   corev1.ResourceList{controlplane.GPUResource: gpu},
-			},
-		}},
-	}
-}
+// workerPodSpec is a GPU worker for scheduler (see controlplane.WorkerPodSpec).
+var workerPodSpec = controlplane.WorkerPodSpec
 
 func (c *cluster) deleteJob(name string) {
 	c.t.Helper()
-	err := c.Client.BatchV1().Jobs(c.ns).Delete(c.ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	// No garbage collector runs here: delete the pods like it would.
-	if err := c.Client.CoreV1().Pods(c.ns).DeleteCollection(c.ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)},
-		metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + name}); err != nil {
+	if err := controlplane.DeleteJob(c.ctx, c.Client, c.ns, name); err != nil {
 		c.t.Fatal(err)
 	}
 }
 
 func (c *cluster) jobPods(name string) []corev1.Pod {
 	c.t.Helper()
-	pods, err := c.Client.CoreV1().Pods(c.ns).List(c.ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + name})
+	return c.podsLabelled(batchv1.JobNameLabel, name)
+}
+
+// podsLabelled lists the test namespace's pods with label key=value.
+func (c *cluster) podsLabelled(key, value string) []corev1.Pod {
+	c.t.Helper()
+	pods, err := c.Client.CoreV1().Pods(c.ns).List(c.ctx, metav1.ListOptions{LabelSelector: key + "=" + value})
 	if err != nil {
 		c.t.Fatal(err)
 	}

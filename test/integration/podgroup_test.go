@@ -52,11 +52,7 @@ func (c *cluster) createGroupPod(group, name string, gpus int64, mutate ...func(
 
 func (c *cluster) groupPods(group string) []corev1.Pod {
 	c.t.Helper()
-	pods, err := c.Client.CoreV1().Pods(c.ns).List(c.ctx, metav1.ListOptions{LabelSelector: v1alpha1.PodGroupLabel + "=" + group})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return pods.Items
+	return c.podsLabelled(v1alpha1.PodGroupLabel, group)
 }
 
 // waitPodGroupCondition waits for the PodGroup's Scheduled condition to have

@@ -2,6 +2,7 @@ package mustergang
 
 import (
 	"fmt"
+	batchv1 "k8s.io/api/batch/v1"
 	"sort"
 	"time"
 
@@ -39,7 +40,7 @@ func (p *Plugin) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
 			}
 			return info, true, err
 		}
-		info.owner = job
+		info.owner = jobRef(job)
 		if info.quorum, err = gang.JobQuorum(job, pod); err != nil {
 			return info, true, fmt.Errorf("gang %s: %w", key, err)
 		}
@@ -71,6 +72,10 @@ func (p *Plugin) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
 	// The framework cuts a Permit wait at 15 minutes.
 	info.timeout = min(info.timeout, 15*time.Minute)
 	return info, true, nil
+}
+
+func jobRef(job *batchv1.Job) *v1.ObjectReference {
+	return &v1.ObjectReference{APIVersion: "batch/v1", Kind: "Job", Namespace: job.Namespace, Name: job.Name, UID: job.UID}
 }
 
 func podGroupRef(pg *v1alpha1.PodGroup) *v1.ObjectReference {

@@ -39,7 +39,7 @@ func (p *Plugin) ownerRef(key gang.Key) *v1.ObjectReference {
 	switch key.Kind {
 	case gang.KindJob:
 		if job, err := p.jobs.Jobs(key.Namespace).Get(key.Name); err == nil {
-			return &v1.ObjectReference{APIVersion: "batch/v1", Kind: "Job", Namespace: job.Namespace, Name: job.Name, UID: job.UID}
+			return jobRef(job)
 		}
 	case gang.KindPodGroup:
 		if p.podGroups == nil {

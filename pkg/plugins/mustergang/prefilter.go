@@ -250,17 +250,14 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 		return fwk.AsStatus(fmt.Errorf("%s: PreFilter state missing", Name))
 	}
 	node := ni.Node()
-	if s.slot != "" {
-		if node.Name != s.slot {
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s planned this member on node %s", s.key, s.slot))
-		}
-		if p.reclaiming(node) {
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node is being reclaimed")
-		}
-		return nil
+	if s.slot != "" && node.Name != s.slot {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s planned this member on node %s", s.key, s.slot))
 	}
 	if p.reclaiming(node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node is being reclaimed")
+	}
+	if s.slot != "" {
+		return nil // the plan already applied policy and capacity
 	}
 	spot := p.preemptible(node)
 	if (s.policy == gang.PolicyForbid && spot) || (s.policy == gang.PolicyRequire && !spot) {

@@ -150,6 +150,28 @@ type Placement struct {
 	OnDemandNodes int
 }
 
+// PlacementOf summarises the nodes a gang's members are bound to (one entry
+// per member, repeats allowed).
+func PlacementOf(nodes []string, rackOf func(string) string, spot func(string) bool) Placement {
+	seen, racks := map[string]bool{}, map[string]bool{}
+	var p Placement
+	for _, n := range nodes {
+		if seen[n] {
+			continue
+		}
+		seen[n], racks[rackOf(n)] = true, true
+		p.Nodes = append(p.Nodes, n)
+		if spot(n) {
+			p.SpotNodes++
+		} else {
+			p.OnDemandNodes++
+		}
+	}
+	sort.Strings(p.Nodes)
+	p.Racks = len(racks)
+	return p
+}
+
 // Placed records that every member of the gang is bound at t. latency is the
 // real time the scheduler took (see BENCHMARKS.md).
 func (r *Recorder) Placed(gang string, t, latency time.Duration, p Placement) {
