@@ -93,6 +93,9 @@ func RunScenario(ctx context.Context, opts LiveOptions) (*report.Report, error) 
 	ticker := time.NewTicker(opts.Scale * tick / time.Second)
 	defer ticker.Stop()
 	lastBound := 0
+	// Binding a gang's members takes a few milliseconds, so a tick can land
+	// mid-binding; a gang counts as partial only if it still is a tick later.
+	wasPartial := map[string]bool{}
 	var t time.Duration
 	for ; t <= sc.Horizon.Duration; t += tick {
 		for _, js := range jobs {
@@ -122,6 +125,7 @@ func RunScenario(ctx context.Context, opts LiveOptions) (*report.Report, error) 
 			held += q.Value()
 		}
 		var partial []string
+		partialNow := map[string]bool{}
 		total, allDone := 0, true
 		for _, js := range jobs {
 			name, n := js.job.Name, len(bound[js.job.Name])
@@ -134,7 +138,10 @@ func RunScenario(ctx context.Context, opts LiveOptions) (*report.Report, error) 
 				js.placed, js.endAt = true, t+js.job.Duration
 				rec.Placed(name, t, time.Since(js.submittedAt), measure.PlacementOf(bound[name], func(n string) string { return rack[n] }, func(n string) bool { return spot[n] }))
 			case n > 0 && n < js.job.Workers:
-				partial = append(partial, name)
+				partialNow[name] = true
+				if wasPartial[name] {
+					partial = append(partial, name)
+				}
 			}
 			if js.placed && !js.finished {
 				running += gpusOf[name]
@@ -149,7 +156,7 @@ func RunScenario(ctx context.Context, opts LiveOptions) (*report.Report, error) 
 		}
 		rec.Step(measure.Sample{T: t.Seconds(), CapacityGPUs: capacity, HeldGPUs: held, RunningGPUs: running},
 			opts.Scale*tick/time.Second, max(total-lastBound, 0), partial)
-		lastBound = total
+		lastBound, wasPartial = total, partialNow
 		if allDone {
 			break
 		}
