@@ -7,6 +7,7 @@ package gang
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
@@ -31,7 +32,15 @@ const (
 	KindPodGroup Kind = "PodGroup"
 	// KindJob gangs are the pods of one batch/v1 Job.
 	KindJob Kind = "Job"
+	// KindPod is a pod scheduled alone, when it needs a plan of its own
+	// (it preempts).
+	KindPod Kind = "Pod"
 )
+
+// LoneKey is the key of a pod scheduled alone.
+func LoneKey(pod *v1.Pod) Key {
+	return Key{Kind: KindPod, Namespace: pod.Namespace, Name: pod.Name}
+}
 
 // Key identifies a gang. Gangs never cross namespaces.
 type Key struct {
@@ -41,8 +50,11 @@ type Key struct {
 }
 
 func (k Key) String() string {
-	if k.Kind == KindJob {
+	switch k.Kind {
+	case KindJob:
 		return k.Namespace + "/" + k.Name
+	case KindPod:
+		return k.Namespace + "/pod/" + k.Name
 	}
 	return k.Namespace + "/podgroup/" + k.Name
 }
@@ -60,15 +72,21 @@ func KeyOf(pod *v1.Pod) (Key, bool) {
 }
 
 // JobQuorum is the gang size of a Job: parallelism, capped by the
-// completions still to go (finished pods leave the scheduler's view), at
-// least 1, lowered by the pod's muster.dev/min-available annotation.
+// completions still to go (succeeded pods, and indexes that failed for good
+// under backoffLimitPerIndex, are never waited for), at least 1, lowered by
+// the pod's muster.dev/min-available annotation.
 func JobQuorum(job *batchv1.Job, pod *v1.Pod) (int, error) {
-	size := 1
+	parallelism := 1
 	if job.Spec.Parallelism != nil {
-		size = int(*job.Spec.Parallelism)
+		parallelism = int(*job.Spec.Parallelism)
 	}
+	size := parallelism
 	if job.Spec.Completions != nil {
-		size = min(size, int(*job.Spec.Completions-job.Status.Succeeded))
+		remaining := int(*job.Spec.Completions - job.Status.Succeeded)
+		if job.Spec.BackoffLimitPerIndex != nil && job.Status.FailedIndexes != nil {
+			remaining -= countIndexes(*job.Status.FailedIndexes)
+		}
+		size = min(size, remaining)
 	}
 	size = max(size, 1)
 	value, ok := pod.Annotations[AnnotationMinAvailable]
@@ -79,10 +97,32 @@ func JobQuorum(job *batchv1.Job, pod *v1.Pod) (int, error) {
 	if err != nil || n < 1 {
 		return 0, fmt.Errorf("invalid %s %q: must be a positive integer", AnnotationMinAvailable, value)
 	}
-	if n > size {
-		return 0, fmt.Errorf("invalid %s %d: the Job runs at most %d pods at once (parallelism)", AnnotationMinAvailable, n, size)
+	if n > max(parallelism, 1) {
+		return 0, fmt.Errorf("invalid %s %d: the Job runs at most %d pods at once (parallelism)", AnnotationMinAvailable, n, parallelism)
 	}
-	return n, nil
+	// Fewer members remain than min-available asked for: all of them.
+	return min(n, size), nil
+}
+
+// countIndexes counts the indexes in a Job's interval list ("1,3-5").
+// Malformed parts count as nothing: the Job controller writes this field.
+func countIndexes(list string) int {
+	n := 0
+	for _, part := range strings.Split(list, ",") {
+		if part == "" {
+			continue
+		}
+		first, last, isRange := strings.Cut(part, "-")
+		a, err1 := strconv.Atoi(first)
+		b, err2 := a, error(nil)
+		if isRange {
+			b, err2 = strconv.Atoi(last)
+		}
+		if err1 == nil && err2 == nil && b >= a {
+			n += b - a + 1
+		}
+	}
+	return n
 }
 
 // Constraints are a gang's placement wishes, read from a member's annotations.

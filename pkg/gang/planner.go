@@ -55,6 +55,33 @@ type Request struct {
 	Required  string // level name or ""
 	Preferred string // level name or ""
 	Policy    Policy
+	// BoundNodes are the nodes of the gang's members that already run (one
+	// entry per member). They are fixed parts of the plan: the topology
+	// constraint covers them, so a replacement joins the gang's domain.
+	BoundNodes []string
+	// Check confirms each (member, node) choice with the scheduler's own
+	// filters; nil accepts every choice the planner's screening allows.
+	Check Checker
+
+	boundNodes map[string]*v1.Node // BoundNodes resolved by Compute
+}
+
+// Checker confirms the planner's choices with rules the planner does not
+// evaluate itself (the scheduling framework's Filter plugins). The planner
+// tries nodes in its own order and asks only about the node it would take.
+type Checker interface {
+	// Trial starts one attempt at placing the members; choices made in one
+	// trial do not affect another.
+	Trial() Trial
+}
+
+// Trial is one attempt at placing members.
+type Trial interface {
+	// Fits reports whether member m may go on node, given the members
+	// placed so far in this trial.
+	Fits(m *Member, node *v1.Node) bool
+	// Place records that m goes on node.
+	Place(m *Member, node *v1.Node)
 }
 
 // Plan is where every planned member goes.
@@ -112,6 +139,17 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		return nil, &Unplaceable{Message: fmt.Sprintf("gang %s: no eligible node (%s)", req.Gang, excluded)}
 	}
 
+	if len(req.BoundNodes) > 0 {
+		req.boundNodes = make(map[string]*v1.Node, len(req.BoundNodes))
+		for _, name := range req.BoundNodes {
+			req.boundNodes[name] = nil
+		}
+		for _, n := range nodes {
+			if _, ok := req.boundNodes[n.Node.Name]; ok {
+				req.boundNodes[n.Node.Name] = n.Node
+			}
+		}
+	}
 	startIdx, endIdx, err := levelRange(req)
 	if err != nil {
 		return nil, err
@@ -161,10 +199,13 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 	}
 	if best == nil {
 		// Say how close the gang came: the most members that fit in one
-		// domain of the widest level it may use.
+		// domain of the widest level it may use (by the planner's own
+		// screening; what the filters rejected is reported by the Checker).
+		screenOnly := req
+		screenOnly.Check = nil
 		levelName, doms := domainsAt(req, endIdx, eligible, 0, nil, 0)
 		for _, d := range rankDomains(doms, 0, req.Policy) {
-			if p := placeInDomain(members, d, eligible, feasible, req); p.placed > mostPlaced {
+			if p := placeInDomain(members, d, eligible, feasible, screenOnly); p.placed > mostPlaced {
 				mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
 			}
 		}
@@ -317,13 +358,19 @@ func domainsAt(req Request, li int, eligible []NodeView, minGPU int64, slots []i
 		return clusterLevel, []*domain{d}
 	}
 	label := req.Levels[li].Label
+	// Members that already run fix the domain: every one of them must be
+	// in it, so at most one domain of this level qualifies.
+	boundDomain, boundOK := boundDomainAt(req, label)
+	if !boundOK {
+		return req.Levels[li].Name, nil
+	}
 	type sum struct {
 		gpus  int64
 		slots int
 	}
 	sums := make(map[string]sum)
 	for i := range eligible {
-		if value := eligible[i].Node.Labels[label]; value != "" {
+		if value := eligible[i].Node.Labels[label]; value != "" && (boundDomain == "" || value == boundDomain) {
 			s := sums[value]
 			s.gpus += max(eligible[i].Free.Scalars[req.GPU], 0)
 			if slots != nil {
@@ -335,7 +382,7 @@ func domainsAt(req Request, li int, eligible []NodeView, minGPU int64, slots []i
 	byName := map[string]*domain{}
 	for i := range eligible {
 		value := eligible[i].Node.Labels[label]
-		if value == "" {
+		if value == "" || (boundDomain != "" && value != boundDomain) {
 			continue
 		}
 		if s := sums[value]; s.gpus < minGPU || (slots != nil && s.slots < minMembers) {
@@ -353,6 +400,24 @@ func domainsAt(req Request, li int, eligible []NodeView, minGPU int64, slots []i
 		doms = append(doms, d)
 	}
 	return req.Levels[li].Name, doms
+}
+
+// boundDomainAt is the domain (label value) holding every bound member's
+// node: "" when the gang has no bound members; ok is false when they span
+// several domains of this level or a bound node lacks the label.
+func boundDomainAt(req Request, label string) (value string, ok bool) {
+	for _, name := range req.BoundNodes {
+		n := req.boundNodes[name]
+		if n == nil {
+			continue // the node is gone from the snapshot
+		}
+		v := n.Labels[label]
+		if v == "" || (value != "" && v != value) {
+			return "", false
+		}
+		value = v
+	}
+	return value, true
 }
 
 func (d *domain) add(i int, n NodeView, gpu v1.ResourceName) {
@@ -402,7 +467,9 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 		// domain are only looked at.
 		free *Resources
 		rank int // 0 for nodes the policy likes
-		used bool
+		// used: the gang has a member there (planned or running);
+		// planned: this placement put a member there.
+		used, planned bool
 	}
 	slots := make([]slot, len(d.nodes))
 	for i, idx := range d.nodes {
@@ -411,7 +478,8 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 		if (req.Policy == PolicyAvoid && n.Preemptible) || (req.Policy == PolicyPrefer && !n.Preemptible) {
 			rank = 1
 		}
-		slots[i] = slot{idx: idx, gpuFree: n.Free.Scalars[req.GPU], rank: rank}
+		_, bound := req.boundNodes[n.Node.Name]
+		slots[i] = slot{idx: idx, gpuFree: n.Free.Scalars[req.GPU], rank: rank, used: bound}
 	}
 	less := func(a, b *slot) bool {
 		if a.rank != b.rank {
@@ -428,13 +496,18 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 	}
 	sort.Slice(slots, func(i, j int) bool { return less(&slots[i], &slots[j]) })
 
+	var trial Trial
+	if req.Check != nil {
+		trial = req.Check.Trial()
+	}
 	p := &placement{slots: make(map[types.UID]string, len(members))}
-	for _, m := range members {
+	for mi := range members {
+		m := &members[mi]
 		ok := feasible[m.Constraints]
 		gpus := m.Request.Scalars[req.GPU]
 		for i := range slots {
 			s := &slots[i]
-			if !ok[s.idx] || s.gpuFree < gpus || (s.used && m.Constraints != nil && m.Constraints.OnePerNode) {
+			if !ok[s.idx] || s.gpuFree < gpus || (s.planned && m.Constraints != nil && m.Constraints.OnePerNode) {
 				continue
 			}
 			free := s.free
@@ -444,14 +517,20 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 			if !free.Fits(m.Request) {
 				continue
 			}
+			if trial != nil {
+				if !trial.Fits(m, eligible[s.idx].Node) {
+					continue
+				}
+				trial.Place(m, eligible[s.idx].Node)
+			}
 			if s.free == nil {
 				c := eligible[s.idx].Free.Clone()
 				s.free = &c
 			}
 			s.free.Sub(m.Request)
 			s.gpuFree -= gpus
-			if !s.used {
-				s.used = true
+			if !s.planned {
+				s.planned, s.used = true, true
 				p.nodes++
 				if s.rank == 1 {
 					p.cost++

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 const gpu v1.ResourceName = "nvidia.com/gpu"
@@ -366,6 +367,12 @@ func TestComputeOneWorkerPerNode(t *testing.T) {
 	}
 }
 
+func withFailedIndexes(job *batchv1.Job, indexes string) *batchv1.Job {
+	job.Spec.BackoffLimitPerIndex = ptr.To[int32](0)
+	job.Status.FailedIndexes = &indexes
+	return job
+}
+
 func TestJobQuorum(t *testing.T) {
 	job := func(parallelism, completions, succeeded int32) *batchv1.Job {
 		return &batchv1.Job{Spec: batchv1.JobSpec{Parallelism: &parallelism, Completions: &completions}, Status: batchv1.JobStatus{Succeeded: succeeded}}
@@ -389,6 +396,13 @@ func TestJobQuorum(t *testing.T) {
 		{"all done but one replacement", job(4, 4, 4), pod(""), 1, ""},
 		{"lowered by annotation", job(4, 4, 0), pod("3"), 3, ""},
 		{"annotation above parallelism", job(4, 4, 0), pod("5"), 0, "the Job runs at most 4 pods at once"},
+		{"annotation equal to parallelism after a member succeeded", job(4, 4, 1), pod("4"), 3, ""},
+		{"indexes failed for good are not waited for", withFailedIndexes(job(4, 4, 0), "0,2-3"), pod(""), 1, ""},
+		{"failed indexes without backoffLimitPerIndex are retried", func() *batchv1.Job {
+			j := withFailedIndexes(job(4, 4, 0), "1")
+			j.Spec.BackoffLimitPerIndex = nil
+			return j
+		}(), pod(""), 4, ""},
 		{"annotation zero", job(4, 4, 0), pod("0"), 0, "must be a positive integer"},
 		{"annotation not a number", job(4, 4, 0), pod("three"), 0, "must be a positive integer"},
 	}
@@ -405,5 +419,102 @@ func TestJobQuorum(t *testing.T) {
 				t.Errorf("JobQuorum = %d, %v; want %d", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// refusingChecker stands in for the framework's filters: it refuses the
+// listed (member, node) pairs and records what it was asked.
+type refusingChecker struct {
+	refuse map[string]bool // "member/node"
+	asked  []string
+}
+
+func (c *refusingChecker) Trial() Trial { return &refusingTrial{c: c} }
+
+type refusingTrial struct{ c *refusingChecker }
+
+func (t *refusingTrial) Fits(m *Member, node *v1.Node) bool {
+	t.c.asked = append(t.c.asked, m.Name+"/"+node.Name)
+	return !t.c.refuse[m.Name+"/"+node.Name] && !t.c.refuse["*/"+node.Name]
+}
+
+func (t *refusingTrial) Place(*Member, *v1.Node) {}
+
+func TestCheckerRefusalMovesMemberToNextBestNode(t *testing.T) {
+	// Three nodes with 4 free GPUs each: best fit puts w-0 on r1-n1 and w-1
+	// on r1-n2; the filters refuse w-1 on r1-n2 (say, anti-affinity with a
+	// pod there), so w-1 goes to r1-n3.
+	req := request(gangOf(2, 4))
+	check := &refusingChecker{refuse: map[string]bool{"w-1/r1-n2": true}}
+	req.Check = check
+	plan, err := Compute(req, views(rackNodes("r1", 3, 4, 4, 4)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Slots["uid-0"] != "r1-n1" || plan.Slots["uid-1"] != "r1-n3" {
+		t.Errorf("slots %v, want uid-0 on r1-n1 and uid-1 on r1-n3", plan.Slots)
+	}
+	// Only the nodes the planner would take are asked about: one per
+	// member, plus the refused one.
+	if len(check.asked) != 3 {
+		t.Errorf("asked %v, want 3 checks", check.asked)
+	}
+}
+
+func TestCheckerRefusingEveryNodeLeavesNoPlan(t *testing.T) {
+	req := request(gangOf(2, 4))
+	req.Check = &refusingChecker{refuse: map[string]bool{"w-1/r1-n1": true, "w-1/r1-n2": true}}
+	if _, err := Compute(req, views(rackNodes("r1", 2)...)); err == nil {
+		t.Fatal("planned a member on a node the filters refuse")
+	}
+}
+
+func TestBoundMembersFixTheDomain(t *testing.T) {
+	// Two members run in rack r2 (on r2-n1); the replacement must join
+	// them in r2 under topology-required rack, although r1 is a better fit.
+	nodes := append(rackNodes("r1", 1, 4), rackNodes("r2", 2, 8, 0)...)
+	req := request(gangOf(1, 4))
+	req.Required = "rack"
+	req.BoundNodes = []string{"r2-n1", "r2-n1"}
+	plan, err := Compute(req, views(nodes...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plan.Slots["uid-0"]; got != "r2-n2" {
+		t.Errorf("replacement on %s, want r2-n2 (rack r2 of the running members)", got)
+	}
+	if plan.Level != "rack" || plan.Domain != "r2" {
+		t.Errorf("plan in %s %s, want rack r2", plan.Level, plan.Domain)
+	}
+
+	// Without room in the running members' rack there is no plan.
+	full := append(rackNodes("r1", 1), rackNodes("r2", 2, 8, 8)...)
+	if _, err := Compute(req, views(full...)); err == nil {
+		t.Error("replacement planned outside its running members' rack")
+	}
+
+	// Preferred (or no) topology: the tightest level holding the running
+	// members and the replacement; here the node level is impossible (the
+	// running node is full), the rack level holds them.
+	req.Required, req.Preferred = "", ""
+	plan, err = Compute(req, views(nodes...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Level != "rack" || plan.Domain != "r2" {
+		t.Errorf("plan in %s %s, want rack r2", plan.Level, plan.Domain)
+	}
+}
+
+func TestBoundMembersInSeveralDomainsWidenTheLevel(t *testing.T) {
+	nodes := append(rackNodes("r1", 2, 4), rackNodes("r2", 1, 4)...)
+	req := request(gangOf(1, 4))
+	req.BoundNodes = []string{"r1-n1", "r2-n1"}
+	plan, err := Compute(req, views(nodes...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Level != "zone" {
+		t.Errorf("plan at level %s, want zone (the running members span two racks)", plan.Level)
 	}
 }

@@ -17,17 +17,24 @@ type Registry struct {
 	mu     sync.Mutex
 	gangs  map[Key]*state
 	planID int64
+	// victimOf maps a preempted pod to the gang whose plan waits for it.
+	victimOf map[types.UID]Key
 }
 
 type state struct {
 	firstSeen    time.Time
 	plan         *ActivePlan
-	inFlight     sets.Set[types.UID]
+	inFlight     map[types.UID]string // allowed, binding: member → node
+	succeeded    sets.Set[types.UID]
+	avoid        map[types.UID]map[string]time.Time // (member, node) → until
 	backoffUntil time.Time
 	lastFailure  string
 	lastNotice   string
 	lastReason   string
 	failures     int
+	// lastPreemption is when preemption was last tried for the gang, so
+	// every member's failed cycle does not search again.
+	lastPreemption time.Time
 }
 
 // ActivePlan is a plan being carried out: members are steered to their slots
@@ -38,6 +45,9 @@ type ActivePlan struct {
 	ID       int64
 	Requests map[types.UID]Resources
 	Reserved sets.Set[types.UID]
+	// Victims are the pods preempted for this plan that have not gone yet;
+	// members are held back until they have.
+	Victims  sets.Set[types.UID]
 	Created  time.Time
 	Deadline time.Time
 	// Quorum is the gang's quorum when planned; Bound the members already
@@ -47,13 +57,13 @@ type ActivePlan struct {
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{gangs: map[Key]*state{}}
+	return &Registry{gangs: map[Key]*state{}, victimOf: map[types.UID]Key{}}
 }
 
 func (r *Registry) get(key Key, seen time.Time) *state {
 	s := r.gangs[key]
 	if s == nil {
-		s = &state{firstSeen: seen, inFlight: sets.New[types.UID]()}
+		s = &state{firstSeen: seen, inFlight: map[types.UID]string{}, succeeded: sets.New[types.UID]()}
 		r.gangs[key] = s
 	}
 	return s
@@ -97,6 +107,7 @@ func (r *Registry) Plan(key Key) *ActivePlan {
 	if s := r.gangs[key]; s != nil && s.plan != nil {
 		c := *s.plan
 		c.Reserved = s.plan.Reserved.Clone()
+		c.Victims = s.plan.Victims.Clone()
 		return &c
 	}
 	return nil
@@ -112,14 +123,100 @@ func (r *Registry) Backoff(key Key) (time.Time, string) {
 	return time.Time{}, ""
 }
 
-// InFlight is how many members were allowed but are not yet seen bound.
-func (r *Registry) InFlight(key Key) sets.Set[types.UID] {
+// InFlight maps the members allowed but not yet seen bound to their nodes.
+func (r *Registry) InFlight(key Key) map[types.UID]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[types.UID]string{}
+	if s := r.gangs[key]; s != nil {
+		for uid, node := range s.inFlight {
+			out[uid] = node
+		}
+	}
+	return out
+}
+
+// Succeed records a member that finished successfully; it counts toward the
+// gang's quorum from now on. It reports whether the member was new.
+func (r *Registry) Succeed(key Key, uid types.UID, seen time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.get(key, seen)
+	if s.succeeded.Has(uid) {
+		return false
+	}
+	s.succeeded.Insert(uid)
+	return true
+}
+
+// Succeeded is how many members this scheduler saw finish successfully.
+func (r *Registry) Succeeded(key Key) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s := r.gangs[key]; s != nil {
-		return s.inFlight.Clone()
+		return s.succeeded.Len()
 	}
-	return sets.New[types.UID]()
+	return 0
+}
+
+// Avoid records that member uid failed on node in a real scheduling cycle:
+// plans made before until do not put it there again, so a plan the
+// framework rejected is never simply made again.
+func (r *Registry) Avoid(key Key, uid types.UID, node string, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.get(key, until)
+	if s.avoid == nil {
+		s.avoid = map[types.UID]map[string]time.Time{}
+	}
+	if s.avoid[uid] == nil {
+		s.avoid[uid] = map[string]time.Time{}
+	}
+	s.avoid[uid][node] = until
+}
+
+// Avoided returns the gang's (member, node) pairs still to avoid at now.
+func (r *Registry) Avoided(key Key, now time.Time) map[types.UID]map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.gangs[key]
+	if s == nil || len(s.avoid) == 0 {
+		return nil
+	}
+	out := map[types.UID]map[string]bool{}
+	for uid, nodes := range s.avoid {
+		for node, until := range nodes {
+			if now.Before(until) {
+				if out[uid] == nil {
+					out[uid] = map[string]bool{}
+				}
+				out[uid][node] = true
+			} else {
+				delete(nodes, node)
+			}
+		}
+		if len(nodes) == 0 {
+			delete(s.avoid, uid)
+		}
+	}
+	return out
+}
+
+// PlanOf finds the active plan that has a slot for member uid.
+func (r *Registry) PlanOf(uid types.UID) (Key, *ActivePlan) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, s := range r.gangs {
+		if s.plan != nil {
+			if _, ok := s.plan.Slots[uid]; ok {
+				c := *s.plan
+				c.Reserved = s.plan.Reserved.Clone()
+				c.Victims = s.plan.Victims.Clone()
+				return key, &c
+			}
+		}
+	}
+	return Key{}, nil
 }
 
 // SetPlan makes plan the gang's active plan unless another one was set in
@@ -134,6 +231,40 @@ func (r *Registry) SetPlan(key Key, plan *ActivePlan, seen time.Time) bool {
 	r.planID++
 	plan.ID = r.planID
 	s.plan = plan
+	for uid := range plan.Victims {
+		r.victimOf[uid] = key
+	}
+	return true
+}
+
+// VictimGone records that a preempted pod is gone. It returns the gang
+// whose plan waited for it and whether that plan now waits for nothing.
+func (r *Registry) VictimGone(uid types.UID) (Key, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key, ok := r.victimOf[uid]
+	if !ok {
+		return Key{}, false
+	}
+	delete(r.victimOf, uid)
+	s := r.gangs[key]
+	if s == nil || s.plan == nil || !s.plan.Victims.Has(uid) {
+		return key, false
+	}
+	s.plan.Victims.Delete(uid)
+	return key, s.plan.Victims.Len() == 0
+}
+
+// TryPreemption reports whether preemption may be tried for the gang now:
+// at most once per interval.
+func (r *Registry) TryPreemption(key Key, now time.Time, interval time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.get(key, now)
+	if !s.lastPreemption.IsZero() && now.Sub(s.lastPreemption) < interval {
+		return false
+	}
+	s.lastPreemption = now
 	return true
 }
 
@@ -210,7 +341,9 @@ func (r *Registry) Permit(key Key, planID int64, uid types.UID, now time.Time) (
 		return PermitWait, &c
 	}
 	s.plan = nil
-	s.inFlight = s.inFlight.Union(c.Reserved)
+	for uid := range c.Reserved {
+		s.inFlight[uid] = c.Slots[uid]
+	}
 	s.lastFailure = ""
 	s.failures = 0
 	return PermitComplete, &c
@@ -243,7 +376,7 @@ func (r *Registry) Settled(key Key, uid types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s := r.gangs[key]; s != nil {
-		s.inFlight.Delete(uid)
+		delete(s.inFlight, uid)
 	}
 }
 

@@ -56,7 +56,7 @@ func (r *replica) leads() bool {
 	return strings.Contains(string(out), `"Successfully acquired lease" lock="muster-system/`+r.lease+`"`)
 }
 
-func (c *cluster) startReplica(name string) *replica {
+func (c *cluster) startReplica(name string, extraConfig string) *replica {
 	c.t.Helper()
 	data, err := manifests.FS.ReadFile(manifests.SchedulerConfig)
 	if err != nil {
@@ -64,7 +64,7 @@ func (c *cluster) startReplica(name string) *replica {
 	}
 	dir := c.t.TempDir()
 	config := filepath.Join(dir, "config.yaml")
-	data = append(data, []byte("\nclientConnection:\n  kubeconfig: "+c.Kubeconfig+"\n")...)
+	data = append(data, []byte("\nclientConnection:\n  kubeconfig: "+c.Kubeconfig+"\n"+extraConfig)...)
 	if err := os.WriteFile(config, data, 0o600); err != nil {
 		c.t.Fatal(err)
 	}
@@ -139,10 +139,10 @@ func tail(s string, n int) string {
 }
 
 // Two scheduler replicas with leader election. The leader is killed while a
-// gang waits at Permit (one member's volume is missing); the other replica
-// takes over. The gang is never partly bound: nothing binds while the member
-// cannot run, and once that member is replaced by one that can, the whole
-// gang binds on the new leader.
+// gang waits at Permit (one member's cycle is held by an extender); the
+// other replica takes over. The gang is never partly bound: nothing binds
+// while the member is held, and once it is released the whole gang binds on
+// the new leader.
 func TestFailoverWhileGangWaits(t *testing.T) {
 	cp := controlplane.Start(t)
 	c := &cluster{ControlPlane: cp, t: t, ctx: context.Background(), ns: cp.Namespace(t, "ha")}
@@ -151,20 +151,17 @@ func TestFailoverWhileGangWaits(t *testing.T) {
 	}
 	c.addNodes(gpuNodes(3, 8)...)
 	obs := c.observeGangs(map[string]int{"": 3})
+	ext := startHoldingExtender(t, 2) // the third member is held
 	replicas := map[string]*replica{}
 	for _, name := range []string{"a", "b"} {
-		replicas[name] = c.startReplica(name)
+		replicas[name] = c.startReplica(name, ext.Config())
 	}
 	leader, follower := c.waitForLeader(replicas["a"], replicas["b"])
 
 	c.createPodGroup("ha", 3, ptr.To[int32](600))
-	for i := range 2 {
-		c.createGroupPod("ha", fmt.Sprintf("ha-%d", i), 8)
+	for i := range 3 {
+		c.createGroupPod("ha", fmt.Sprintf("ha-%d", i), 8, held)
 	}
-	c.createGroupPod("ha", "ha-volume", 8, func(p *corev1.Pod) {
-		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
-	})
 	c.waitFor("two members waiting at Permit on the leader", 60*time.Second, func() (bool, error) {
 		n := 0
 		for _, p := range c.groupPods("ha") {
@@ -179,7 +176,7 @@ func TestFailoverWhileGangWaits(t *testing.T) {
 	// memory only; the follower must take over.
 	c.killAndFailOver(leader, follower)
 	if n := countBound(c.groupPods("ha")); n != 0 {
-		t.Fatalf("%d members bound while one member cannot run", n)
+		t.Fatalf("%d members bound while one member is held", n)
 	}
 
 	defer func() {
@@ -189,10 +186,7 @@ func TestFailoverWhileGangWaits(t *testing.T) {
 			}
 		}
 	}()
-	if err := c.Client.CoreV1().Pods(c.ns).Delete(c.ctx, "ha-volume", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		t.Fatal(err)
-	}
-	c.createGroupPod("ha", "ha-2", 8)
+	ext.Release()
 	c.waitFor("whole gang bound by the surviving replica", 90*time.Second, func() (bool, error) {
 		return countBound(c.groupPods("ha")) == 3, nil
 	})

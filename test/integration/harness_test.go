@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/controlplane"
 )
 
@@ -30,21 +31,36 @@ type cluster struct {
 // scheduler configured from the shipped manifests/scheduler/scheduler-config.yaml.
 func startCluster(t *testing.T, nodes ...controlplane.GPUNode) *cluster {
 	t.Helper()
+	return startClusterWith(t, "", nodes...)
+}
+
+// startClusterWith is startCluster with extra top-level configuration
+// appended to the shipped scheduler configuration (e.g. an extender).
+func startClusterWith(t *testing.T, extraConfig string, nodes ...controlplane.GPUNode) *cluster {
+	t.Helper()
 	cp := controlplane.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "test")}
 	c.addNodes(nodes...)
-	c.startScheduler()
+	c.startScheduler(extraConfig)
 	return c
 }
 
-// startScheduler runs a scheduler until the test ends; the returned function
-// stops it earlier and waits for it to exit.
-func (c *cluster) startScheduler() (stop func()) {
+// startScheduler runs a scheduler (the shipped configuration plus
+// extraConfig) until the test ends; the returned function stops it earlier
+// and waits for it to exit.
+func (c *cluster) startScheduler(extraConfig ...string) (stop func()) {
 	c.t.Helper()
 	ctx, cancel := context.WithCancel(c.ctx)
-	done, err := c.StartScheduler(ctx, "--v=2")
+	config, err := manifests.FS.ReadFile(manifests.SchedulerConfig)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, extra := range extraConfig {
+		config = append(config, extra...)
+	}
+	done, err := c.StartSchedulerWithConfig(ctx, config, "--v=2")
 	if err != nil {
 		cancel()
 		c.t.Fatalf("starting scheduler: %v", err)
@@ -80,6 +96,7 @@ type jobSpec struct {
 	scheduler   string
 	labels      map[string]string // on the Job
 	subdomain   string
+	mutate      func(*batchv1.Job)
 }
 
 func (c *cluster) createJob(s jobSpec) *batchv1.Job {
@@ -91,6 +108,9 @@ func (c *cluster) createJob(s jobSpec) *batchv1.Job {
 	job.Labels = s.labels
 	job.Spec.Template.Annotations = s.annotations
 	job.Spec.Template.Spec.Subdomain = s.subdomain
+	if s.mutate != nil {
+		s.mutate(job)
+	}
 	created, err := c.Client.BatchV1().Jobs(c.ns).Create(c.ctx, job, metav1.CreateOptions{})
 	if err != nil {
 		c.t.Fatalf("creating job %s: %v", s.name, err)

@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -81,8 +82,8 @@ func TestLeastPrivilege(t *testing.T) {
 			_, err := sched.Client.CoreV1().Pods(c.ns).Update(ctx, p, metav1.UpdateOptions{})
 			return err
 		}},
-		{"scheduler", "delete pods", func() error {
-			return sched.Client.CoreV1().Pods(c.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{})
+		{"scheduler", "evict pods (it deletes only for gang preemption)", func() error {
+			return sched.Client.CoreV1().Pods(c.ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: c.ns}})
 		}},
 		{"scheduler", "take kube-scheduler's lease", func() error {
 			_, err := sched.Client.CoordinationV1().Leases("kube-system").Create(ctx,

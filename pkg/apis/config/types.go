@@ -28,6 +28,9 @@ type MusterGangArgs struct {
 	// ReclaimTaintKeys are taint keys that mark a node as being reclaimed; such
 	// a node never receives a new gang member.
 	ReclaimTaintKeys []string
+	// GangPreemption lets a gang (or a pod scheduled alone) that cannot be
+	// placed evict whole lower-priority gangs and lone pods.
+	GangPreemption bool
 }
 
 // TopologyLevel names one level of the topology hierarchy and the node label

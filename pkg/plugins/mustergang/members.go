@@ -2,10 +2,10 @@ package mustergang
 
 import (
 	"fmt"
-	batchv1 "k8s.io/api/batch/v1"
 	"sort"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -64,7 +64,10 @@ func (p *Plugin) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
 		if pg.Spec.MinMember < 1 {
 			return info, true, fmt.Errorf("gang %s: PodGroup spec.minMember must be at least 1, got %d", key, pg.Spec.MinMember)
 		}
-		info.quorum = int(pg.Spec.MinMember)
+		// Members that finished successfully leave the informer but still
+		// count: the rest are not held waiting for them.
+		done := max(int(pg.Status.Succeeded), p.registry.Succeeded(key))
+		info.quorum = max(int(pg.Spec.MinMember)-done, 1)
 		if t := pg.Spec.ScheduleTimeoutSeconds; t != nil && *t > 0 {
 			info.timeout = time.Duration(*t) * time.Second
 		}
@@ -88,29 +91,46 @@ func podGroupRef(pg *v1alpha1.PodGroup) *v1.ObjectReference {
 	}
 }
 
-// members lists the gang's live pods: pending (unbound, not being deleted,
-// not already allowed, not held by a scheduling gate) sorted by name, how
-// many count as bound (bound in the API or allowed and binding), and the
-// total of live members including gated ones.
-func (p *Plugin) members(key gang.Key) (pending []*v1.Pod, bound int, total int) {
-	objs, _ := p.pods.ByIndex(gangIndex, key.String())
+// memberSet is a gang's live pods as the scheduler sees them.
+type memberSet struct {
+	// pending members (unbound, not being deleted, not already allowed, not
+	// held by a scheduling gate), sorted by name.
+	pending []*v1.Pod
+	// boundNodes has one entry per member bound in the API or allowed and
+	// binding: the node it is on.
+	boundNodes []string
+	// total counts every live member, gated ones included.
+	total int
+}
+
+func (m memberSet) bound() int { return len(m.boundNodes) }
+
+// members lists the gang's live pods.
+func (p *Plugin) members(key gang.Key) memberSet {
+	var set memberSet
+	objs, _ := p.pods.ByIndex(p.gangIndex, key.String())
 	inFlight := p.registry.InFlight(key)
 	for _, obj := range objs {
 		pod := obj.(*v1.Pod)
 		if pod.DeletionTimestamp != nil {
 			continue
 		}
-		total++
-		switch {
-		case pod.Spec.NodeName != "" || inFlight.Has(pod.UID):
-			bound++
-		case len(pod.Spec.SchedulingGates) > 0:
+		set.total++
+		if node, ok := inFlight[pod.UID]; pod.Spec.NodeName != "" || ok {
+			if pod.Spec.NodeName != "" {
+				node = pod.Spec.NodeName
+			}
+			set.boundNodes = append(set.boundNodes, node)
+			continue
+		}
+		if len(pod.Spec.SchedulingGates) > 0 {
 			// Another controller holds it back; planning it would hold
 			// capacity for a pod that cannot come.
-		default:
-			pending = append(pending, pod)
+			continue
 		}
+		set.pending = append(set.pending, pod)
 	}
-	sort.Slice(pending, func(i, j int) bool { return pending[i].Name < pending[j].Name })
-	return pending, bound, total
+	sort.Slice(set.pending, func(i, j int) bool { return set.pending[i].Name < set.pending[j].Name })
+	sort.Strings(set.boundNodes)
+	return set
 }

@@ -37,11 +37,20 @@ var (
 		Help: "Gang plans dropped, by cause (timeout, rejected, member_deleted, plan_broken).",
 	}, []string{"cause"})
 
+	preemptions = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem: "muster", Name: "gang_preemptions_total", StabilityLevel: metrics.ALPHA,
+		Help: "Preemptions carried out for a gang (or a pod scheduled alone): each evicts whole lower-priority gangs or lone pods.",
+	})
+	preemptedGPUs = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem: "muster", Name: "gang_preempted_gpus_total", StabilityLevel: metrics.ALPHA,
+		Help: "GPUs requested by the pods evicted by preemption.",
+	})
+
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(gangsScheduled, gangLatency, planDuration, unplaceable, timeouts, rejections)
+		legacyregistry.MustRegister(gangsScheduled, gangLatency, planDuration, unplaceable, timeouts, rejections, preemptions, preemptedGPUs)
 	})
 }

@@ -31,7 +31,10 @@ func (p *Plugin) notice(ctx context.Context, info *gangInfo, eventType, reason, 
 
 // noticeKey is notice for callers that only have the gang's key.
 func (p *Plugin) noticeKey(ctx context.Context, key gang.Key, eventType, reason, message string) {
-	info := &gangInfo{key: key, owner: p.ownerRef(key)}
+	info := &gangInfo{key: key}
+	if ref := p.ownerRef(key); ref != nil {
+		info.owner = ref // never a typed nil: the recorder would dereference it
+	}
 	p.notice(ctx, info, eventType, reason, message)
 }
 
@@ -109,12 +112,14 @@ func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
 	}
 	status := *pg.DeepCopy()
 	desired := &status.Status
-	_, bound, total := p.members(key)
+	set := p.members(key)
+	bound, total := set.bound(), set.total
+	desired.Succeeded = max(pg.Status.Succeeded, int32(p.registry.Succeeded(key)))
 	if total == 0 && (pg.Status.Phase == v1alpha1.PodGroupRunning || pg.Status.Phase == v1alpha1.PodGroupScheduled) {
 		return nil // finished members leave the informer; keep the last state
 	}
 	running := 0
-	objs, _ := p.pods.ByIndex(gangIndex, key.String())
+	objs, _ := p.pods.ByIndex(p.gangIndex, key.String())
 	for _, o := range objs {
 		if o.(*v1.Pod).Status.Phase == v1.PodRunning {
 			running++

@@ -54,7 +54,7 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 		// Wake the planned members not reserved yet so the gang completes
 		// quickly; the wait ends at the plan deadline (plus a grace so that
 		// muster's deadline, not the framework's timer, decides).
-		p.activatePlanned(klog.FromContext(ctx), s.key, plan)
+		p.activateSiblings(klog.FromContext(ctx), s.key, plan, pod.UID)
 		return fwk.NewStatus(fwk.Wait, fmt.Sprintf("gang %s: %d of %d members reserved", s.key, plan.Reserved.Len(), len(plan.Slots))),
 			plan.Deadline.Sub(p.now()) + permitGrace
 	}
@@ -75,12 +75,12 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	return nil, 0
 }
 
-// activatePlanned wakes the plan's members that are not reserved yet.
-func (p *Plugin) activatePlanned(logger klog.Logger, key gang.Key, plan *gang.ActivePlan) {
-	pending, _, _ := p.members(key)
+// activateSiblings wakes the plan's members not reserved yet, except the
+// pod whose cycle is running (self).
+func (p *Plugin) activateSiblings(logger klog.Logger, key gang.Key, plan *gang.ActivePlan, self types.UID) {
 	var todo []*v1.Pod
-	for _, m := range pending {
-		if _, planned := plan.Slots[m.UID]; planned && !plan.Reserved.Has(m.UID) {
+	for _, m := range p.members(key).pending {
+		if _, planned := plan.Slots[m.UID]; planned && !plan.Reserved.Has(m.UID) && m.UID != self {
 			todo = append(todo, m)
 		}
 	}
@@ -111,12 +111,10 @@ func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause
 	}
 	p.noticeKey(ctx, key, v1.EventTypeWarning, eventReason, msg)
 	for _, other := range p.registry.Failing(ReasonUnschedulable) {
-		pending, _, _ := p.members(other)
-		p.activate(logger, pending)
+		p.activate(logger, p.members(other).pending)
 	}
 	p.after(backoff, func() {
-		pending, _, _ := p.members(key)
-		p.activate(logger, pending)
+		p.activate(logger, p.members(key).pending)
 	})
 }
 

@@ -10,17 +10,21 @@ import (
 	"sync"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/apis/config"
 	_ "github.com/muster-sched/muster/pkg/apis/config/scheme" // registers the args types
@@ -40,9 +44,51 @@ const (
 	ReasonScheduled         = "GangScheduled"
 	ReasonRejected          = "GangRejected"
 	ReasonTimeout           = "GangScheduleTimeout"
+	// ReasonPreempting on the preemptor's Job/PodGroup (or pod), ReasonPreempted
+	// on each victim's.
+	ReasonPreempting = "GangPreempting"
+	ReasonPreempted  = "Preempted"
 )
 
-const gangIndex = "muster.dev/gang"
+// gangIndexPrefix names the pod informer's gang index; one index per
+// profile, because every profile's QueueSort is MusterGang (kube-scheduler
+// requires one QueueSort for all profiles) and they share the informer.
+const gangIndexPrefix = "muster.dev/gang/"
+
+// registries shares one gang registry among the MusterGang instances of one
+// scheduler (one per profile, all on the same informer factory), so every
+// profile sees the capacity the others' plans hold.
+var registries = struct {
+	sync.Mutex
+	byFactory map[interface{}]*sharedRegistry
+}{byFactory: map[interface{}]*sharedRegistry{}}
+
+type sharedRegistry struct {
+	*gang.Registry
+	users int
+}
+
+// registryFor returns the registry of the scheduler that owns factory,
+// released when ctx ends.
+func registryFor(ctx context.Context, factory interface{}) *gang.Registry {
+	registries.Lock()
+	defer registries.Unlock()
+	r := registries.byFactory[factory]
+	if r == nil {
+		r = &sharedRegistry{Registry: gang.NewRegistry()}
+		registries.byFactory[factory] = r
+	}
+	r.users++
+	go func() {
+		<-ctx.Done()
+		registries.Lock()
+		defer registries.Unlock()
+		if r.users--; r.users == 0 {
+			delete(registries.byFactory, factory)
+		}
+	}()
+	return r.Registry
+}
 
 var (
 	_ fwk.QueueSortPlugin   = &Plugin{}
@@ -64,7 +110,9 @@ type Plugin struct {
 	registry *gang.Registry
 
 	pods      cache.Indexer
+	gangIndex string
 	jobs      batchlisters.JobLister
+	pdbs      policylisters.PodDisruptionBudgetLister
 	podGroups cache.GenericLister // nil when the PodGroup CRD is not served
 	pgClient  *v1alpha1.Client
 	status    *statusWriter
@@ -85,7 +133,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := config.ValidateMusterGangArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), args); err != nil {
 		return nil, err
 	}
-	p := &Plugin{handle: h, args: args, registry: gang.NewRegistry(), now: time.Now, timers: map[*time.Timer]bool{}}
+	p := &Plugin{handle: h, args: args, registry: registryFor(ctx, h.SharedInformerFactory()), now: time.Now, timers: map[*time.Timer]bool{},
+		gangIndex: gangIndexPrefix + h.ProfileName()}
 	go func() {
 		<-ctx.Done()
 		p.stopTimers()
@@ -98,7 +147,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
 	profile := h.ProfileName()
-	if err := podInformer.AddIndexers(cache.Indexers{gangIndex: func(obj interface{}) ([]string, error) {
+	if err := podInformer.AddIndexers(cache.Indexers{p.gangIndex: func(obj interface{}) ([]string, error) {
 		pod, ok := obj.(*v1.Pod)
 		if !ok || pod.Spec.SchedulerName != profile {
 			return nil, nil
@@ -117,6 +166,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		DeleteFunc: p.onPodDelete,
 	}); err != nil {
 		return nil, err
+	}
+	if args.GangPreemption {
+		// Registered before the informers start, as DefaultPreemption does.
+		p.pdbs = h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister()
 	}
 	jobInformer := h.SharedInformerFactory().Batch().V1().Jobs()
 	p.jobs = jobInformer.Lister()
@@ -196,27 +249,52 @@ func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
 			return
 		}
 		key := gang.Key{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
-		pending, _, _ := p.members(key)
-		p.activate(klog.Background(), pending)
+		p.activate(klog.Background(), p.members(key).pending)
 		p.status.enqueue(key)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: wake,
 		UpdateFunc: func(oldObj, obj interface{}) {
-			if specUnchanged(oldObj, obj) {
-				return // status writes (ours included) change no quorum
+			if quorumUnchanged(oldObj, obj) {
+				return // most status writes (ours included) change no quorum
 			}
 			wake(obj)
 		},
 	}
 }
 
-// specUnchanged reports whether an update left metadata.generation alone,
-// i.e. only status or metadata changed.
-func specUnchanged(oldObj, newObj interface{}) bool {
+// quorumUnchanged reports whether an update of a Job or PodGroup cannot
+// change its gang's quorum: the spec (metadata.generation) is the same and,
+// for a Job, so are the counts of finished pods the quorum subtracts.
+func quorumUnchanged(oldObj, newObj interface{}) bool {
 	o, err1 := meta.Accessor(oldObj)
 	n, err2 := meta.Accessor(newObj)
-	return err1 == nil && err2 == nil && o.GetGeneration() == n.GetGeneration()
+	if err1 != nil || err2 != nil || o.GetGeneration() != n.GetGeneration() {
+		return false
+	}
+	oj, ok1 := oldObj.(*batchv1.Job)
+	nj, ok2 := newObj.(*batchv1.Job)
+	if ok1 && ok2 {
+		return oj.Status.Succeeded == nj.Status.Succeeded && oj.Status.Failed == nj.Status.Failed &&
+			ptr.Deref(oj.Status.FailedIndexes, "") == ptr.Deref(nj.Status.FailedIndexes, "")
+	}
+	if ou, ok := oldObj.(*unstructured.Unstructured); ok {
+		if nu, ok := newObj.(*unstructured.Unstructured); ok && ou.GetKind() == "Job" {
+			for _, field := range [][]string{{"status", "succeeded"}, {"status", "failed"}, {"status", "failedIndexes"}} {
+				a, _, _ := unstructured.NestedFieldNoCopy(ou.Object, field...)
+				b, _, _ := unstructured.NestedFieldNoCopy(nu.Object, field...)
+				if a != b {
+					return false
+				}
+			}
+		}
+	}
+	if opg, ok := oldObj.(*unstructured.Unstructured); ok && opg.GetKind() == "PodGroup" {
+		a, _, _ := unstructured.NestedFieldNoCopy(opg.Object, "status", "succeeded")
+		b, _, _ := unstructured.NestedFieldNoCopy(newObj.(*unstructured.Unstructured).Object, "status", "succeeded")
+		return a == b
+	}
+	return true
 }
 
 // after runs f after d unless the scheduler stops first. Pending timers hold

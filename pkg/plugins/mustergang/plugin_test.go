@@ -102,6 +102,22 @@ func unstructuredOwner(kind, namespace, name string, generation int64) *unstruct
 	return u
 }
 
+func jobWithStatus(generation int64, field string, value interface{}) *unstructured.Unstructured {
+	u := unstructuredOwner("Job", "ns", "a", generation)
+	if err := unstructured.SetNestedField(u.Object, value, "status", field); err != nil {
+		panic(err)
+	}
+	return u
+}
+
+func podGroupWithSucceeded(n int64) *unstructured.Unstructured {
+	u := unstructuredOwner("PodGroup", "ns", "pg", 1)
+	if err := unstructured.SetNestedField(u.Object, n, "status", "succeeded"); err != nil {
+		panic(err)
+	}
+	return u
+}
+
 func TestQueueingHints(t *testing.T) {
 	p := &Plugin{registry: gang.NewRegistry()}
 	logger := klog.Background()
@@ -124,6 +140,23 @@ func TestQueueingHints(t *testing.T) {
 		{"lone pod is not woken by pods", lone, lonePod("other", 6, 0), fwk.QueueSkip},
 		{"not a pod: queue when unsure", member, "garbage", fwk.Queue},
 	}
+	deleted := []struct {
+		name string
+		pod  *v1.Pod
+		gone interface{}
+		want fwk.QueueingHint
+	}{
+		{"pending sibling deleted", member, sibling, fwk.Queue},
+		{"other gang's pending pod deleted", member, stranger, fwk.QueueSkip},
+	}
+	for _, tc := range deleted {
+		t.Run("deleted/"+tc.name, func(t *testing.T) {
+			got, err := p.sameGangDeleted(logger, tc.pod, tc.gone, nil)
+			if err != nil || got != tc.want {
+				t.Errorf("sameGangDeleted = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
 	for _, tc := range podHints {
 		t.Run("pod/"+tc.name, func(t *testing.T) {
 			got, err := p.sameGangPod(logger, tc.pod, nil, tc.added)
@@ -143,6 +176,9 @@ func TestQueueingHints(t *testing.T) {
 		{"own Job added", gang.KindJob, member, nil, unstructuredOwner("Job", "ns", "a", 1), fwk.Queue},
 		{"own Job spec changed", gang.KindJob, member, unstructuredOwner("Job", "ns", "a", 1), unstructuredOwner("Job", "ns", "a", 2), fwk.Queue},
 		{"own Job status only", gang.KindJob, member, unstructuredOwner("Job", "ns", "a", 2), unstructuredOwner("Job", "ns", "a", 2), fwk.QueueSkip},
+		{"own Job: a member succeeded", gang.KindJob, member, jobWithStatus(2, "succeeded", int64(0)), jobWithStatus(2, "succeeded", int64(1)), fwk.Queue},
+		{"own Job: an index failed for good", gang.KindJob, member, jobWithStatus(2, "failedIndexes", ""), jobWithStatus(2, "failedIndexes", "1"), fwk.Queue},
+		{"own PodGroup: a member succeeded", gang.KindPodGroup, groupPod, podGroupWithSucceeded(0), podGroupWithSucceeded(1), fwk.Queue},
 		{"other Job", gang.KindJob, member, nil, unstructuredOwner("Job", "ns", "b", 1), fwk.QueueSkip},
 		{"same name, other namespace", gang.KindJob, member, nil, unstructuredOwner("Job", "other", "a", 1), fwk.QueueSkip},
 		{"Job event for a PodGroup gang", gang.KindJob, groupPod, nil, unstructuredOwner("Job", "ns", "pg", 1), fwk.QueueSkip},
@@ -175,7 +211,7 @@ func TestEventsToRegisterIncludePodGroupsOnlyWhenServed(t *testing.T) {
 	for _, e := range events {
 		resources[e.Event.Resource] = true
 	}
-	for _, r := range []fwk.EventResource{fwk.UnscheduledPod, fwk.AssignedPod, fwk.Pod, fwk.Node, jobEvent} {
+	for _, r := range []fwk.EventResource{fwk.UnscheduledPod, fwk.AssignedPod, fwk.Node, jobEvent} {
 		if !resources[r] {
 			t.Errorf("no event registered for %s", r)
 		}

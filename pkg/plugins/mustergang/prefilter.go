@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -52,7 +53,7 @@ func (p *Plugin) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
 		return nil // scheduled alone, or explained with a condition by PreFilter
 	}
 	p.registry.FirstSeen(info.key, pod.CreationTimestamp.Time)
-	_, _, total := p.members(info.key)
+	total := p.members(info.key).total
 	if total >= info.quorum {
 		return nil
 	}
@@ -66,6 +67,9 @@ func (p *Plugin) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
 // UnschedulableAndUnresolvable: it becomes the pod's PodScheduled=False
 // message, and it keeps per-pod preemption from acting for one member.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if _, err := cs.Read(dryRunKey); err == nil {
+		return nil, fwk.NewStatus(fwk.Skip) // a planning dry run asks the other plugins only
+	}
 	constraints, err := gang.ConstraintsFromPod(pod, p.levels)
 	info, inGang, resolveErr := p.resolve(pod)
 	if err == nil {
@@ -80,8 +84,13 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if !inGang {
-		cs.Write(stateKey, &cycleState{policy: constraints.Policy, held: p.registry.Held(gang.Key{}), request: gang.PodRequest(pod)})
-		return nil, nil
+		// A pod scheduled alone has a plan only when it preempted.
+		plan := p.registry.Plan(gang.LoneKey(pod))
+		if plan == nil {
+			cs.Write(stateKey, &cycleState{policy: constraints.Policy, held: p.registry.Held(gang.Key{}), request: gang.PodRequest(pod)})
+			return nil, nil
+		}
+		return p.steer(cs, pod, gang.LoneKey(pod), plan, constraints)
 	}
 	key := info.key
 	p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
@@ -97,47 +106,71 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			return nil, status
 		}
 	}
+	return p.steer(cs, pod, key, plan, constraints)
+}
+
+// steer sends a planned member to its slot: PreFilter narrows to it and
+// Filter rejects every other node. Members of a plan that preempted wait
+// until the victims are gone.
+func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.ActivePlan, constraints gang.Constraints) (*fwk.PreFilterResult, *fwk.Status) {
 	node, planned := plan.Slots[pod.UID]
 	if !planned {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("gang %s is placing %d other members; this pod waits for that plan to finish", key, len(plan.Slots)))
 	}
+	if n := plan.Victims.Len(); n > 0 {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("gang %s preempted pods to make room; waiting for %d of them to terminate (planned on %s)", key, n, node))
+	}
 	cs.Write(stateKey, &cycleState{slot: node, planID: plan.ID, key: key, policy: constraints.Policy})
 	return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
 }
 
-// planGang computes and installs a plan for the gang of pod.
-func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints, nodes []fwk.NodeInfo) (*gang.ActivePlan, *fwk.Status) {
-	logger := klog.FromContext(ctx)
+// gangRequest is what planning a gang needs, gathered once: the planner's
+// request (its Check set per attempt) and the pods it places.
+type gangRequest struct {
+	info       *gangInfo
+	req        gang.Request
+	set        memberSet
+	candidates []*v1.Pod
+}
+
+// prepareGang gathers the gang of pod for planning: the pending members to
+// place, around the members already bound.
+func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints) (*gangRequest, *fwk.Status) {
 	key := info.key
-	pending, bound, total := p.members(key)
-	if total < info.quorum {
-		msg := fmt.Sprintf("gang %s has %d of %d members; waiting for the rest to be created", key, total, info.quorum)
+	set := p.members(key)
+	if key.Kind == gang.KindPod {
+		set = memberSet{pending: []*v1.Pod{pod}, total: 1}
+	}
+	if set.total < info.quorum {
+		msg := fmt.Sprintf("gang %s has %d of %d members; waiting for the rest to be created", key, set.total, info.quorum)
 		p.notice(ctx, info, v1.EventTypeNormal, ReasonWaitingForMembers, msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
-	needed := info.quorum - bound
-	if needed > len(pending) {
+	needed := info.quorum - set.bound()
+	if needed > len(set.pending) {
 		msg := fmt.Sprintf("gang %s needs %d more members but only %d can be scheduled; %d are held by scheduling gates",
-			key, needed, len(pending), total-bound-len(pending))
+			key, needed, len(set.pending), set.total-set.bound()-len(set.pending))
 		p.notice(ctx, info, v1.EventTypeNormal, ReasonWaitingForMembers, msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
-	candidates := pending
+	candidates := set.pending
 	if needed <= 0 {
-		// Quorum is already bound (e.g. a replacement pod): place this pod alone.
+		// Quorum is already bound (e.g. a member beyond min-available):
+		// place this pod, still around the members that run.
 		candidates, needed = []*v1.Pod{pod}, 1
 	}
-
-	req := gang.Request{
-		Gang:      key.String(),
-		Needed:    needed,
-		GPU:       v1.ResourceName(p.args.GPUResourceName),
-		Levels:    p.levels,
-		Required:  c.Required,
-		Preferred: c.Preferred,
-		Policy:    c.Policy,
-	}
+	gr := &gangRequest{info: info, set: set, candidates: candidates, req: gang.Request{
+		Gang:       key.String(),
+		Needed:     needed,
+		GPU:        v1.ResourceName(p.args.GPUResourceName),
+		Levels:     p.levels,
+		Required:   c.Required,
+		Preferred:  c.Preferred,
+		Policy:     c.Policy,
+		BoundNodes: set.boundNodes,
+	}}
 	byTemplate := map[string]*gang.NodeConstraints{}
 	for _, m := range candidates {
 		tmpl := templateKey(m)
@@ -146,54 +179,115 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 			nc = gang.ConstraintsOf(m)
 			byTemplate[tmpl] = nc
 		}
-		req.Members = append(req.Members, gang.Member{UID: m.UID, Name: m.Name, Request: gang.PodRequest(m), Constraints: nc})
+		gr.req.Members = append(gr.req.Members, gang.Member{UID: m.UID, Name: m.Name, Request: gang.PodRequest(m), Constraints: nc})
+		// A nomination left from an earlier attempt (a failover, a Permit
+		// wait that ended) must not make the framework count this pending
+		// member twice against its own gang's plan.
+		if m.Status.NominatedNodeName != "" {
+			p.handle.DeleteNominatedPodIfExists(m)
+		}
 	}
+	return gr, nil
+}
 
+// computePlan plans the gang over nodes with victims gone (none, outside
+// preemption), each choice confirmed by the profile's filters.
+func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, nodes []fwk.NodeInfo, victims []*v1.Pod) (*gang.Plan, *filterCheck, error) {
+	check, err := p.newFilterCheck(ctx, gr.info.key, gr.candidates, victims)
+	if err != nil {
+		return nil, nil, err
+	}
+	req := gr.req
+	req.Check = check
+	views := p.nodeViews(nodes, p.registry.Held(gr.info.key))
+	if len(victims) > 0 {
+		freed := map[string]gang.Resources{}
+		for _, v := range victims {
+			f := freed[v.Spec.NodeName]
+			f.Add(gang.PodRequest(v))
+			freed[v.Spec.NodeName] = f
+		}
+		for i := range views {
+			if f, ok := freed[views[i].Node.Name]; ok {
+				views[i].Free = views[i].Free.Clone()
+				views[i].Free.Add(f)
+			}
+		}
+	}
+	plan, err := gang.Compute(req, views)
+	return plan, check, err
+}
+
+// planGang computes and installs a plan for the gang of pod: every pending
+// member, around the members already bound, each choice confirmed by the
+// profile's own filters.
+func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints, nodes []fwk.NodeInfo) (*gang.ActivePlan, *fwk.Status) {
+	gr, status := p.prepareGang(ctx, pod, info, c)
+	if status != nil {
+		return nil, status
+	}
 	// Members still waiting at Permit from a plan that was dropped while they
 	// entered it hold capacity no plan accounts for: release them first.
-	p.rejectWaiting(key, nil, fmt.Sprintf("gang %s is being planned again", key))
+	p.rejectWaiting(info.key, nil, fmt.Sprintf("gang %s is being planned again", info.key))
 
 	start := p.now()
-	views := p.nodeViews(nodes, p.registry.Held(key))
-	plan, err := gang.Compute(req, views)
+	plan, check, err := p.computePlan(ctx, gr, nodes, nil)
 	planDuration.Observe(p.now().Sub(start).Seconds())
 	if err != nil {
+		msg := err.Error()
+		if check != nil {
+			if why := check.Explain(); why != "" {
+				msg += "; " + why
+			}
+		}
 		unplaceable.Inc()
-		p.notice(ctx, info, v1.EventTypeWarning, ReasonUnschedulable, err.Error())
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		p.notice(ctx, info, v1.EventTypeWarning, ReasonUnschedulable, msg)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
+	klog.FromContext(ctx).V(4).Info("Plan checked with the framework's filters", "gang", info.key, "filterChecks", check.checks)
+	return p.installPlan(ctx, pod, gr, plan, nil)
+}
 
+// installPlan makes plan the gang's active plan, holding its slots in the
+// ledger, and wakes the planned siblings (unless victims must go first).
+func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, plan *gang.Plan, victims []*v1.Pod) (*gang.ActivePlan, *fwk.Status) {
+	logger := klog.FromContext(ctx)
+	info, key := gr.info, gr.info.key
 	now := p.now()
 	active := &gang.ActivePlan{
 		Plan:     *plan,
 		Requests: map[types.UID]gang.Resources{},
 		Reserved: sets.New[types.UID](),
+		Victims:  sets.New[types.UID](),
 		Created:  now,
 		Deadline: now.Add(info.timeout),
 		Quorum:   info.quorum,
-		Bound:    bound,
+		Bound:    gr.set.bound(),
 	}
-	for _, m := range req.Members {
+	for _, m := range gr.req.Members {
 		if _, ok := plan.Slots[m.UID]; ok {
 			active.Requests[m.UID] = m.Request
 		}
+	}
+	for _, v := range victims {
+		active.Victims.Insert(v.UID)
 	}
 	if !p.registry.SetPlan(key, active, pod.CreationTimestamp.Time) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s was planned concurrently; retrying", key))
 	}
 	id := active.ID
 	p.after(info.timeout, func() { p.expirePlan(key, id) })
-	logger.V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "level", plan.Level, "domain", plan.Domain,
-		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "duration", now.Sub(start))
-	p.notice(ctx, info, v1.EventTypeNormal, ReasonPlanned, fmt.Sprintf("gang %s: %d members planned on %d nodes in %s %s (%d preemptible)",
-		key, len(plan.Slots), plan.Nodes, plan.Level, plan.Domain, plan.PreemptibleNodes))
-	var siblings []*v1.Pod
-	for _, m := range pending {
-		if _, planned := plan.Slots[m.UID]; planned && m.UID != pod.UID {
-			siblings = append(siblings, m)
-		}
+	logger.V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
+		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "victims", len(victims))
+	msg := fmt.Sprintf("gang %s: %d members planned on %d nodes in %s %s (%d preemptible)",
+		key, len(plan.Slots), plan.Nodes, plan.Level, plan.Domain, plan.PreemptibleNodes)
+	if gr.set.bound() > 0 {
+		msg += fmt.Sprintf(", joining %d running members", gr.set.bound())
 	}
-	p.activate(logger, siblings)
+	if len(victims) == 0 {
+		p.notice(ctx, info, v1.EventTypeNormal, ReasonPlanned, msg)
+		p.activateSiblings(logger, key, active, pod.UID)
+	}
 	return active, nil
 }
 
@@ -273,23 +367,48 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	return nil
 }
 
-// PostFilter runs when a member could not go to its planned node: another
-// filter saw something the planner could not (ports, pod affinity, volumes,
-// a pod the default scheduler placed there). The plan is dropped at once and
-// the waiting siblings released, so nothing stays held.
+// PostFilter runs when a member could not go to its planned node, or was
+// rejected by another plugin's PreFilter before muster's ran: something
+// changed since the plan (a pod the default scheduler placed, a volume
+// deleted). The plan is dropped at once, the waiting siblings released, and
+// the (member, node) pair is avoided by the next plans. It also clears the
+// pod's nomination, so a stale one never lingers.
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	s := readState(cs)
-	if s == nil || s.slot == "" {
-		return nil, fwk.NewStatus(fwk.Unschedulable)
+	clear := framework.NewPostFilterResultWithNominatedNode("")
+	key, plan := p.registry.PlanOf(pod.UID)
+	if plan == nil {
+		// No plan: the gang (or the lone pod) does not fit. Preemption may
+		// make room; otherwise any stale nomination is cleared.
+		result, status := p.preempt(ctx, pod)
+		if result == nil {
+			result = clear
+		}
+		return result, status
+	}
+	slot := plan.Slots[pod.UID]
+	if plan.Victims.Len() > 0 {
+		// The plan preempted and waits for its victims: keep the hold.
+		return framework.NewPostFilterResultWithNominatedNode(slot),
+			fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, plan.Victims.Len()))
 	}
 	why := "node is gone"
-	if st := statuses.Get(s.slot); st != nil && len(st.Reasons()) > 0 {
+	if st := statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
 		why = st.Message()
 	}
-	reason := fmt.Sprintf("member %s no longer fits its planned node %s: %s", pod.Name, s.slot, why)
-	p.failPlan(ctx, s.key, s.planID, "plan_broken", reason)
-	return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", s.key, reason))
+	if s := readState(cs); s != nil && s.slot == slot {
+		// muster's PreFilter steered the member there and a Filter said no.
+		p.registry.Avoid(key, pod.UID, slot, p.now().Add(avoidFor))
+	} else {
+		why = "rejected before muster's PreFilter ran: " + why
+	}
+	reason := fmt.Sprintf("member %s cannot go to its planned node %s: %s", pod.Name, slot, why)
+	p.failPlan(ctx, key, plan.ID, "plan_broken", reason)
+	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, reason))
 }
+
+// avoidFor is how long a (member, node) pair the framework rejected in a
+// real cycle is kept out of new plans.
+const avoidFor = time.Minute
 
 // Score gives a gang member's planned node the top score (it is the only
 // feasible one) and ranks nodes for pods scheduled alone by their

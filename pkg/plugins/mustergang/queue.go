@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -72,8 +73,11 @@ func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
 		// A member whose scheduling gates are removed can now be planned.
 		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.UpdatePodSchedulingGatesEliminated}, QueueingHintFn: p.sameGangPod},
-		// A deleted pod frees capacity, or releases another gang's plan.
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
+		// A deleted pod frees capacity when it was bound; a member's
+		// deletion or success changes its own gang. (A plan released by
+		// another gang wakes the gangs waiting for capacity directly.)
+		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}},
+		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Delete}, QueueingHintFn: p.sameGangDeleted},
 		// New or grown nodes, changed labels (topology, spot) or taints.
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint}},
 		// A Job's parallelism decides its quorum.
@@ -101,13 +105,19 @@ func (p *Plugin) sameGangPod(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) 
 	return fwk.QueueSkip, nil
 }
 
+// sameGangDeleted: an unscheduled pod's deletion frees nothing (a plan it
+// was part of is released through the registry), except for its own gang.
+func (p *Plugin) sameGangDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
+	return p.sameGangPod(logger, pod, nil, oldObj)
+}
+
 func (p *Plugin) sameGangOwner(kind gang.Kind) fwk.QueueingHintFn {
 	return func(_ klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 		mine, inGang := gang.KeyOf(pod)
 		if !inGang || mine.Kind != kind {
 			return fwk.QueueSkip, nil
 		}
-		if oldObj != nil && specUnchanged(oldObj, newObj) {
+		if oldObj != nil && quorumUnchanged(oldObj, newObj) {
 			return fwk.QueueSkip, nil
 		}
 		obj, ok := newObj.(*unstructured.Unstructured)
@@ -134,9 +144,8 @@ func (p *Plugin) onPodAdd(obj interface{}) {
 	if !ok || err != nil {
 		return
 	}
-	pending, _, total := p.members(info.key)
-	if total >= info.quorum {
-		p.activate(klog.Background(), pending)
+	if set := p.members(info.key); set.total >= info.quorum {
+		p.activate(klog.Background(), set.pending)
 	}
 }
 
@@ -158,6 +167,34 @@ func (p *Plugin) onPodChange(obj interface{}) {
 	p.status.enqueue(key)
 }
 
+// activateLone wakes the pod of a lone pod's plan.
+func (p *Plugin) activateLone(key gang.Key, plan *gang.ActivePlan) {
+	if key.Kind != gang.KindPod {
+		return
+	}
+	if obj, ok, _ := p.pods.GetByKey(key.Namespace + "/" + key.Name); ok {
+		if pod := obj.(*v1.Pod); plan.Slots[pod.UID] != "" {
+			p.activate(klog.Background(), []*v1.Pod{pod})
+		}
+	}
+}
+
+// recordFinished asks the API server whether a member that left the
+// informer succeeded (the watch reports the last live state); if so it
+// counts toward its PodGroup's quorum and the rest of the gang is woken.
+func (p *Plugin) recordFinished(key gang.Key, pod *v1.Pod) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	current, err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil || current.UID != pod.UID || current.Status.Phase != v1.PodSucceeded {
+		return
+	}
+	if p.registry.Succeed(key, pod.UID, pod.CreationTimestamp.Time) {
+		p.activate(klog.Background(), p.members(key).pending)
+		p.status.enqueue(key)
+	}
+}
+
 // onPodDelete releases a gang whose planned member disappeared (deleted,
 // failed or succeeded: the informer only holds live pods) and forgets gangs
 // with no pods left.
@@ -166,20 +203,42 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 		obj = d.Obj
 	}
 	pod, ok := obj.(*v1.Pod)
-	if !ok || pod.Spec.SchedulerName != p.handle.ProfileName() {
+	if !ok {
+		return
+	}
+	if preemptor, ready := p.registry.VictimGone(pod.UID); ready {
+		// The last victim is gone: the preemptor's members go ahead.
+		if plan := p.registry.Plan(preemptor); plan != nil {
+			p.activateSiblings(klog.Background(), preemptor, plan, "")
+			p.activateLone(preemptor, plan)
+		}
+	}
+	if pod.Spec.SchedulerName != p.handle.ProfileName() {
 		return
 	}
 	key, ok := gang.KeyOf(pod)
 	if !ok {
+		// A pod scheduled alone that preempted: its hold goes with it.
+		if plan := p.registry.Plan(gang.LoneKey(pod)); plan != nil {
+			if _, planned := plan.Slots[pod.UID]; planned {
+				p.failPlan(context.Background(), gang.LoneKey(pod), plan.ID, "member_deleted", fmt.Sprintf("pod %s was deleted or finished", pod.Name))
+			}
+		}
 		return
 	}
 	p.registry.Settled(key, pod.UID)
+	if key.Kind == gang.KindPodGroup && pod.Spec.NodeName != "" && pod.DeletionTimestamp == nil {
+		// A bound member left the informer (which holds live pods only)
+		// without being deleted first: it may have finished. (A Job's
+		// quorum follows the Job's status instead.)
+		go p.recordFinished(key, pod)
+	}
 	if plan := p.registry.Plan(key); plan != nil {
 		if _, planned := plan.Slots[pod.UID]; planned {
 			p.failPlan(context.Background(), key, plan.ID, "member_deleted", fmt.Sprintf("member %s was deleted or finished", pod.Name))
 		}
 	}
-	if objs, _ := p.pods.ByIndex(gangIndex, key.String()); len(objs) == 0 {
+	if objs, _ := p.pods.ByIndex(p.gangIndex, key.String()); len(objs) == 0 {
 		p.registry.Forget(key)
 	}
 	p.status.enqueue(key)

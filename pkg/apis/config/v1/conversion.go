@@ -23,6 +23,7 @@ func Convert_v1_MusterGangArgs_To_config_MusterGangArgs(in *MusterGangArgs, out 
 			config.NodeMatcher{Source: config.NodeMatcherSource(m.Source), Key: m.Key, Value: m.Value})
 	}
 	out.ReclaimTaintKeys = append([]string(nil), in.ReclaimTaintKeys...)
+	out.GangPreemption = ptr.Deref(in.GangPreemption, false)
 	return nil
 }
 
@@ -44,5 +45,6 @@ func Convert_config_MusterGangArgs_To_v1_MusterGangArgs(in *config.MusterGangArg
 		out.PreemptibleNodeMatchers = append(out.PreemptibleNodeMatchers, NodeMatcher{Source: string(m.Source), Key: m.Key, Value: m.Value})
 	}
 	out.ReclaimTaintKeys = append([]string(nil), in.ReclaimTaintKeys...)
+	out.GangPreemption = ptr.To(in.GangPreemption)
 	return nil
 }

@@ -21,6 +21,10 @@ func (in *MusterGangArgs) DeepCopyInto(out *MusterGangArgs) {
 		v := *in.TopologyPreset
 		out.TopologyPreset = &v
 	}
+	if in.GangPreemption != nil {
+		v := *in.GangPreemption
+		out.GangPreemption = &v
+	}
 	out.TopologyLevels = append([]TopologyLevel(nil), in.TopologyLevels...)
 	out.PreemptibleNodeMatchers = append([]NodeMatcher(nil), in.PreemptibleNodeMatchers...)
 	out.ReclaimTaintKeys = append([]string(nil), in.ReclaimTaintKeys...)

@@ -97,4 +97,7 @@ func SetDefaults_MusterGangArgs(obj *MusterGangArgs) {
 	if obj.ReclaimTaintKeys == nil {
 		obj.ReclaimTaintKeys = DefaultReclaimTaintKeys()
 	}
+	if obj.GangPreemption == nil {
+		obj.GangPreemption = ptr.To(true)
+	}
 }

@@ -37,6 +37,10 @@ type MusterGangArgs struct {
 	// karpenter.sh/disrupted, node.kubernetes.io/unschedulable,
 	// aws-node-termination-handler/spot-itn.
 	ReclaimTaintKeys []string `json:"reclaimTaintKeys,omitempty"`
+	// GangPreemption lets a gang (or a pod scheduled alone) that cannot be
+	// placed evict whole gangs and lone pods of strictly lower priority,
+	// as few GPUs as possible. Default true.
+	GangPreemption *bool `json:"gangPreemption,omitempty"`
 }
 
 // TopologyLevel is one level of the topology hierarchy.

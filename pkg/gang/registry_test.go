@@ -1,0 +1,85 @@
+package gang
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+func TestRegistryLedgerAndLifecycle(t *testing.T) {
+	r := NewRegistry()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	a := Key{Kind: KindJob, Namespace: "ns", Name: "a"}
+	b := Key{Kind: KindJob, Namespace: "ns", Name: "b"}
+	plan := &ActivePlan{
+		Plan:     Plan{Slots: map[types.UID]string{"a0": "n1", "a1": "n2"}},
+		Requests: map[types.UID]Resources{"a0": {MilliCPU: 1000}, "a1": {MilliCPU: 2000}},
+		Reserved: sets.New[types.UID](),
+		Deadline: now.Add(time.Minute),
+	}
+	if !r.SetPlan(a, plan, now) {
+		t.Fatal("SetPlan refused the first plan")
+	}
+	if r.SetPlan(a, &ActivePlan{Reserved: sets.New[types.UID]()}, now) {
+		t.Error("a second plan replaced the active one")
+	}
+	// Other gangs see what a's plan holds; a itself does not.
+	if held := r.Held(b); held["n1"].MilliCPU != 1000 || held["n2"].MilliCPU != 2000 {
+		t.Errorf("held for others = %v", held)
+	}
+	if held := r.Held(a); len(held) != 0 {
+		t.Errorf("a's own plan is subtracted from a: %v", held)
+	}
+	if key, p := r.PlanOf("a1"); key != a || p == nil {
+		t.Errorf("PlanOf(a1) = %v, %v", key, p)
+	}
+	// A reserved member is counted by the scheduler cache, not the ledger.
+	if outcome, _ := r.Permit(a, plan.ID, "a0", now); outcome != PermitWait {
+		t.Errorf("Permit of the first member = %v, want wait", outcome)
+	}
+	if held := r.Held(b); held["n1"].MilliCPU != 0 || held["n2"].MilliCPU != 2000 {
+		t.Errorf("held after a0 reserved = %v", held)
+	}
+	if outcome, _ := r.Permit(a, plan.ID, "a1", now); outcome != PermitComplete {
+		t.Errorf("Permit of the last member = %v, want complete", outcome)
+	}
+	if len(r.Held(b)) != 0 || r.Plan(a) != nil {
+		t.Error("a completed plan still holds capacity")
+	}
+	// Allowed members are in flight on their nodes until seen bound.
+	if got := r.InFlight(a); got["a0"] != "n1" || got["a1"] != "n2" {
+		t.Errorf("in flight = %v", got)
+	}
+	r.Settled(a, "a0")
+	if got := r.InFlight(a); len(got) != 1 {
+		t.Errorf("in flight after a0 settled = %v", got)
+	}
+
+	// A failed plan backs off, doubling.
+	for i, want := range []time.Duration{5 * time.Second, 10 * time.Second} {
+		p := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"b0": "n1"}}, Reserved: sets.New[types.UID]()}
+		r.SetPlan(b, p, now)
+		if _, backoff := r.Fail(b, p.ID, "broken", now, 5*time.Second); backoff != want {
+			t.Errorf("failure %d: backoff %v, want %v", i+1, backoff, want)
+		}
+	}
+	if dropped, _ := r.Fail(b, 0, "again", now, time.Second); dropped != nil {
+		t.Error("Fail dropped a plan that no longer exists")
+	}
+
+	// Avoided pairs expire.
+	r.Avoid(b, "b0", "n1", now.Add(time.Minute))
+	if got := r.Avoided(b, now); !got["b0"]["n1"] {
+		t.Errorf("avoided = %v, want b0 on n1", got)
+	}
+	if got := r.Avoided(b, now.Add(time.Minute)); len(got) != 0 {
+		t.Errorf("avoided after expiry = %v", got)
+	}
+
+	// Succeeded members are counted once.
+	if !r.Succeed(a, "a0", now) || r.Succeed(a, "a0", now) || r.Succeeded(a) != 1 {
+		t.Errorf("succeeded = %d", r.Succeeded(a))
+	}
+}

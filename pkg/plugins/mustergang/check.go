@@ -1,0 +1,303 @@
+package mustergang
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// dryRunKey marks a CycleState made for a planning dry run: muster's own
+// PreFilter returns Skip on it (which also skips its Filter), so the dry run
+// asks only the profile's other plugins.
+const dryRunKey fwk.StateKey = Name + "/dry-run"
+
+type dryRunMarker struct{}
+
+func (dryRunMarker) Clone() fwk.StateData { return dryRunMarker{} }
+
+// filterCheck confirms the planner's choices with the profile's own
+// PreFilter and Filter plugins, as DefaultPreemption's dry run does: each
+// member gets a CycleState from RunPreFilterPlugins, the members placed so
+// far in a trial are added to it (RunPreFilterExtensionAddPod) and to a copy
+// of their node's NodeInfo, and RunFilterPlugins decides. Nominated pods of
+// other gangs and lone pods with at least the member's priority count as
+// placed, as in RunFilterPluginsWithNominatedPods; the gang's own pending
+// members never do (a stale nomination must not block its own plan).
+type filterCheck struct {
+	ctx    context.Context
+	fw     framework.Framework
+	key    gang.Key
+	pods   map[types.UID]*v1.Pod
+	avoid  map[types.UID]map[string]bool // pairs that failed in a real cycle
+	base   map[types.UID]*memberBase
+	nodes  fwk.NodeInfoLister
+	checks int
+	// victims are pods a preemption dry run treats as gone, by node; their
+	// nodes' infos are copies without them.
+	victims     map[string][]fwk.PodInfo
+	victimNodes map[string]fwk.NodeInfo
+
+	// rejections keeps one reason per member (the first), for the
+	// Unschedulable message.
+	rejections map[string]string
+	rejected   int
+}
+
+type memberBase struct {
+	state  fwk.CycleState
+	result *fwk.PreFilterResult
+	status *fwk.Status
+}
+
+func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, pods []*v1.Pod, victims []*v1.Pod) (*filterCheck, error) {
+	fw, ok := p.handle.(framework.Framework)
+	if !ok {
+		return nil, fmt.Errorf("%s: the framework handle (%T) cannot run PreFilter plugins", Name, p.handle)
+	}
+	c := &filterCheck{
+		ctx: ctx, fw: fw, key: key,
+		pods:       make(map[types.UID]*v1.Pod, len(pods)),
+		avoid:      p.registry.Avoided(key, p.now()),
+		base:       map[types.UID]*memberBase{},
+		nodes:      p.handle.SnapshotSharedLister().NodeInfos(),
+		rejections: map[string]string{},
+	}
+	for _, pod := range pods {
+		c.pods[pod.UID] = pod
+	}
+	if len(victims) > 0 {
+		c.victims, c.victimNodes = map[string][]fwk.PodInfo{}, map[string]fwk.NodeInfo{}
+		logger := klog.FromContext(ctx)
+		for _, v := range victims {
+			ni := c.victimNodes[v.Spec.NodeName]
+			if ni == nil {
+				orig, err := c.nodes.Get(v.Spec.NodeName)
+				if err != nil {
+					continue // the node is gone: nothing to free there
+				}
+				ni = orig.Snapshot()
+				c.victimNodes[v.Spec.NodeName] = ni
+			}
+			if err := ni.RemovePod(logger, v); err != nil {
+				return nil, err
+			}
+			info, err := framework.NewPodInfo(v)
+			if err != nil {
+				return nil, err
+			}
+			c.victims[v.Spec.NodeName] = append(c.victims[v.Spec.NodeName], info)
+		}
+	}
+	return c, nil
+}
+
+// nodeInfo is the snapshot's NodeInfo of node, without the victims.
+func (c *filterCheck) nodeInfo(name string) (fwk.NodeInfo, error) {
+	if ni := c.victimNodes[name]; ni != nil {
+		return ni, nil
+	}
+	return c.nodes.Get(name)
+}
+
+// Trial starts one placement attempt.
+func (c *filterCheck) Trial() gang.Trial {
+	return &filterTrial{c: c, states: map[types.UID]*memberTrial{}, nodes: map[string]fwk.NodeInfo{}}
+}
+
+func (c *filterCheck) memberBase(pod *v1.Pod) *memberBase {
+	if b := c.base[pod.UID]; b != nil {
+		return b
+	}
+	state := framework.NewCycleState()
+	state.Write(dryRunKey, dryRunMarker{})
+	result, status, _ := c.fw.RunPreFilterPlugins(c.ctx, state, pod)
+	b := &memberBase{state: state, result: result, status: status}
+	if status.IsSkip() {
+		b.status = nil
+	}
+	// As DefaultPreemption's dry run: the victims leave each member's state.
+	for node, infos := range c.victims {
+		for _, info := range infos {
+			if b.status.IsSuccess() {
+				b.status = c.fw.RunPreFilterExtensionRemovePod(c.ctx, state, pod, info, c.victimNodes[node])
+			}
+		}
+	}
+	c.base[pod.UID] = b
+	return b
+}
+
+func (c *filterCheck) reject(pod *v1.Pod, node string, why string) {
+	c.rejected++
+	if _, seen := c.rejections[pod.Name]; !seen {
+		if node != "" {
+			why = "on " + node + ": " + why
+		}
+		c.rejections[pod.Name] = why
+	}
+}
+
+// Explain summarises what the filters rejected, for the Unschedulable
+// message; "" when they rejected nothing.
+func (c *filterCheck) Explain() string {
+	if c.rejected == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(c.rejections))
+	for name := range c.rejections {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var parts []string
+	for i, name := range names {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("and %d more members", len(names)-3))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %s", name, c.rejections[name]))
+	}
+	return fmt.Sprintf("the scheduler's filters rejected %d placements (%s)", c.rejected, strings.Join(parts, "; "))
+}
+
+// filterTrial is one placement attempt: its own copies of the node infos
+// and member states, so attempts in other domains start clean.
+type filterTrial struct {
+	c      *filterCheck
+	placed []placedPod
+	states map[types.UID]*memberTrial
+	nodes  map[string]fwk.NodeInfo
+}
+
+type placedPod struct {
+	info fwk.PodInfo
+	node string
+}
+
+type memberTrial struct {
+	state   fwk.CycleState
+	applied int // how many of the trial's placed pods state includes
+}
+
+func (t *filterTrial) nodeInfo(name string) (fwk.NodeInfo, error) {
+	if ni := t.nodes[name]; ni != nil {
+		return ni, nil
+	}
+	return t.c.nodeInfo(name)
+}
+
+// Fits runs the member's filters on node with the trial's placed members.
+func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
+	c := t.c
+	pod := c.pods[m.UID]
+	if pod == nil {
+		return true // not a pod this check knows: nothing to ask
+	}
+	c.checks++
+	if c.avoid[m.UID][node.Name] {
+		c.reject(pod, node.Name, "it failed there in its last scheduling cycle")
+		return false
+	}
+	base := c.memberBase(pod)
+	if !base.status.IsSuccess() {
+		c.reject(pod, "", base.status.Message())
+		return false
+	}
+	if base.result != nil && !base.result.AllNodes() && !base.result.NodeNames.Has(node.Name) {
+		c.reject(pod, node.Name, "excluded by a PreFilter plugin")
+		return false
+	}
+	ni, err := t.nodeInfo(node.Name)
+	if err != nil {
+		c.reject(pod, node.Name, err.Error())
+		return false
+	}
+	mt := t.states[m.UID]
+	if mt == nil {
+		mt = &memberTrial{state: base.state.Clone()}
+		t.states[m.UID] = mt
+	}
+	for ; mt.applied < len(t.placed); mt.applied++ {
+		added := t.placed[mt.applied]
+		addedNode, err := t.nodeInfo(added.node)
+		if err != nil {
+			c.reject(pod, node.Name, err.Error())
+			return false
+		}
+		if st := c.fw.RunPreFilterExtensionAddPod(c.ctx, mt.state, pod, added.info, addedNode); !st.IsSuccess() {
+			c.reject(pod, node.Name, st.Message())
+			return false
+		}
+	}
+	status := t.filterWithNominated(pod, mt.state, ni)
+	if !status.IsSuccess() {
+		c.reject(pod, node.Name, status.Message())
+		return false
+	}
+	return true
+}
+
+// filterWithNominated is RunFilterPluginsWithNominatedPods without the
+// gang's own members among the nominated pods: with the nominated pods of
+// equal or higher priority added, and, when any were, without them.
+func (t *filterTrial) filterWithNominated(pod *v1.Pod, state fwk.CycleState, ni fwk.NodeInfo) *fwk.Status {
+	c := t.c
+	var nominated []fwk.PodInfo
+	for _, pi := range c.fw.NominatedPodsForNode(ni.Node().Name) {
+		other := pi.GetPod()
+		if k, ok := gang.KeyOf(other); ok && k == c.key {
+			continue
+		}
+		if other.UID != pod.UID && corev1helpers.PodPriority(other) >= corev1helpers.PodPriority(pod) {
+			nominated = append(nominated, pi)
+		}
+	}
+	if len(nominated) > 0 {
+		withState, withNode := state.Clone(), ni.Snapshot()
+		for _, pi := range nominated {
+			withNode.AddPodInfo(pi)
+			if st := c.fw.RunPreFilterExtensionAddPod(c.ctx, withState, pod, pi, withNode); !st.IsSuccess() {
+				return st
+			}
+		}
+		if st := c.fw.RunFilterPlugins(c.ctx, withState, pod, withNode); !st.IsSuccess() {
+			return st
+		}
+	}
+	return c.fw.RunFilterPlugins(c.ctx, state, pod, ni)
+}
+
+// Place adds the member to the trial: to a copy of its node's NodeInfo and,
+// lazily, to every other member's state.
+func (t *filterTrial) Place(m *gang.Member, node *v1.Node) {
+	pod := t.c.pods[m.UID]
+	if pod == nil {
+		return
+	}
+	ni, err := t.nodeInfo(node.Name)
+	if err != nil {
+		return // Fits said no in that case
+	}
+	if t.nodes[node.Name] == nil {
+		ni = ni.Snapshot()
+		t.nodes[node.Name] = ni
+	}
+	placed := pod.DeepCopy()
+	placed.Spec.NodeName = node.Name
+	info, err := framework.NewPodInfo(placed)
+	if err != nil {
+		return
+	}
+	ni.AddPodInfo(info)
+	// A member is placed once per trial, so its own state never needs it.
+	t.placed = append(t.placed, placedPod{info: info, node: node.Name})
+}

@@ -1,0 +1,496 @@
+package mustergang
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	kubeschedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	kubeschedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
+	schedcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
+	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/apis/config"
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// The plugin's path through the framework (PreFilter → Filter → Reserve →
+// Permit → Unreserve, PostFilter), with a framework built from fake
+// objects as upstream's plugin tests do: NodeResourcesFit and
+// InterPodAffinity beside MusterGang, a fake clientset and informers, a
+// snapshot of the nodes and running pods.
+
+// fakeQueue is the nominator and activator the framework needs.
+type fakeQueue struct {
+	mu        sync.Mutex
+	nominated map[string][]fwk.PodInfo
+	activated []string
+}
+
+func (q *fakeQueue) AddNominatedPod(_ klog.Logger, pi fwk.PodInfo, ni *fwk.NominatingInfo) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	node := pi.GetPod().Status.NominatedNodeName
+	if ni != nil && ni.Mode() == fwk.ModeOverride {
+		node = ni.NominatedNodeName
+	}
+	q.nominated[node] = append(q.nominated[node], pi)
+}
+
+func (q *fakeQueue) DeleteNominatedPodIfExists(pod *v1.Pod) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for node, pis := range q.nominated {
+		var keep []fwk.PodInfo
+		for _, pi := range pis {
+			if pi.GetPod().UID != pod.UID {
+				keep = append(keep, pi)
+			}
+		}
+		q.nominated[node] = keep
+	}
+}
+
+func (q *fakeQueue) UpdateNominatedPod(logger klog.Logger, old *v1.Pod, pi fwk.PodInfo) {
+	q.DeleteNominatedPodIfExists(old)
+	q.AddNominatedPod(logger, pi, nil)
+}
+
+func (q *fakeQueue) NominatedPodsForNode(node string) []fwk.PodInfo {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]fwk.PodInfo(nil), q.nominated[node]...)
+}
+
+func (q *fakeQueue) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for name := range pods {
+		q.activated = append(q.activated, name)
+	}
+}
+
+func defaultArgs(t *testing.T) *config.MusterGangArgs {
+	t.Helper()
+	external := &configv1.MusterGangArgs{}
+	kubeschedulerscheme.Scheme.Default(external)
+	internal := &config.MusterGangArgs{}
+	if err := kubeschedulerscheme.Scheme.Convert(external, internal, nil); err != nil {
+		t.Fatal(err)
+	}
+	return internal
+}
+
+func gpuNode(name string, gpus int64) *v1.Node {
+	capacity := v1.ResourceList{
+		v1.ResourceCPU: resource.MustParse("64"), v1.ResourceMemory: resource.MustParse("512Gi"), v1.ResourcePods: resource.MustParse("110"),
+		"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI),
+	}
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
+		Status:     v1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+	}
+}
+
+// worker is member index of Job job asking for gpus GPUs, one per node by
+// required anti-affinity, bound to node when node is set.
+func worker(job string, index int, gpus int64, node string) *v1.Pod {
+	gpu := *resource.NewQuantity(gpus, resource.DecimalSI)
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: fmt.Sprintf("%s-%d", job, index), UID: types.UID(fmt.Sprintf("%s-%d", job, index)),
+			Labels:            map[string]string{"app": job},
+			CreationTimestamp: metav1.NewTime(t0),
+			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job, UID: "job-uid", Controller: ptr.To(true)}},
+		},
+		Spec: v1.PodSpec{
+			SchedulerName: "muster",
+			NodeName:      node,
+			Containers: []v1.Container{{Name: "w", Resources: v1.ResourceRequirements{
+				Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), "nvidia.com/gpu": gpu},
+				Limits:   v1.ResourceList{"nvidia.com/gpu": gpu},
+			}}},
+			Affinity: &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": job}},
+				TopologyKey:   "kubernetes.io/hostname",
+			}}}},
+		},
+	}
+}
+
+type testFramework struct {
+	fw     framework.Framework
+	plugin *Plugin
+	queue  *fakeQueue
+	nodes  []fwk.NodeInfo
+	now    time.Time
+}
+
+// newTestFramework builds the framework over nodes and pods (bound pods are
+// in the snapshot; every pod is in the informer) and a Job of parallelism
+// workers.
+func newTestFramework(t *testing.T, workers int32, nodes []*v1.Node, pods []*v1.Pod) *testFramework {
+	t.Helper()
+	schedmetrics.Register()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	job := jobObject("j", workers)
+	objects := []runtime.Object{job}
+	var bound []*v1.Pod
+	for _, p := range pods {
+		objects = append(objects, p)
+		if p.Spec.NodeName != "" {
+			bound = append(bound, p)
+		}
+	}
+	for _, n := range nodes {
+		objects = append(objects, n)
+	}
+	client := fake.NewClientset(objects...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	snapshot := schedcache.NewSnapshot(bound, nodes)
+	queue := &fakeQueue{nominated: map[string][]fwk.PodInfo{}}
+	tfw := &testFramework{queue: queue, now: t0.Add(time.Hour)}
+	args := defaultArgs(t)
+	newMuster := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		pl, err := New(ctx, args, h)
+		if err == nil {
+			tfw.plugin = pl.(*Plugin)
+			tfw.plugin.now = func() time.Time { return tfw.now }
+		}
+		return pl, err
+	}
+	newFit := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		return noderesources.NewFit(ctx, &kubeschedulerconfig.NodeResourcesFitArgs{
+			ScoringStrategy: &kubeschedulerconfig.ScoringStrategy{Type: kubeschedulerconfig.LeastAllocated,
+				Resources: []kubeschedulerconfig.ResourceSpec{{Name: "cpu", Weight: 1}}},
+		}, h, feature.Features{})
+	}
+	newAffinity := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		return interpodaffinity.New(ctx, &kubeschedulerconfig.InterPodAffinityArgs{}, h, feature.Features{})
+	}
+	fw, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+		tf.RegisterPluginAsExtensions(noderesources.Name, newFit, "PreFilter", "Filter"),
+		tf.RegisterPluginAsExtensions(interpodaffinity.Name, newAffinity, "PreFilter", "Filter"),
+		tf.RegisterPluginAsExtensions(Name, newMuster, "QueueSort", "PreFilter", "Filter", "PostFilter", "Reserve", "Permit"),
+		tf.RegisterBindPlugin("DefaultBinder", func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) { return binder{}, nil }),
+	}, "muster",
+		frameworkruntime.WithClientSet(client),
+		frameworkruntime.WithInformerFactory(factory),
+		frameworkruntime.WithSnapshotSharedLister(snapshot),
+		frameworkruntime.WithPodNominator(queue),
+		frameworkruntime.WithPodActivator(queue),
+		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
+		frameworkruntime.WithEventRecorder(&events.FakeRecorder{}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	tfw.fw = fw
+	tfw.nodes, _ = snapshot.NodeInfos().List()
+	return tfw
+}
+
+func (f *testFramework) preFilter(t *testing.T, pod *v1.Pod) (fwk.CycleState, *fwk.Status) {
+	t.Helper()
+	state := framework.NewCycleState()
+	_, status, _ := f.fw.RunPreFilterPlugins(context.Background(), state, pod)
+	return state, status
+}
+
+func TestPlanUsesFrameworkFiltersAroundRunningSibling(t *testing.T) {
+	// j-0 runs on n1; its replacement j-2 (for a failed j-1) is pending. The
+	// planner's best fit is n1 (4 GPUs free, the least room that fits), but
+	// InterPodAffinity rejects a second worker there: the plan says n2.
+	running := worker("j", 0, 4, "n1")
+	replacement := worker("j", 2, 4, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{running, replacement})
+
+	state, status := f.preFilter(t, replacement)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	key, _ := gang.KeyOf(replacement)
+	plan := f.plugin.registry.Plan(key)
+	if plan == nil || plan.Slots[replacement.UID] != "n2" {
+		t.Fatalf("plan %+v, want the replacement on n2", plan)
+	}
+	if plan.Bound != 1 {
+		t.Errorf("plan counted %d running members, want 1", plan.Bound)
+	}
+	// Filter keeps it there.
+	for _, ni := range f.nodes {
+		st := f.fw.RunFilterPlugins(context.Background(), state, replacement, ni)
+		if got, want := st.IsSuccess(), ni.Node().Name == "n2"; got != want {
+			t.Errorf("Filter on %s: %v", ni.Node().Name, st)
+		}
+	}
+	// Reserve and Permit complete the one-member plan at once.
+	if st := f.fw.RunReservePluginsReserve(context.Background(), state, replacement, "n2"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	if _, st := f.fw.RunPermitPlugins(context.Background(), state, replacement, "n2"); !st.IsSuccess() {
+		t.Fatalf("Permit: %v", st)
+	}
+	if f.plugin.registry.Plan(key) != nil {
+		t.Error("the completed plan still holds capacity")
+	}
+}
+
+func TestNoPlanWhenFiltersRejectEveryNode(t *testing.T) {
+	// Both nodes run a worker of the job; the replacement fits by GPUs on
+	// either, but anti-affinity rejects both: no plan, nothing held, and the
+	// message carries the framework's reason.
+	pods := []*v1.Pod{worker("j", 0, 4, "n1"), worker("j", 1, 4, "n2"), worker("j", 3, 4, "")}
+	f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, pods)
+	_, status := f.preFilter(t, pods[2])
+	if status.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Fatalf("PreFilter: %v, want UnschedulableAndUnresolvable", status)
+	}
+	for _, want := range []string{"gang ns/j", "filters rejected", "anti-affinity"} {
+		if !contains(status.Message(), want) {
+			t.Errorf("message %q does not contain %q", status.Message(), want)
+		}
+	}
+	key, _ := gang.KeyOf(pods[2])
+	if f.plugin.registry.Plan(key) != nil || len(f.plugin.registry.Held(gang.Key{})) != 0 {
+		t.Error("a gang without a plan holds capacity")
+	}
+}
+
+func TestRejectedMemberDropsPlanAndNextPlanAvoidsThePair(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+
+	state, status := f.preFilter(t, a)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	plan := f.plugin.registry.Plan(key)
+	slotA := plan.Slots[a.UID]
+	if len(f.queue.activated) == 0 {
+		t.Error("planning did not wake the sibling")
+	}
+	// a waits at Permit for b.
+	if st := f.fw.RunReservePluginsReserve(context.Background(), state, a, slotA); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	if _, st := f.fw.RunPermitPlugins(context.Background(), state, a, slotA); st.Code() != fwk.Wait {
+		t.Fatalf("Permit: %v, want Wait", st)
+	}
+
+	// b's planned node is rejected by another plugin in b's own cycle
+	// (something changed since the plan): PostFilter drops the plan at once.
+	bState, status := f.preFilter(t, b)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter of b: %v", status)
+	}
+	slotB := plan.Slots[b.UID]
+	statuses := framework.NewDefaultNodeToStatus()
+	statuses.Set(slotB, fwk.NewStatus(fwk.Unschedulable, "node(s) had volume node affinity conflict"))
+	result, st := f.fw.RunPostFilterPlugins(context.Background(), bState, b, statuses)
+	if st.IsSuccess() || result == nil || result.NominatingInfo == nil || result.NominatedNodeName != "" {
+		t.Errorf("PostFilter = %+v, %v; want Unschedulable clearing the nomination", result, st)
+	}
+	if f.plugin.registry.Plan(key) != nil {
+		t.Fatal("the broken plan was not dropped")
+	}
+	// Unreserve of the waiting member (rejected by the drop) is idempotent.
+	f.fw.RunReservePluginsUnreserve(context.Background(), state, a, slotA)
+
+	// After the backoff, the next plan keeps b off the node it failed on.
+	f.now = f.now.Add(time.Minute - time.Second)
+	if _, status := f.preFilter(t, a); !status.IsSuccess() {
+		t.Fatalf("PreFilter after backoff: %v", status)
+	}
+	next := f.plugin.registry.Plan(key)
+	if next == nil || next.Slots[b.UID] == slotB {
+		t.Errorf("next plan %+v puts %s on %s again", next, b.Name, slotB)
+	}
+}
+
+func TestUnreserveOfWaitingMemberReleasesPlan(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	state, status := f.preFilter(t, a)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	slot := f.plugin.registry.Plan(key).Slots[a.UID]
+	if held := f.plugin.registry.Held(gang.Key{}); len(held) != 2 {
+		t.Errorf("the plan holds %v, want both nodes", held)
+	}
+	f.fw.RunReservePluginsReserve(context.Background(), state, a, slot)
+	// Another plugin's Reserve fails after ours: the framework unreserves.
+	f.fw.RunReservePluginsUnreserve(context.Background(), state, a, slot)
+	if f.plugin.registry.Plan(key) != nil || len(f.plugin.registry.Held(gang.Key{})) != 0 {
+		t.Error("Unreserve left the plan holding capacity")
+	}
+	if until, _ := f.plugin.registry.Backoff(key); !until.After(f.now) {
+		t.Error("the gang does not back off")
+	}
+}
+
+func TestDryRunSkipsMusterGang(t *testing.T) {
+	p := &Plugin{}
+	state := framework.NewCycleState()
+	state.Write(dryRunKey, dryRunMarker{})
+	if _, st := p.PreFilter(context.Background(), state, worker("j", 0, 1, ""), nil); !st.IsSkip() {
+		t.Errorf("PreFilter in a dry run = %v, want Skip", st)
+	}
+}
+
+func jobObject(name string, workers int32) *batchv1.Job {
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: "job-uid"},
+		Spec:       batchv1.JobSpec{Parallelism: ptr.To(workers), Completions: ptr.To(workers)},
+	}
+}
+
+func contains(s, part string) bool { return strings.Contains(s, part) }
+
+type binder struct{}
+
+func (binder) Name() string { return "DefaultBinder" }
+func (binder) Bind(context.Context, fwk.CycleState, *v1.Pod, string) *fwk.Status {
+	return nil
+}
+
+func TestPlanDeadlineReleasesWaitingMembers(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	state, status := f.preFilter(t, a)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	plan := f.plugin.registry.Plan(key)
+	slot := plan.Slots[a.UID]
+	f.fw.RunReservePluginsReserve(context.Background(), state, a, slot)
+	waits, st := f.fw.RunPermitPlugins(context.Background(), state, a, slot)
+	if st.Code() != fwk.Wait {
+		t.Fatalf("Permit: %v, want Wait", st)
+	}
+	f.fw.AddWaitingPod(a, waits) // as the scheduler does after Permit
+	before, err := testutil.GetCounterMetricValue(timeouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b never reaches Permit before the gang's deadline.
+	f.plugin.expirePlan(key, plan.ID)
+	st = f.fw.WaitOnPermit(context.Background(), a)
+	if st.IsSuccess() || !contains(st.Message(), "timed out") {
+		t.Errorf("waiting member ended with %v, want a rejection saying the gang timed out", st)
+	}
+	if f.plugin.registry.Plan(key) != nil || len(f.plugin.registry.Held(gang.Key{})) != 0 {
+		t.Error("the expired plan still holds capacity")
+	}
+	if after, _ := testutil.GetCounterMetricValue(timeouts); after != before+1 {
+		t.Errorf("muster_gang_timeouts_total went from %v to %v, want +1", before, after)
+	}
+}
+
+func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
+	low0, low1 := worker("low", 0, 8, "n1"), worker("low", 1, 8, "n2")
+	high := worker("j", 0, 8, "")
+	for _, p := range []*v1.Pod{low0, low1} {
+		p.Spec.Priority = ptr.To[int32](1)
+		p.OwnerReferences[0].Name = "low"
+	}
+	high.Spec.Priority = ptr.To[int32](100)
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{low0, low1, high})
+	key, _ := gang.KeyOf(high)
+
+	state, status := f.preFilter(t, high)
+	if status.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Fatalf("PreFilter on a full cluster: %v", status)
+	}
+	result, status := f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
+	plan := f.plugin.registry.Plan(key)
+	if plan == nil || plan.Victims.Len() != 2 {
+		t.Fatalf("plan %+v after PostFilter (%v), want one waiting for the whole low gang (2 pods)", plan, status)
+	}
+	if result == nil || result.NominatedNodeName != plan.Slots[high.UID] {
+		t.Errorf("PostFilter result %+v, want the preemptor nominated to its slot %s", result, plan.Slots[high.UID])
+	}
+	// The slot is held: a pod scheduled alone may not take it.
+	if held := f.plugin.registry.Held(gang.Key{}); len(held) != 1 {
+		t.Errorf("held %v, want the preemptor's slot", held)
+	}
+	// Until the victims are gone, the member waits.
+	if _, status := f.preFilter(t, high); status.IsSuccess() || !contains(status.Message(), "waiting for 2") {
+		t.Errorf("PreFilter while victims terminate: %v", status)
+	}
+	f.plugin.onPodDelete(low0)
+	f.plugin.onPodDelete(low1)
+	if plan := f.plugin.registry.Plan(key); plan == nil || plan.Victims.Len() != 0 {
+		t.Fatalf("plan %+v after the victims went", plan)
+	}
+	if !slicesContain(f.queue.activated, "ns/j-0") {
+		t.Errorf("the preemptor was not woken when its victims were gone (activated %v)", f.queue.activated)
+	}
+}
+
+func TestNoPreemptionOfEqualPriorityOrWhenNever(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1.Pod)
+	}{
+		{"equal priority", func(p *v1.Pod) { p.Spec.Priority = ptr.To[int32](1) }},
+		{"preemptionPolicy Never", func(p *v1.Pod) {
+			p.Spec.Priority = ptr.To[int32](100)
+			p.Spec.PreemptionPolicy = ptr.To(v1.PreemptNever)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			low := worker("low", 0, 8, "n1")
+			low.Spec.Priority = ptr.To[int32](1)
+			low.OwnerReferences[0].Name = "low"
+			pod := worker("j", 0, 8, "")
+			tc.mutate(pod)
+			f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{low, pod})
+			state, _ := f.preFilter(t, pod)
+			f.fw.RunPostFilterPlugins(context.Background(), state, pod, framework.NewDefaultNodeToStatus())
+			key, _ := gang.KeyOf(pod)
+			if f.plugin.registry.Plan(key) != nil {
+				t.Error("preempted")
+			}
+		})
+	}
+}
+
+func slicesContain(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,249 @@
+package integration
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/controlplane"
+)
+
+// kubelet stands in for the kubelets of the test's nodes in one respect:
+// a bound pod being deleted finishes terminating (it is removed). It
+// records which pods carried the DisruptionTarget condition when they went.
+type kubelet struct {
+	c         *cluster
+	running   atomic.Bool
+	mu        sync.Mutex
+	disrupted map[string]bool
+	removed   []string
+}
+
+func (c *cluster) startKubelet() *kubelet {
+	k := &kubelet{c: c, disrupted: map[string]bool{}}
+	k.running.Store(true)
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.t.Cleanup(cancel)
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if !k.running.Load() {
+				continue
+			}
+			pods, err := c.Client.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp == nil || p.Spec.NodeName == "" {
+					continue
+				}
+				disrupted := false
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.DisruptionTarget && cond.Status == corev1.ConditionTrue && cond.Reason == corev1.PodReasonPreemptionByScheduler {
+						disrupted = true
+					}
+				}
+				err := c.Client.CoreV1().Pods(c.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				if err == nil {
+					k.mu.Lock()
+					k.removed = append(k.removed, p.Name)
+					k.disrupted[p.Name] = disrupted
+					k.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return k
+}
+
+// removedPods lists the pods the kubelet removed and whether each carried
+// the DisruptionTarget condition.
+func (k *kubelet) removedPods() map[string]bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[string]bool{}
+	for _, name := range k.removed {
+		out[name] = k.disrupted[name]
+	}
+	return out
+}
+
+func (c *cluster) createPriorityClasses() {
+	c.t.Helper()
+	for _, pc := range []*schedulingv1.PriorityClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: "low"}, Value: 10},
+		{ObjectMeta: metav1.ObjectMeta{Name: "high"}, Value: 1000},
+		// Priority admission takes preemptionPolicy from the class.
+		{ObjectMeta: metav1.ObjectMeta{Name: "high-never"}, Value: 1000, PreemptionPolicy: ptr.To(corev1.PreemptNever)},
+	} {
+		if _, err := c.Client.SchedulingV1().PriorityClasses().Create(c.ctx, pc, metav1.CreateOptions{}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+func withPriority(class string, mutate ...func(*batchv1.Job)) func(*batchv1.Job) {
+	return func(job *batchv1.Job) {
+		job.Spec.Template.Spec.PriorityClassName = class
+		for _, m := range mutate {
+			m(job)
+		}
+	}
+}
+
+// liveBound counts the job's pods that are bound and not being deleted.
+func (c *cluster) liveBound(job string) int {
+	n := 0
+	for _, p := range c.jobPods(job) {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *cluster) fillWithGangs(priority string, gangs map[string]int32) {
+	c.t.Helper()
+	names := make([]string, 0, len(gangs))
+	for name := range gangs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		c.createJob(jobSpec{name: name, workers: gangs[name], gpus: 8, mutate: withPriority(priority)})
+		c.waitJobBound(name, int(gangs[name]))
+	}
+}
+
+func TestPreemptionEvictsOneWholeGang(t *testing.T) {
+	c := startCluster(t, gpuNodes(4, 8)...)
+	c.createPriorityClasses()
+	k := c.startKubelet()
+	c.fillWithGangs("low", map[string]int32{"low-a": 2, "low-b": 2})
+
+	c.createJob(jobSpec{name: "high", workers: 2, gpus: 8, mutate: withPriority("high")})
+	c.waitJobBound("high", 2)
+	a, b := c.liveBound("low-a"), c.liveBound("low-b")
+	if !(a == 0 && b == 2 || a == 2 && b == 0) {
+		t.Fatalf("low gangs left running: low-a %d, low-b %d; want one evicted whole, the other untouched", a, b)
+	}
+	victim := "low-a"
+	if a == 2 {
+		victim = "low-b"
+	}
+	removed := k.removedPods()
+	if len(removed) != 2 {
+		t.Errorf("removed %v, want exactly the 2 pods of %s", removed, victim)
+	}
+	for name, disrupted := range removed {
+		if !disrupted {
+			t.Errorf("victim %s had no DisruptionTarget condition", name)
+		}
+	}
+	c.waitForEvent("Job", victim, "Preempted", c.ns+"/high")
+	c.waitForEvent("Job", "high", "GangPreempting", victim)
+}
+
+func TestPreemptionEvictsFewestGPUs(t *testing.T) {
+	c := startCluster(t, gpuNodes(6, 8)...)
+	c.createPriorityClasses()
+	k := c.startKubelet()
+	c.fillWithGangs("low", map[string]int32{"one-a": 1, "one-b": 1, "one-c": 1, "one-d": 1, "two": 2})
+
+	c.createJob(jobSpec{name: "high", workers: 3, gpus: 8, mutate: withPriority("high")})
+	c.waitJobBound("high", 3)
+	// Any three freed nodes are 24 GPUs; the fewest units doing that are the
+	// 2-node gang and one 1-node gang.
+	if got := len(k.removedPods()); got != 3 {
+		t.Errorf("evicted %d pods (%v), want 3 (24 GPUs)", got, k.removedPods())
+	}
+	if c.liveBound("two") != 0 {
+		t.Errorf("the 2-node gang was not the one evicted (fewest units)")
+	}
+	evictedOnes := 0
+	for _, job := range []string{"one-a", "one-b", "one-c", "one-d"} {
+		if c.liveBound(job) == 0 {
+			evictedOnes++
+		}
+	}
+	if evictedOnes != 1 {
+		t.Errorf("%d 1-node gangs evicted, want 1", evictedOnes)
+	}
+}
+
+func TestPreemptionNeverAndEqualPriorityEvictNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*batchv1.Job)
+	}{
+		{"preemptionPolicy Never", withPriority("high-never")},
+		{"equal priority", withPriority("low")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startCluster(t, gpuNodes(2, 8)...)
+			c.createPriorityClasses()
+			k := c.startKubelet()
+			c.fillWithGangs("low", map[string]int32{"low": 2})
+			c.createJob(jobSpec{name: "waiting", workers: 2, gpus: 8, mutate: tc.mutate})
+			c.waitJobUnschedulable("waiting", 2, "gang")
+			for _, p := range c.jobPods("waiting") {
+				if p.Status.NominatedNodeName != "" {
+					t.Errorf("pod %s nominated to %s", p.Name, p.Status.NominatedNodeName)
+				}
+			}
+			// Room arrives: the gang is placed there. Any eviction started by
+			// its earlier failed attempts would be over by now.
+			c.addNodes(controlplane.GPUNode{Name: "node-new", GPUs: 16, Rack: "r1"})
+			c.waitJobBound("waiting", 2)
+			if got := c.liveBound("low"); got != 2 {
+				t.Errorf("the low gang has %d running pods, want 2", got)
+			}
+			if removed := k.removedPods(); len(removed) != 0 {
+				t.Errorf("evicted %v", removed)
+			}
+		})
+	}
+}
+
+func TestPreemptorDeletedReleasesItsHold(t *testing.T) {
+	c := startCluster(t, gpuNodes(2, 8)...)
+	c.createPriorityClasses()
+	k := c.startKubelet()
+	c.fillWithGangs("low", map[string]int32{"low": 2})
+	k.running.Store(false) // the victims stay terminating for now
+
+	c.createJob(jobSpec{name: "high", workers: 2, gpus: 8, mutate: withPriority("high")})
+	c.waitFor("the low gang's pods terminating", 30*time.Second, func() (bool, error) {
+		return c.liveBound("low") == 0, nil
+	})
+	c.waitFor("a preemptor pod nominated", 30*time.Second, func() (bool, error) {
+		for _, p := range c.jobPods("high") {
+			if p.Status.NominatedNodeName != "" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	c.deleteJob("high")
+	k.running.Store(true)
+	// The held capacity is free again: another low gang takes both nodes
+	// long before the preemptor's plan deadline (120 s) would end the hold.
+	c.createJob(jobSpec{name: "next", workers: 2, gpus: 8, mutate: withPriority("low")})
+	c.waitJobBound("next", 2)
+}
