@@ -14,11 +14,26 @@ import (
 // backoff after a failure. All methods are safe for concurrent use and never
 // call out while holding the lock.
 type Registry struct {
-	mu     sync.Mutex
-	gangs  map[Key]*state
-	planID int64
-	// victimOf maps a preempted pod to the gang whose plan waits for it.
-	victimOf map[types.UID]Key
+	mu       sync.Mutex
+	gangs    map[Key]*state
+	planID   int64
+	victimOf map[types.UID]victimRef
+	// releases counts dropped plans: capacity the ledger held and the
+	// scheduler's snapshot does not show being freed.
+	releases uint64
+}
+
+type victimRef struct {
+	key     Key
+	profile string
+}
+
+// Epoch is what a failed plan was computed against: the scheduler
+// snapshot's generation and the number of plans dropped so far. A sibling's
+// failure is reused only within the same epoch.
+type Epoch struct {
+	Snapshot int64
+	Releases uint64
 }
 
 type state struct {
@@ -35,6 +50,16 @@ type state struct {
 	// lastPreemption is when preemption was last tried for the gang, so
 	// every member's failed cycle does not search again.
 	lastPreemption time.Time
+	// unplaceable remembers the last failed plan, so the gang's other
+	// members do not plan again while nothing changed.
+	unplaceable *unplaceable
+}
+
+type unplaceable struct {
+	epoch   Epoch
+	shape   [2]int // pending members, needed
+	until   time.Time
+	message string
 }
 
 // ActivePlan is a plan being carried out: members are steered to their slots
@@ -47,7 +72,9 @@ type ActivePlan struct {
 	Reserved sets.Set[types.UID]
 	// Victims are the pods preempted for this plan that have not gone yet;
 	// members are held back until they have.
-	Victims  sets.Set[types.UID]
+	Victims sets.Set[types.UID]
+	// Profile is the scheduler profile whose pods the plan places.
+	Profile  string
 	Created  time.Time
 	Deadline time.Time
 	// Quorum is the gang's quorum when planned; Bound the members already
@@ -57,7 +84,7 @@ type ActivePlan struct {
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{gangs: map[Key]*state{}, victimOf: map[types.UID]Key{}}
+	return &Registry{gangs: map[Key]*state{}, victimOf: map[types.UID]victimRef{}}
 }
 
 func (r *Registry) get(key Key, seen time.Time) *state {
@@ -231,21 +258,67 @@ func (r *Registry) SetPlan(key Key, plan *ActivePlan, seen time.Time) bool {
 	r.planID++
 	plan.ID = r.planID
 	s.plan = plan
+	s.unplaceable = nil
 	for uid := range plan.Victims {
-		r.victimOf[uid] = key
+		r.victimOf[uid] = victimRef{key: key, profile: plan.Profile}
 	}
 	return true
 }
 
-// VictimGone records that a preempted pod is gone. It returns the gang
-// whose plan waited for it and whether that plan now waits for nothing.
-func (r *Registry) VictimGone(uid types.UID) (Key, bool) {
+// Releases is how many plans were dropped so far.
+func (r *Registry) Releases() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	key, ok := r.victimOf[uid]
-	if !ok {
+	return r.releases
+}
+
+// SetUnplaceable records that planning the gang (pending members, needed)
+// in epoch failed with message; its other members reuse the answer while
+// the epoch is the same, for at most valid.
+func (r *Registry) SetUnplaceable(key Key, epoch Epoch, pending, needed int, message string, now time.Time, valid time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.get(key, now).unplaceable = &unplaceable{epoch: epoch, shape: [2]int{pending, needed}, until: now.Add(valid), message: message}
+}
+
+// Unplaceable returns the gang's last planning failure if it was computed
+// in the same epoch, for the same pending and needed members, and is still
+// valid at now.
+func (r *Registry) Unplaceable(key Key, epoch Epoch, pending, needed int, now time.Time) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.gangs[key]
+	if s == nil || s.unplaceable == nil {
+		return "", false
+	}
+	u := s.unplaceable
+	if u.epoch != epoch || u.shape != [2]int{pending, needed} || !now.Before(u.until) {
+		return "", false
+	}
+	return u.message, true
+}
+
+// IsVictim reports whether a pod was chosen as a victim by a plan that
+// still waits for it.
+func (r *Registry) IsVictim(uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.victimOf[uid]
+	return ok
+}
+
+// VictimGone records that a preempted pod is gone, when the plan waiting
+// for it belongs to profile (each profile wakes its own pods). It returns
+// the gang whose plan waited for it and whether that plan now waits for
+// nothing.
+func (r *Registry) VictimGone(uid types.UID, profile string) (Key, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ref, ok := r.victimOf[uid]
+	if !ok || ref.profile != profile {
 		return Key{}, false
 	}
+	key := ref.key
 	delete(r.victimOf, uid)
 	s := r.gangs[key]
 	if s == nil || s.plan == nil || !s.plan.Victims.Has(uid) {
@@ -363,6 +436,7 @@ func (r *Registry) Fail(key Key, planID int64, reason string, now time.Time, bas
 	}
 	plan := s.plan
 	s.plan = nil
+	r.releases++ // the capacity it held is free again
 	backoff := min(base<<min(s.failures, 16), 5*time.Minute)
 	s.failures++
 	s.backoffUntil = now.Add(backoff)

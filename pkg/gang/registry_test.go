@@ -83,3 +83,37 @@ func TestRegistryLedgerAndLifecycle(t *testing.T) {
 		t.Errorf("succeeded = %d", r.Succeeded(a))
 	}
 }
+
+func TestUnplaceableIsReusedOnlyWhileNothingChanged(t *testing.T) {
+	r := NewRegistry()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	key := Key{Kind: KindJob, Namespace: "ns", Name: "a"}
+	epoch := Epoch{Snapshot: 7, Releases: r.Releases()}
+	r.SetUnplaceable(key, epoch, 4, 4, "no room", now, 2*time.Second)
+	if msg, ok := r.Unplaceable(key, epoch, 4, 4, now.Add(time.Second)); !ok || msg != "no room" {
+		t.Errorf("sibling did not reuse the failed plan: %q, %v", msg, ok)
+	}
+	for _, tc := range []struct {
+		name            string
+		epoch           Epoch
+		pending, needed int
+		at              time.Time
+	}{
+		{"snapshot changed", Epoch{Snapshot: 8}, 4, 4, now},
+		{"another pending member", epoch, 5, 4, now},
+		{"quorum changed", epoch, 4, 3, now},
+		{"too old", epoch, 4, 4, now.Add(2 * time.Second)},
+	} {
+		if _, ok := r.Unplaceable(key, tc.epoch, tc.pending, tc.needed, tc.at); ok {
+			t.Errorf("%s: the failed plan was reused", tc.name)
+		}
+	}
+	// A dropped plan frees capacity the snapshot does not show.
+	p := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"b0": "n1"}}, Reserved: sets.New[types.UID]()}
+	other := Key{Kind: KindJob, Namespace: "ns", Name: "b"}
+	r.SetPlan(other, p, now)
+	r.Fail(other, p.ID, "broken", now, time.Second)
+	if _, ok := r.Unplaceable(key, Epoch{Snapshot: 7, Releases: r.Releases()}, 4, 4, now); ok {
+		t.Error("the failed plan was reused after another plan released its capacity")
+	}
+}

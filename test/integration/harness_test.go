@@ -38,12 +38,20 @@ func startCluster(t *testing.T, nodes ...controlplane.GPUNode) *cluster {
 // appended to the shipped scheduler configuration (e.g. an extender).
 func startClusterWith(t *testing.T, extraConfig string, nodes ...controlplane.GPUNode) *cluster {
 	t.Helper()
+	c := startClusterWithoutScheduler(t, nodes...)
+	c.startScheduler(extraConfig)
+	return c
+}
+
+// startClusterWithoutScheduler starts a control plane with nodes; the test
+// prepares what a scheduler would find and starts one itself.
+func startClusterWithoutScheduler(t *testing.T, nodes ...controlplane.GPUNode) *cluster {
+	t.Helper()
 	cp := controlplane.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "test")}
 	c.addNodes(nodes...)
-	c.startScheduler(extraConfig)
 	return c
 }
 

@@ -253,15 +253,11 @@ func TestReplacementJoinsTheGangsRack(t *testing.T) {
 // A scheduler that stopped after 2 of 4 members of a rack-required gang were
 // bound completes the gang in that rack when it starts again.
 func TestRestartedSchedulerCompletesGangInItsRack(t *testing.T) {
-	cp := controlplane.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "test")}
 	// r1 fits the two remaining members exactly and sorts first; r2 holds
 	// the two bound members and has room for the rest.
-	c.addNodes(controlplane.Cluster(1, 2, 1, 8)...)
-	c.addNodes(controlplane.GPUNode{Name: "r2-n1", GPUs: 8, Rack: "r2"}, controlplane.GPUNode{Name: "r2-n2", GPUs: 8, Rack: "r2"},
-		controlplane.GPUNode{Name: "r2-n3", GPUs: 8, Rack: "r2"}, controlplane.GPUNode{Name: "r2-n4", GPUs: 8, Rack: "r2"})
+	c := startClusterWithoutScheduler(t, append(controlplane.Cluster(1, 2, 1, 8),
+		controlplane.GPUNode{Name: "r2-n1", GPUs: 8, Rack: "r2"}, controlplane.GPUNode{Name: "r2-n2", GPUs: 8, Rack: "r2"},
+		controlplane.GPUNode{Name: "r2-n3", GPUs: 8, Rack: "r2"}, controlplane.GPUNode{Name: "r2-n4", GPUs: 8, Rack: "r2"})...)
 	c.createJob(jobSpec{name: "resume", workers: 4, gpus: 8, annotations: map[string]string{"muster.dev/topology-required": "rack"}})
 	c.waitFor("4 pods of job resume", 30*time.Second, func() (bool, error) { return len(c.jobPods("resume")) == 4, nil })
 	// What the previous scheduler bound before it stopped.
@@ -282,11 +278,7 @@ func TestRestartedSchedulerCompletesGangInItsRack(t *testing.T) {
 // A pending member's nomination left from an earlier scheduler neither
 // steers nor blocks its gang's plan.
 func TestStaleNominationDoesNotBlockTheGang(t *testing.T) {
-	cp := controlplane.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "test")}
-	c.addNodes(gpuNodes(2, 8)...)
+	c := startClusterWithoutScheduler(t, gpuNodes(2, 8)...)
 	c.createJob(jobSpec{name: "stale", workers: 2, gpus: 8})
 	c.waitFor("2 pods of job stale", 30*time.Second, func() (bool, error) { return len(c.jobPods("stale")) == 2, nil })
 	// The plan puts worker 0 on node-1 (best fit, then name order); worker
@@ -359,11 +351,7 @@ func TestQuorumCountsFinishedMembers(t *testing.T) {
 // pods. kube-scheduler needs one QueueSort for all profiles, so MusterGang's
 // serves both.
 func TestSecondProfileStarts(t *testing.T) {
-	cp := controlplane.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "test")}
-	c.addNodes(gpuNodes(2, 8)...)
+	c := startClusterWithoutScheduler(t, gpuNodes(2, 8)...)
 	config := `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:
@@ -382,8 +370,10 @@ profiles:
       enabled: [{name: MusterGang}]
       disabled: [{name: "*"}]
 `
-	done, err := cp.StartSchedulerWithConfig(ctx, []byte(config))
+	ctx, cancel := context.WithCancel(c.ctx)
+	done, err := c.StartSchedulerWithConfig(ctx, []byte(config))
 	if err != nil {
+		cancel()
 		t.Fatalf("scheduler with two profiles did not start: %v", err)
 	}
 	t.Cleanup(func() { cancel(); <-done })

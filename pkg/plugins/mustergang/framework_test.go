@@ -223,6 +223,28 @@ func (f *testFramework) preFilter(t *testing.T, pod *v1.Pod) (fwk.CycleState, *f
 	return state, status
 }
 
+// planAndWait plans the gang through a's cycle and takes a to Permit, where
+// it waits for its siblings (registered as the scheduler does).
+func (f *testFramework) planAndWait(t *testing.T, a *v1.Pod) (fwk.CycleState, *gang.ActivePlan) {
+	t.Helper()
+	state, status := f.preFilter(t, a)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	key, _ := gang.KeyOf(a)
+	plan := f.plugin.registry.Plan(key)
+	slot := plan.Slots[a.UID]
+	if st := f.fw.RunReservePluginsReserve(context.Background(), state, a, slot); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	waits, st := f.fw.RunPermitPlugins(context.Background(), state, a, slot)
+	if st.Code() != fwk.Wait {
+		t.Fatalf("Permit: %v, want Wait", st)
+	}
+	f.fw.AddWaitingPod(a, waits)
+	return state, plan
+}
+
 func TestPlanUsesFrameworkFiltersAroundRunningSibling(t *testing.T) {
 	// j-0 runs on n1; its replacement j-2 (for a failed j-1) is pending. The
 	// planner's best fit is n1 (4 GPUs free, the least room that fits), but
@@ -287,22 +309,10 @@ func TestRejectedMemberDropsPlanAndNextPlanAvoidsThePair(t *testing.T) {
 	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
 	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, []*v1.Pod{a, b})
 	key, _ := gang.KeyOf(a)
-
-	state, status := f.preFilter(t, a)
-	if !status.IsSuccess() {
-		t.Fatalf("PreFilter: %v", status)
-	}
-	plan := f.plugin.registry.Plan(key)
+	state, plan := f.planAndWait(t, a)
 	slotA := plan.Slots[a.UID]
 	if len(f.queue.activated) == 0 {
 		t.Error("planning did not wake the sibling")
-	}
-	// a waits at Permit for b.
-	if st := f.fw.RunReservePluginsReserve(context.Background(), state, a, slotA); !st.IsSuccess() {
-		t.Fatalf("Reserve: %v", st)
-	}
-	if _, st := f.fw.RunPermitPlugins(context.Background(), state, a, slotA); st.Code() != fwk.Wait {
-		t.Fatalf("Permit: %v, want Wait", st)
 	}
 
 	// b's planned node is rejected by another plugin in b's own cycle
@@ -387,25 +397,14 @@ func TestPlanDeadlineReleasesWaitingMembers(t *testing.T) {
 	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
 	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
 	key, _ := gang.KeyOf(a)
-	state, status := f.preFilter(t, a)
-	if !status.IsSuccess() {
-		t.Fatalf("PreFilter: %v", status)
-	}
-	plan := f.plugin.registry.Plan(key)
-	slot := plan.Slots[a.UID]
-	f.fw.RunReservePluginsReserve(context.Background(), state, a, slot)
-	waits, st := f.fw.RunPermitPlugins(context.Background(), state, a, slot)
-	if st.Code() != fwk.Wait {
-		t.Fatalf("Permit: %v, want Wait", st)
-	}
-	f.fw.AddWaitingPod(a, waits) // as the scheduler does after Permit
+	_, plan := f.planAndWait(t, a)
 	before, err := testutil.GetCounterMetricValue(timeouts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// b never reaches Permit before the gang's deadline.
 	f.plugin.expirePlan(key, plan.ID)
-	st = f.fw.WaitOnPermit(context.Background(), a)
+	st := f.fw.WaitOnPermit(context.Background(), a)
 	if st.IsSuccess() || !contains(st.Message(), "timed out") {
 		t.Errorf("waiting member ended with %v, want a rejection saying the gang timed out", st)
 	}

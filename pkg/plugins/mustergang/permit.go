@@ -120,8 +120,10 @@ func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause
 
 // rejectWaiting rejects the gang's members waiting at Permit: those in
 // slots, or every waiting member of the gang when slots is nil (members
-// left over from a plan that was dropped while they entered Permit).
-func (p *Plugin) rejectWaiting(key gang.Key, slots map[types.UID]string, msg string) {
+// left over from a plan that was dropped while they entered it). It returns
+// how many it rejected.
+func (p *Plugin) rejectWaiting(key gang.Key, slots map[types.UID]string, msg string) int {
+	rejected := 0
 	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
 		pod := wp.GetPod()
 		if k, ok := gang.KeyOf(pod); !ok || k != key {
@@ -129,8 +131,10 @@ func (p *Plugin) rejectWaiting(key gang.Key, slots map[types.UID]string, msg str
 		}
 		if _, in := slots[pod.UID]; in || slots == nil {
 			wp.Reject(Name, msg)
+			rejected++
 		}
 	})
+	return rejected
 }
 
 // expirePlan ends plan id if it did not complete before its deadline.

@@ -157,6 +157,34 @@ func TestQueueingHints(t *testing.T) {
 			}
 		})
 	}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"rack": "r1"}},
+		Spec: v1.NodeSpec{Taints: []v1.Taint{{Key: "a", Effect: v1.TaintEffectNoSchedule}}}}
+	withTaint := node.DeepCopy()
+	withTaint.Spec.Taints = append(withTaint.Spec.Taints, v1.Taint{Key: "cloud.google.com/impending-node-termination", Effect: v1.TaintEffectNoSchedule})
+	untainted := node.DeepCopy()
+	untainted.Spec.Taints = nil
+	relabelled := node.DeepCopy()
+	relabelled.Labels["rack"] = "r2"
+	cordoned := node.DeepCopy()
+	cordoned.Spec.Unschedulable = true
+	for _, tc := range []struct {
+		name     string
+		old, new interface{}
+		want     fwk.QueueingHint
+	}{
+		{"node added", nil, node, fwk.Queue},
+		{"reclaim taint added", node, withTaint, fwk.QueueSkip},
+		{"node cordoned", node, cordoned, fwk.QueueSkip},
+		{"node uncordoned", cordoned, node, fwk.Queue},
+		{"taint removed", node, untainted, fwk.Queue},
+		{"labels changed", node, relabelled, fwk.Queue},
+	} {
+		t.Run("node/"+tc.name, func(t *testing.T) {
+			if got, err := nodeMayAddRoom(logger, member, tc.old, tc.new); err != nil || got != tc.want {
+				t.Errorf("nodeMayAddRoom = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
 	for _, tc := range podHints {
 		t.Run("pod/"+tc.name, func(t *testing.T) {
 			got, err := p.sameGangPod(logger, tc.pod, nil, tc.added)

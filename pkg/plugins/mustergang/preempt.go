@@ -133,13 +133,16 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		fwk.NewStatus(fwk.Unschedulable, msg+"; waiting for them to terminate")
 }
 
-// victimUnits groups the snapshot's pods of priority below prio into
-// whole gangs (every bound member, wherever it runs) and lone pods, keeping
-// the units with a pod on a node the preemptor's policy may use.
+// victimUnits groups the snapshot's pods into whole gangs (every bound
+// member, wherever it runs, whichever scheduler placed it) and lone pods,
+// and keeps the units entirely below priority prio, with no member already
+// terminating or chosen by another preemption, and with a pod on a node the
+// preemptor's policy may use.
 func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, preemptor gang.Key, prio int32, policy gang.Policy) []*victimUnit {
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	byName := map[string]*victimUnit{}
 	useful := map[string]bool{}
+	protected := map[string]bool{}
 	for _, ni := range nodes {
 		node := ni.Node()
 		if node == nil {
@@ -149,14 +152,15 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, preemptor gang.Key, prio int3
 		eligible := !p.reclaiming(node) && !(policy == gang.PolicyForbid && spot) && !(policy == gang.PolicyRequire && !spot)
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()
-			if corev1helpers.PodPriority(pod) >= prio || pod.DeletionTimestamp != nil {
-				continue
-			}
 			name, key := "pod "+pod.Namespace+"/"+pod.Name, gang.Key{}
-			if k, ok := gang.KeyOf(pod); ok && pod.Spec.SchedulerName == p.handle.ProfileName() {
+			if k, ok := gang.KeyOf(pod); ok {
 				name, key = "gang "+k.String(), k
 			}
 			if key == preemptor {
+				continue
+			}
+			if corev1helpers.PodPriority(pod) >= prio || pod.DeletionTimestamp != nil || p.registry.IsVictim(pod.UID) {
+				protected[name] = true // the whole unit, never a part of it
 				continue
 			}
 			u := byName[name]
@@ -184,7 +188,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, preemptor gang.Key, prio int3
 	for name, u := range byName {
 		// A gang with a plan in progress has members waiting at Permit;
 		// it is not a victim while it is being placed.
-		if !useful[name] || (u.key != gang.Key{} && p.registry.Plan(u.key) != nil) {
+		if !useful[name] || protected[name] || (u.key != gang.Key{} && p.registry.Plan(u.key) != nil) {
 			continue
 		}
 		u.ViolatesPDB = p.violatesPDB(u.pods)

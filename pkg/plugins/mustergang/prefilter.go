@@ -129,7 +129,9 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 // gangRequest is what planning a gang needs, gathered once: the planner's
 // request (its Check set per attempt) and the pods it places.
 type gangRequest struct {
-	info       *gangInfo
+	info *gangInfo
+	// alone: the gang's quorum is bound and only this pod is placed.
+	alone      bool
 	req        gang.Request
 	set        memberSet
 	candidates []*v1.Pod
@@ -161,7 +163,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		// place this pod, still around the members that run.
 		candidates, needed = []*v1.Pod{pod}, 1
 	}
-	gr := &gangRequest{info: info, set: set, candidates: candidates, req: gang.Request{
+	gr := &gangRequest{info: info, set: set, candidates: candidates, alone: len(candidates) == 1, req: gang.Request{
 		Gang:       key.String(),
 		Needed:     needed,
 		GPU:        v1.ResourceName(p.args.GPUResourceName),
@@ -226,9 +228,17 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 	if status != nil {
 		return nil, status
 	}
+	// A sibling's cycle found no plan on this very snapshot, with no plan
+	// dropped since: the answer is the same.
+	epoch := gang.Epoch{Snapshot: snapshotGeneration(nodes), Releases: p.registry.Releases()}
+	if !gr.alone {
+		if msg, ok := p.registry.Unplaceable(info.key, epoch, len(gr.candidates), gr.req.Needed, p.now()); ok {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		}
+	}
 	// Members still waiting at Permit from a plan that was dropped while they
 	// entered it hold capacity no plan accounts for: release them first.
-	p.rejectWaiting(info.key, nil, fmt.Sprintf("gang %s is being planned again", info.key))
+	released := p.rejectWaiting(info.key, nil, fmt.Sprintf("gang %s is being planned again", info.key))
 
 	start := p.now()
 	plan, check, err := p.computePlan(ctx, gr, nodes, nil)
@@ -241,6 +251,12 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 			}
 		}
 		unplaceable.Inc()
+		// Reused only when the planner's own screening decided: what the
+		// filters see (volumes, claims, pod labels) changes without the
+		// snapshot's generation, and members released here change it next.
+		if !gr.alone && check.rejected == 0 && released == 0 {
+			p.registry.SetUnplaceable(info.key, epoch, len(gr.candidates), gr.req.Needed, msg, p.now(), reuseFailedPlan)
+		}
 		p.notice(ctx, info, v1.EventTypeWarning, ReasonUnschedulable, msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
@@ -272,6 +288,7 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 	for _, v := range victims {
 		active.Victims.Insert(v.UID)
 	}
+	active.Profile = p.handle.ProfileName()
 	if !p.registry.SetPlan(key, active, pod.CreationTimestamp.Time) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s was planned concurrently; retrying", key))
 	}
@@ -398,6 +415,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if s := readState(cs); s != nil && s.slot == slot {
 		// muster's PreFilter steered the member there and a Filter said no.
 		p.registry.Avoid(key, pod.UID, slot, p.now().Add(avoidFor))
+		p.after(avoidFor, func() { p.activate(klog.Background(), p.members(key).pending) })
 	} else {
 		why = "rejected before muster's PreFilter ran: " + why
 	}
@@ -409,6 +427,21 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 // avoidFor is how long a (member, node) pair the framework rejected in a
 // real cycle is kept out of new plans.
 const avoidFor = time.Minute
+
+// snapshotGeneration identifies the scheduler's snapshot: the highest
+// generation of its nodes (every change to a node or its pods raises it).
+func snapshotGeneration(nodes []fwk.NodeInfo) int64 {
+	var gen int64
+	for _, ni := range nodes {
+		gen = max(gen, ni.GetGeneration())
+	}
+	return gen
+}
+
+// reuseFailedPlan bounds how long a gang's members reuse a sibling's failed
+// plan when nothing observable changed: long enough for one wave of
+// sibling cycles, short enough that nothing unobserved is missed for long.
+const reuseFailedPlan = 2 * time.Second
 
 // Score gives a gang member's planned node the top score (it is the only
 // feasible one) and ranks nodes for pods scheduled alone by their

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
@@ -78,8 +79,10 @@ func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint
 		// another gang wakes the gangs waiting for capacity directly.)
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}},
 		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Delete}, QueueingHintFn: p.sameGangDeleted},
-		// New or grown nodes, changed labels (topology, spot) or taints.
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint}},
+		// New or grown nodes, changed labels (topology, spot) or taints; not
+		// a node that only lost room (a reclaim notice taint, a cordon).
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint},
+			QueueingHintFn: nodeMayAddRoom},
 		// A Job's parallelism decides its quorum.
 		{Event: fwk.ClusterEvent{Resource: jobEvent, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.sameGangOwner(gang.KindJob)},
 	}
@@ -103,6 +106,37 @@ func (p *Plugin) sameGangPod(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) 
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
+}
+
+// nodeMayAddRoom skips node updates that can only take room away: taints
+// added (none removed) or the node cordoned, with labels and allocatable
+// unchanged.
+func nodeMayAddRoom(_ klog.Logger, _ *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	oldNode, ok1 := oldObj.(*v1.Node)
+	newNode, ok2 := newObj.(*v1.Node)
+	if !ok1 || !ok2 {
+		return fwk.Queue, nil // an add, or unsure
+	}
+	if !equality.Semantic.DeepEqual(oldNode.Labels, newNode.Labels) ||
+		!equality.Semantic.DeepEqual(oldNode.Status.Allocatable, newNode.Status.Allocatable) ||
+		(oldNode.Spec.Unschedulable && !newNode.Spec.Unschedulable) {
+		return fwk.Queue, nil
+	}
+	for _, t := range oldNode.Spec.Taints {
+		if !taintIn(t, newNode.Spec.Taints) {
+			return fwk.Queue, nil // a taint was removed
+		}
+	}
+	return fwk.QueueSkip, nil
+}
+
+func taintIn(t v1.Taint, taints []v1.Taint) bool {
+	for _, o := range taints {
+		if o.Key == t.Key && o.Value == t.Value && o.Effect == t.Effect {
+			return true
+		}
+	}
+	return false
 }
 
 // sameGangDeleted: an unscheduled pod's deletion frees nothing (a plan it
@@ -158,6 +192,9 @@ func (p *Plugin) onPodChange(obj interface{}) {
 	}
 	key, ok := gang.KeyOf(pod)
 	if !ok {
+		if pod.Spec.NodeName != "" {
+			p.registry.Forget(gang.LoneKey(pod)) // a lone pod's state ends with its binding
+		}
 		return
 	}
 	p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
@@ -206,7 +243,7 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 	if !ok {
 		return
 	}
-	if preemptor, ready := p.registry.VictimGone(pod.UID); ready {
+	if preemptor, ready := p.registry.VictimGone(pod.UID, p.handle.ProfileName()); ready {
 		// The last victim is gone: the preemptor's members go ahead.
 		if plan := p.registry.Plan(preemptor); plan != nil {
 			p.activateSiblings(klog.Background(), preemptor, plan, "")
@@ -219,11 +256,13 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 	key, ok := gang.KeyOf(pod)
 	if !ok {
 		// A pod scheduled alone that preempted: its hold goes with it.
-		if plan := p.registry.Plan(gang.LoneKey(pod)); plan != nil {
+		lone := gang.LoneKey(pod)
+		if plan := p.registry.Plan(lone); plan != nil {
 			if _, planned := plan.Slots[pod.UID]; planned {
-				p.failPlan(context.Background(), gang.LoneKey(pod), plan.ID, "member_deleted", fmt.Sprintf("pod %s was deleted or finished", pod.Name))
+				p.failPlan(context.Background(), lone, plan.ID, "member_deleted", fmt.Sprintf("pod %s was deleted or finished", pod.Name))
 			}
 		}
+		p.registry.Forget(lone)
 		return
 	}
 	p.registry.Settled(key, pod.UID)
