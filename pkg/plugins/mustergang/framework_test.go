@@ -493,3 +493,17 @@ func slicesContain(list []string, s string) bool {
 	}
 	return false
 }
+
+// A member whose PreFilter state is missing (a bug) is never let through as
+// if it were scheduled alone.
+func TestMissingStateIsAnErrorNotALonePod(t *testing.T) {
+	p := &Plugin{registry: gang.NewRegistry()}
+	state := framework.NewCycleState()
+	pod := worker("j", 0, 8, "")
+	if st, _ := p.Permit(context.Background(), state, pod, "n1"); st.Code() != fwk.Error {
+		t.Errorf("Permit without state = %v, want Error", st)
+	}
+	if st := p.Reserve(context.Background(), state, pod, "n1"); st.Code() != fwk.Error {
+		t.Errorf("Reserve without state = %v, want Error", st)
+	}
+}

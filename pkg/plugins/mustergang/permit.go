@@ -20,7 +20,11 @@ const permitGrace = 5 * time.Second
 // Reserve records that a planned member is assumed on its node: from now on
 // the scheduler cache counts it and the ledger stops holding its slot.
 func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	if s := readState(cs); s != nil && s.slot != "" {
+	s, err := readState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if s.slot != "" {
 		p.registry.Reserve(s.key, s.planID, pod.UID)
 	}
 	return nil
@@ -31,8 +35,12 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 // takes that plan down; a member that was already allowed is just no longer
 // in flight and will be placed again. Idempotent.
 func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
-	s := readState(cs)
-	if s == nil || s.slot == "" {
+	s, err := readState(cs)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Unreserve without PreFilter state", "pod", klog.KObj(pod))
+		return
+	}
+	if s.slot == "" {
 		return
 	}
 	p.registry.Settled(s.key, pod.UID)
@@ -42,8 +50,11 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 // Permit holds each member until every member of the plan is reserved, then
 // releases them all together.
 func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) (*fwk.Status, time.Duration) {
-	s := readState(cs)
-	if s == nil || s.slot == "" {
+	s, err := readState(cs)
+	if err != nil {
+		return fwk.AsStatus(err), 0
+	}
+	if s.slot == "" {
 		return nil, 0
 	}
 	outcome, plan := p.registry.Permit(s.key, s.planID, pod.UID, p.now())
@@ -145,5 +156,5 @@ func (p *Plugin) expirePlan(key gang.Key, id int64) {
 	}
 	reason := fmt.Sprintf("timed out after %s with %d of %d members reserved",
 		plan.Deadline.Sub(plan.Created).Round(time.Second), plan.Reserved.Len(), len(plan.Slots))
-	p.failPlan(context.Background(), key, id, "timeout", reason)
+	p.failPlan(p.handlerCtx(), key, id, "timeout", reason)
 }

@@ -117,6 +117,9 @@ type Plugin struct {
 	pgClient  *v1alpha1.Client
 	status    *statusWriter
 	now       func() time.Time
+	// logger is the scheduler's, for work outside a scheduling cycle
+	// (informer handlers, timers).
+	logger klog.Logger
 
 	timersMu sync.Mutex
 	timers   map[*time.Timer]bool // nil once the scheduler stopped
@@ -134,7 +137,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	p := &Plugin{handle: h, args: args, registry: registryFor(ctx, h.SharedInformerFactory()), now: time.Now, timers: map[*time.Timer]bool{},
-		gangIndex: gangIndexPrefix + h.ProfileName()}
+		gangIndex: gangIndexPrefix + h.ProfileName(), logger: klog.FromContext(ctx).WithValues("plugin", Name, "profile", h.ProfileName())}
 	go func() {
 		<-ctx.Done()
 		p.stopTimers()
@@ -182,6 +185,12 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	go p.status.run(ctx)
 	return p, nil
+}
+
+// handlerCtx is the context for work outside a scheduling cycle: it carries
+// the scheduler's logger.
+func (p *Plugin) handlerCtx() context.Context {
+	return klog.NewContext(context.Background(), p.logger)
 }
 
 // Name returns the plugin name.
@@ -249,7 +258,7 @@ func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
 			return
 		}
 		key := gang.Key{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
-		p.activate(klog.Background(), p.members(key).pending)
+		p.activate(p.logger, p.members(key).pending)
 		p.status.enqueue(key)
 	}
 	return cache.ResourceEventHandlerFuncs{

@@ -34,13 +34,19 @@ type cycleState struct {
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
-func readState(cs fwk.CycleState) *cycleState {
+// readState returns what PreFilter wrote. A missing state where PreFilter
+// must have run is a bug, reported rather than guessed around: a gang
+// member without its state must never be taken for a pod scheduled alone.
+func readState(cs fwk.CycleState) (*cycleState, error) {
 	data, err := cs.Read(stateKey)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("%s: reading PreFilter state: %w", Name, err)
 	}
-	s, _ := data.(*cycleState)
-	return s
+	s, ok := data.(*cycleState)
+	if !ok {
+		return nil, fmt.Errorf("%s: PreFilter state has type %T", Name, data)
+	}
+	return s, nil
 }
 
 // PreEnqueue keeps members of a gang that has fewer pods than its quorum out
@@ -356,9 +362,9 @@ func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 // nodes being reclaimed, and keeps pods scheduled alone out of the capacity
 // gang plans hold and on the nodes their preemptible policy allows.
 func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
-	s := readState(cs)
-	if s == nil {
-		return fwk.AsStatus(fmt.Errorf("%s: PreFilter state missing", Name))
+	s, err := readState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
 	}
 	node := ni.Node()
 	if s.slot != "" && node.Name != s.slot {
@@ -412,10 +418,10 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if st := statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
 		why = st.Message()
 	}
-	if s := readState(cs); s != nil && s.slot == slot {
+	if s, err := readState(cs); err == nil && s.slot == slot {
 		// muster's PreFilter steered the member there and a Filter said no.
 		p.registry.Avoid(key, pod.UID, slot, p.now().Add(avoidFor))
-		p.after(avoidFor, func() { p.activate(klog.Background(), p.members(key).pending) })
+		p.after(avoidFor, func() { p.activate(p.logger, p.members(key).pending) })
 	} else {
 		why = "rejected before muster's PreFilter ran: " + why
 	}
@@ -448,8 +454,11 @@ const reuseFailedPlan = 2 * time.Second
 // preemptible policy; bin-packing comes from NodeResourcesFit's
 // MostAllocated strategy in the shipped configuration.
 func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
-	s := readState(cs)
-	if s == nil || s.slot != "" {
+	s, err := readState(cs)
+	if err != nil {
+		return 0, fwk.AsStatus(err)
+	}
+	if s.slot != "" {
 		return fwk.MaxNodeScore, nil
 	}
 	spot := p.preemptible(ni.Node())

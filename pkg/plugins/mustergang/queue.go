@@ -179,7 +179,7 @@ func (p *Plugin) onPodAdd(obj interface{}) {
 		return
 	}
 	if set := p.members(info.key); set.total >= info.quorum {
-		p.activate(klog.Background(), set.pending)
+		p.activate(p.logger, set.pending)
 	}
 }
 
@@ -211,7 +211,7 @@ func (p *Plugin) activateLone(key gang.Key, plan *gang.ActivePlan) {
 	}
 	if obj, ok, _ := p.pods.GetByKey(key.Namespace + "/" + key.Name); ok {
 		if pod := obj.(*v1.Pod); plan.Slots[pod.UID] != "" {
-			p.activate(klog.Background(), []*v1.Pod{pod})
+			p.activate(p.logger, []*v1.Pod{pod})
 		}
 	}
 }
@@ -220,14 +220,14 @@ func (p *Plugin) activateLone(key gang.Key, plan *gang.ActivePlan) {
 // informer succeeded (the watch reports the last live state); if so it
 // counts toward its PodGroup's quorum and the rest of the gang is woken.
 func (p *Plugin) recordFinished(key gang.Key, pod *v1.Pod) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(p.handlerCtx(), 30*time.Second)
 	defer cancel()
 	current, err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil || current.UID != pod.UID || current.Status.Phase != v1.PodSucceeded {
 		return
 	}
 	if p.registry.Succeed(key, pod.UID, pod.CreationTimestamp.Time) {
-		p.activate(klog.Background(), p.members(key).pending)
+		p.activate(p.logger, p.members(key).pending)
 		p.status.enqueue(key)
 	}
 }
@@ -246,7 +246,7 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 	if preemptor, ready := p.registry.VictimGone(pod.UID, p.handle.ProfileName()); ready {
 		// The last victim is gone: the preemptor's members go ahead.
 		if plan := p.registry.Plan(preemptor); plan != nil {
-			p.activateSiblings(klog.Background(), preemptor, plan, "")
+			p.activateSiblings(p.logger, preemptor, plan, "")
 			p.activateLone(preemptor, plan)
 		}
 	}
@@ -259,7 +259,7 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 		lone := gang.LoneKey(pod)
 		if plan := p.registry.Plan(lone); plan != nil {
 			if _, planned := plan.Slots[pod.UID]; planned {
-				p.failPlan(context.Background(), lone, plan.ID, "member_deleted", fmt.Sprintf("pod %s was deleted or finished", pod.Name))
+				p.failPlan(p.handlerCtx(), lone, plan.ID, "member_deleted", fmt.Sprintf("pod %s was deleted or finished", pod.Name))
 			}
 		}
 		p.registry.Forget(lone)
@@ -274,7 +274,7 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 	}
 	if plan := p.registry.Plan(key); plan != nil {
 		if _, planned := plan.Slots[pod.UID]; planned {
-			p.failPlan(context.Background(), key, plan.ID, "member_deleted", fmt.Sprintf("member %s was deleted or finished", pod.Name))
+			p.failPlan(p.handlerCtx(), key, plan.ID, "member_deleted", fmt.Sprintf("member %s was deleted or finished", pod.Name))
 		}
 	}
 	if objs, _ := p.pods.ByIndex(p.gangIndex, key.String()); len(objs) == 0 {
