@@ -111,15 +111,21 @@ func TestReplacementWorkerHonoursAntiAffinityWithRunningSibling(t *testing.T) {
 	}
 }
 
+// hardSpreadOver gives the Job's pods a hard topology spread (maxSkew 1,
+// DoNotSchedule) over the node label key.
+func hardSpreadOver(key string) func(*batchv1.Job) {
+	return func(job *batchv1.Job) {
+		job.Spec.Template.Labels = map[string]string{"app": job.Name}
+		job.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: key, WhenUnsatisfiable: corev1.DoNotSchedule,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": job.Name}},
+		}}
+	}
+}
+
 func TestHardTopologySpreadIsHonoured(t *testing.T) {
 	c := startCluster(t, gpuNodes(2, 8)...)
-	c.createJob(jobSpec{name: "spread", workers: 2, gpus: 4, mutate: func(job *batchv1.Job) {
-		job.Spec.Template.Labels = map[string]string{"app": "spread"}
-		job.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
-			MaxSkew: 1, TopologyKey: controlplane.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
-			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "spread"}},
-		}}
-	}})
+	c.createJob(jobSpec{name: "spread", workers: 2, gpus: 4, mutate: hardSpreadOver(controlplane.LabelHostname)})
 	pods := c.waitJobBound("spread", 2)
 	if got := nodesOf(pods); len(got) != 2 {
 		t.Errorf("spread workers on %v, want one per node", got)
@@ -130,13 +136,7 @@ func TestHardTopologySpreadIsHonoured(t *testing.T) {
 // with the framework's own reason, and nothing held.
 func TestImpossibleSpreadHoldsNothing(t *testing.T) {
 	c := startCluster(t, gpuNodes(1, 8)...)
-	c.createJob(jobSpec{name: "spread", workers: 2, gpus: 4, mutate: func(job *batchv1.Job) {
-		job.Spec.Template.Labels = map[string]string{"app": "spread"}
-		job.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
-			MaxSkew: 1, TopologyKey: controlplane.LabelZone, WhenUnsatisfiable: corev1.DoNotSchedule,
-			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "spread"}},
-		}}
-	}})
+	c.createJob(jobSpec{name: "spread", workers: 2, gpus: 4, mutate: hardSpreadOver(controlplane.LabelZone)})
 	c.waitJobUnschedulable("spread", 2, "gang", "filters rejected", "didn't match pod topology spread constraints")
 	if held := c.holdingPods(); len(held) != 0 {
 		t.Errorf("pods hold capacity: %v", held)

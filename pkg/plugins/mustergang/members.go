@@ -108,7 +108,15 @@ func (m memberSet) bound() int { return len(m.boundNodes) }
 // members lists the gang's live pods.
 func (p *Plugin) members(key gang.Key) memberSet {
 	var set memberSet
-	objs, _ := p.pods.ByIndex(p.gangIndex, key.String())
+	var objs []interface{}
+	if key.Kind == gang.KindPod {
+		// A pod scheduled alone that preempted is a gang of itself.
+		if obj, ok, _ := p.pods.GetByKey(key.Namespace + "/" + key.Name); ok {
+			objs = append(objs, obj)
+		}
+	} else {
+		objs, _ = p.pods.ByIndex(p.gangIndex, key.String())
+	}
 	inFlight := p.registry.InFlight(key)
 	for _, obj := range objs {
 		pod := obj.(*v1.Pod)

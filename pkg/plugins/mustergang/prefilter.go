@@ -148,9 +148,6 @@ type gangRequest struct {
 func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints) (*gangRequest, *fwk.Status) {
 	key := info.key
 	set := p.members(key)
-	if key.Kind == gang.KindPod {
-		set = memberSet{pending: []*v1.Pod{pod}, total: 1}
-	}
 	if set.total < info.quorum {
 		msg := fmt.Sprintf("gang %s has %d of %d members; waiting for the rest to be created", key, set.total, info.quorum)
 		p.notice(ctx, info, v1.EventTypeNormal, ReasonWaitingForMembers, msg)

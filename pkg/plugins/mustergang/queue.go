@@ -204,18 +204,6 @@ func (p *Plugin) onPodChange(obj interface{}) {
 	p.status.enqueue(key)
 }
 
-// activateLone wakes the pod of a lone pod's plan.
-func (p *Plugin) activateLone(key gang.Key, plan *gang.ActivePlan) {
-	if key.Kind != gang.KindPod {
-		return
-	}
-	if obj, ok, _ := p.pods.GetByKey(key.Namespace + "/" + key.Name); ok {
-		if pod := obj.(*v1.Pod); plan.Slots[pod.UID] != "" {
-			p.activate(p.logger, []*v1.Pod{pod})
-		}
-	}
-}
-
 // recordFinished asks the API server whether a member that left the
 // informer succeeded (the watch reports the last live state); if so it
 // counts toward its PodGroup's quorum and the rest of the gang is woken.
@@ -247,7 +235,6 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 		// The last victim is gone: the preemptor's members go ahead.
 		if plan := p.registry.Plan(preemptor); plan != nil {
 			p.activateSiblings(p.logger, preemptor, plan, "")
-			p.activateLone(preemptor, plan)
 		}
 	}
 	if pod.Spec.SchedulerName != p.handle.ProfileName() {
