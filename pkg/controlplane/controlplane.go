@@ -6,11 +6,14 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"path"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -91,7 +94,25 @@ func start(tb ktesting.TB, apiserverFlags []string) (*ControlPlane, error) {
 	return cp, nil
 }
 
+// startEtcd starts an embedded etcd on free loopback ports. A port found free
+// can be taken by another listener or an outgoing connection before etcd binds
+// it (tests start control planes concurrently), so a bind that fails with
+// "address already in use" is tried again on new ports.
 func startEtcd(tb ktesting.TB) (string, error) {
+	for attempt := 1; ; attempt++ {
+		u, err := startEtcdOnce(tb)
+		if err == nil || attempt == 5 || !isAddrInUse(err) {
+			return u, err
+		}
+		tb.Logf("etcd: %v; trying other ports", err)
+	}
+}
+
+func isAddrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+func startEtcdOnce(tb ktesting.TB) (string, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = tb.TempDir()
 	cfg.LogLevel = "fatal" // shutdown reports closed listeners as errors
