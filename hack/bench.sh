@@ -11,7 +11,7 @@ set -o errexit -o nounset -o pipefail
 
 cd "$(dirname "$0")/.."
 SEED=${SEED:-1}
-SCENARIOS=${SCENARIOS:-"exact-fill contention steady spot-churn large"}
+SCENARIOS=${SCENARIOS:-"exact-fill contention steady spot-churn priority large"}
 SCHEDULERS=${SCHEDULERS:-muster,default,native-gang}
 BIN=${BIN:-bin/muster-sim}
 GO_WRAP=${GO_WRAP:-}

@@ -104,7 +104,7 @@ func RunScenario(ctx context.Context, opts LiveOptions) (*report.Report, error) 
 					return nil, err
 				}
 				js.submittedAt = time.Now()
-				rec.Submitted(js.job.Name, js.job.Workers, t)
+				rec.Submitted(js.job.Name, js.job.Workers, js.job.Priority, t)
 			}
 		}
 		pods, err := cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})

@@ -73,6 +73,10 @@ type ActivePlan struct {
 	// Victims are the pods preempted for this plan that have not gone yet;
 	// members are held back until they have.
 	Victims sets.Set[types.UID]
+	// Evicted are all pods preempted for this plan, gone or not (read-only):
+	// the plugin's informer may see a victim go before the scheduler's cache
+	// does.
+	Evicted sets.Set[types.UID]
 	// Profile is the scheduler profile whose pods the plan places.
 	Profile  string
 	Created  time.Time

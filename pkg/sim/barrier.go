@@ -93,6 +93,7 @@ func (h *harness) pause(ctx context.Context) error {
 		return fmt.Errorf("the scheduling loop did not reach the step barrier within %s", h.opts.StepTimeout)
 	}
 	h.counts.want(kindPodDelete)
+	h.deletions.mine(pod.Name)
 	return h.cs.CoreV1().Pods(namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
 }
 

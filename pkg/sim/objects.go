@@ -104,6 +104,7 @@ func podGroupObject(j *scenario.Job, attempt int, created time.Duration) *schedu
 			CreationTimestamp: metav1.NewTime(epoch.Add(created)),
 		},
 		Spec: schedulingv1beta1.PodGroupSpec{
+			Priority: ptr.To(j.Priority),
 			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
 				Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(j.Workers)},
 			},
@@ -143,6 +144,7 @@ func podObject(j *scenario.Job, job *batchv1.Job, b *built, attempt, index int, 
 		},
 		Spec: v1.PodSpec{
 			SchedulerName:   b.schedulerName,
+			Priority:        ptr.To(j.Priority),
 			RestartPolicy:   v1.RestartPolicyNever,
 			SchedulingGates: []v1.PodSchedulingGate{{Name: stepGate}},
 			Containers: []v1.Container{{

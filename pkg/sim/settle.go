@@ -198,6 +198,13 @@ func (h *harness) busyReason() string {
 			return fmt.Sprintf("%d pods wait for their PodGroup object", n)
 		}
 	}
+	evicting, err := h.evictionsInFlight()
+	if err != nil {
+		return err.Error()
+	}
+	if evicting > 0 {
+		return fmt.Sprintf("%.0f preemptions deleting their victims", evicting)
+	}
 	binding, err := testutil.GetGaugeMetricValue(schedmetrics.Goroutines.WithLabelValues(schedmetrics.Binding))
 	if err != nil {
 		return err.Error()
@@ -217,6 +224,7 @@ func (h *harness) busyReason() string {
 func (h *harness) settle(ctx context.Context, stepStart time.Time) (time.Duration, error) {
 	var busy time.Duration
 	segment := stepStart
+	backoffRounds := 0
 	for {
 		busyEnd, ok, err := h.waitIdle(ctx, h.opts.StepTimeout)
 		if err != nil {
@@ -226,6 +234,12 @@ func (h *harness) settle(ctx context.Context, stepStart time.Time) (time.Duratio
 		if !ok {
 			h.stalled++
 			return busy, nil
+		}
+		if waited, err := h.waitOutBackoff(ctx, &backoffRounds); err != nil {
+			return 0, err
+		} else if waited {
+			segment = time.Now()
+			continue
 		}
 		if h.b.gangBackoffSeconds == 0 {
 			return busy, nil
@@ -243,6 +257,39 @@ func (h *harness) settle(ctx context.Context, stepStart time.Time) (time.Duratio
 		}
 		segment = time.Now()
 	}
+}
+
+// maxBackoffRounds bounds how often one step moves the queue's clock past
+// a backoff: a pod that fails with an error every time would otherwise keep
+// the step going forever.
+const maxBackoffRounds = 5
+
+// waitOutBackoff moves the scheduling queue's virtual clock past the backoff
+// of the pods left in the backoff queue once the scheduler is idle, and
+// waits until the queue has moved them to the active queue. Pods there
+// failed with an error (native gang scheduling reports a pod group waiting
+// for its preemption victims that way); in a cluster they would be retried
+// seconds later, long before the next job event, so they are retried within
+// the step rather than at the next one. It reports whether it moved the
+// clock.
+func (h *harness) waitOutBackoff(ctx context.Context, rounds *int) (bool, error) {
+	q := h.sched.SchedulingQueue
+	var latest time.Time
+	for _, pod := range q.PodsInBackoffQ() {
+		if info, ok := q.GetPod(pod.Name, pod.Namespace, pod.Spec.SchedulingGroup); ok {
+			if exp := info.GetBackoffExpiration(); exp.After(latest) {
+				latest = exp
+			}
+		}
+	}
+	if latest.IsZero() || *rounds >= maxBackoffRounds {
+		return false, nil
+	}
+	*rounds++
+	if past := latest.Truncate(backoffWindow).Add(backoffWindow); past.After(h.clock.Now()) {
+		h.clock.SetTime(past)
+	}
+	return true, h.waitFor(ctx, h.unflushedBackoff)
 }
 
 // waitIdle polls until idle() has held for SettleQuiet. It returns when the

@@ -123,9 +123,15 @@ type harness struct {
 	bindCursor  int
 	lastRejects float64
 	changes     stepChanges
-	parked      chan struct{}
-	resumed     chan struct{}
-	baseline    map[string]float64
+	deletions   deletions
+	// lowestPriority is the plan's lowest job priority; preemptionsBefore
+	// is kube-scheduler's count of unfinished preemptions when the run began
+	// (its metrics live in the process, across runs).
+	lowestPriority    int32
+	preemptionsBefore float64
+	parked            chan struct{}
+	resumed           chan struct{}
+	baseline          map[string]float64
 	// resourceVersion numbers every write: the fake tracker keeps object
 	// versions to itself, and the scheduler ignores an update whose
 	// resourceVersion did not change.
@@ -178,6 +184,7 @@ func newHarness(ctx context.Context, opts Options) (*harness, error) {
 	watch.DefaultChanSize = watchBuffer
 	h.cs = fake.NewSimpleClientset()
 	h.cs.PrependReactor("create", "pods", h.bindReactor)
+	h.cs.PrependReactor("delete", "pods", h.deleteReactor)
 	for _, n := range plan.Nodes {
 		spec := &nodeSpec{name: n.Name, rack: n.Rack, zone: n.Zone, gpus: n.GPUs, spot: n.Spot, slot: n.Slot}
 		h.nodes[n.Name] = spec
@@ -218,12 +225,18 @@ func newHarness(ctx context.Context, opts Options) (*harness, error) {
 	// across runs in one process (tests, benchmarks): start from here.
 	h.baseline = h.counterValues()
 	h.lastRejects = counterSum("muster_gang_rejections_total")
+	if h.opts.Scheduler != Muster {
+		h.preemptionsBefore, _ = h.evictionsInFlight()
+	}
 	h.installBarrier(ctx)
 	go h.sched.Run(ctx)
 	h.setup = time.Since(setupStart)
 
 	for i := range plan.Jobs {
 		j := &plan.Jobs[i]
+		if i == 0 || j.Priority < h.lowestPriority {
+			h.lowestPriority = j.Priority
+		}
 		g := &gangState{job: j, bound: map[string]string{}}
 		h.gangs = append(h.gangs, g)
 		heap.Push(&h.events, event{at: j.Submit, kind: evArrival, seq: j.Seq, gang: g})
@@ -241,6 +254,7 @@ const (
 	evNotice
 	evDelete
 	evReplace
+	evPreempted
 	evArrival
 )
 
@@ -248,8 +262,8 @@ type event struct {
 	at   time.Duration
 	kind int
 	seq  int
-	// gang and attempt: arrivals and completions (a completion of an attempt
-	// a reclaim has since restarted is ignored).
+	// gang and attempt: arrivals, completions and preemptions (a completion
+	// of an attempt a reclaim or preemption has since restarted is ignored).
 	gang    *gangState
 	attempt int
 	// reclaim: notices; node: deletions; slot and generation: deletions and
@@ -358,7 +372,10 @@ func (h *harness) step(ctx context.Context, t time.Duration) error {
 	h.changes.reset()
 	applyStart := time.Now()
 	var margins time.Duration // deliberate waits, not scheduler work
-	h.clock.SetTime(epoch.Add(t))
+	// settle may have moved the queue's clock past a backoff already.
+	if at := epoch.Add(t); at.After(h.clock.Now()) {
+		h.clock.SetTime(at)
+	}
 
 	var arriving []*gangState
 	for h.events.Len() > 0 && h.events[0].at == t {
@@ -373,8 +390,10 @@ func (h *harness) step(ctx context.Context, t time.Duration) error {
 			arriving, err = h.deleteNode(ctx, e, arriving)
 		case evReplace:
 			err = h.replaceNode(ctx, e)
+		case evPreempted:
+			arriving, err = h.restartPreempted(ctx, e, arriving)
 		case evArrival:
-			h.rec.Submitted(e.gang.job.Name, e.gang.job.Workers, t)
+			h.rec.Submitted(e.gang.job.Name, e.gang.job.Workers, e.gang.job.Priority, t)
 			arriving = append(arriving, e.gang)
 		}
 		if err != nil {
@@ -391,6 +410,7 @@ func (h *harness) step(ctx context.Context, t time.Duration) error {
 		time.Sleep(handlerMargin)
 		margins += handlerMargin
 	}
+	h.rec.NeededForPriority(h.gpusBeyondFree(arriving))
 	if err := h.submit(ctx, arriving); err != nil {
 		return err
 	}
@@ -412,6 +432,7 @@ func (h *harness) step(ctx context.Context, t time.Duration) error {
 	}
 	binds := h.collectBinds(resumedAt)
 	h.rec.Step(h.sample(), applied+busy, binds, h.partialGangs())
+	h.collectEvictions()
 	h.opts.Progress.Update(h.progressState())
 	return nil
 }
@@ -445,6 +466,7 @@ func (h *harness) deletePodGroup(ctx context.Context, g *gangState) error {
 func (h *harness) deletePods(ctx context.Context, g *gangState) error {
 	for _, name := range g.pods {
 		h.counts.want(kindPodDelete)
+		h.deletions.mine(name)
 		if err := h.cs.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			return fmt.Errorf("deleting pod %s: %w", name, err)
 		}
@@ -507,16 +529,11 @@ func (h *harness) deleteNode(ctx context.Context, e event, arriving []*gangState
 		}
 	}
 	for _, g := range broken {
-		if err := h.deletePods(ctx, g); err != nil {
-			return nil, err
-		}
-		if err := h.deletePodGroup(ctx, g); err != nil {
-			return nil, err
-		}
-		g.running = false
-		g.attempt++
 		h.rec.Broken(g.job.Name)
-		arriving = append(arriving, g)
+		var err error
+		if arriving, err = h.restart(ctx, g, arriving); err != nil {
+			return nil, err
+		}
 	}
 	h.counts.want(kindNodeDelete)
 	if err := h.cs.CoreV1().Nodes().Delete(ctx, e.node, metav1.DeleteOptions{}); err != nil {
@@ -530,6 +547,20 @@ func (h *harness) deleteNode(ctx context.Context, e event, arriving []*gangState
 			generation: spec.generation + 1})
 	}
 	return arriving, nil
+}
+
+// restart stops every pod of the gang's current attempt and resubmits the
+// gang as its next attempt in this step.
+func (h *harness) restart(ctx context.Context, g *gangState, arriving []*gangState) ([]*gangState, error) {
+	if err := h.deletePods(ctx, g); err != nil {
+		return nil, err
+	}
+	if err := h.deletePodGroup(ctx, g); err != nil {
+		return nil, err
+	}
+	g.running = false
+	g.attempt++
+	return append(arriving, g), nil
 }
 
 // replaceNode adds a new spot node where a reclaimed one was (same rack and

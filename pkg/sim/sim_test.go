@@ -176,3 +176,40 @@ func TestProgressLines(t *testing.T) {
 		t.Errorf("got %d lines, want 11 ending at 100%%:\n%s", len(lines), out.String())
 	}
 }
+
+// On the priority scenario muster places every higher-priority job in the
+// step it arrives, evicting whole gangs only and no more GPUs than one gang
+// beyond what no scheduler can avoid; the default profile's pod-by-pod
+// preemption leaves victim gangs partly running.
+func TestPriorityPreemptsWholeGangs(t *testing.T) {
+	s, err := scenario.Load("../../bench/scenarios/priority.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := s.Expand(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, plan, Muster)
+	p := r.Details.Preemption
+	if p == nil {
+		t.Fatal("no preemption record for a scenario with two priorities")
+	}
+	if p.HighNotPlaced != 0 || p.HighWaitP99S != 0 {
+		t.Errorf("higher-priority jobs: %d not placed, wait p99 %.0fs; want all placed on arrival", p.HighNotPlaced, p.HighWaitP99S)
+	}
+	if p.VictimGangs == 0 || p.VictimGangsPartial != 0 {
+		t.Errorf("victim gangs %d, left partly running %d; want some, none partial", p.VictimGangs, p.VictimGangsPartial)
+	}
+	if p.GPUsEvicted < p.GPUsNeededLowerBound || p.GPUsEvicted > p.GPUsNeededLowerBound+16 {
+		t.Errorf("evicted %d GPUs; lower bound %d, want at most one 16-GPU gang more", p.GPUsEvicted, p.GPUsNeededLowerBound)
+	}
+	if m := r.Metrics; m.GangsCompleted != m.GangsTotal || m.PartialGangs != 0 || r.Details.StalledSteps != 0 {
+		t.Errorf("muster completed %d of %d, %d partial, %d stalled steps", m.GangsCompleted, m.GangsTotal, m.PartialGangs, r.Details.StalledSteps)
+	}
+
+	d := run(t, plan, Default).Details.Preemption
+	if d == nil || d.VictimGangsPartial == 0 {
+		t.Errorf("default profile: %+v; want victim gangs left partly running (pod-by-pod preemption)", d)
+	}
+}

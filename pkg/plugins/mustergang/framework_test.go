@@ -455,6 +455,28 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 	if !slicesContain(f.queue.activated, "ns/j-0") {
 		t.Errorf("the preemptor was not woken when its victims were gone (activated %v)", f.queue.activated)
 	}
+
+	// The plugin's informer can see the victims go before the scheduler's
+	// cache does. A member that muster's PreFilter held back just before the
+	// last victim went, or that meets a victim still in its cycle's
+	// snapshot (here: the snapshot still has both), keeps the plan.
+	slot := plan.Slots[high.UID]
+	heldBack := framework.NewDefaultNodeToStatus()
+	heldBack.SetAbsentNodesStatus(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "waiting for 1 of them to terminate").WithPlugin(Name))
+	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), state, high, heldBack); f.plugin.registry.Plan(key) == nil ||
+		result == nil || result.NominatedNodeName != slot {
+		t.Errorf("PostFilter after muster's own wait dropped the plan or the nomination (result %+v)", result)
+	}
+	steered, status := f.preFilter(t, high)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter once the victims are gone: %v", status)
+	}
+	stale := framework.NewDefaultNodeToStatus()
+	stale.Set(slot, fwk.NewStatus(fwk.Unschedulable, "Insufficient nvidia.com/gpu").WithPlugin("NodeResourcesFit"))
+	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), steered, high, stale); f.plugin.registry.Plan(key) == nil ||
+		result == nil || result.NominatedNodeName != slot {
+		t.Errorf("PostFilter with a victim still in the snapshot dropped the plan or the nomination (result %+v)", result)
+	}
 }
 
 func TestNoPreemptionOfEqualPriorityOrWhenNever(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -128,7 +129,14 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	for _, i := range chosen {
 		p.recordVictim(ctx, units[i], key)
 	}
-	go p.evict(context.WithoutCancel(ctx), victims, pod, key)
+	// Counted before the goroutine starts, so whoever watches the gauge never
+	// sees an eviction as done before it began.
+	evictions := schedmetrics.Goroutines.WithLabelValues(EvictionOperation)
+	evictions.Inc()
+	go func() {
+		defer evictions.Dec()
+		p.evict(context.WithoutCancel(ctx), victims, pod, key)
+	}()
 	return framework.NewPostFilterResultWithNominatedNode(active.Slots[pod.UID]),
 		fwk.NewStatus(fwk.Unschedulable, msg+"; waiting for them to terminate")
 }
@@ -235,6 +243,10 @@ func (p *Plugin) recordVictim(ctx context.Context, u *victimUnit, preemptor gang
 	}
 	p.handle.EventRecorder().Eventf(u.pods[0], nil, v1.EventTypeWarning, ReasonPreempted, "Preempting", "%s", msg)
 }
+
+// EvictionOperation is the operation label of scheduler_goroutines while
+// victims of a gang preemption are being deleted.
+const EvictionOperation = "MusterGangEviction"
 
 // evict marks each victim with the DisruptionTarget condition, as
 // DefaultPreemption does, and deletes it (with its grace period).

@@ -291,6 +291,7 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 	for _, v := range victims {
 		active.Victims.Insert(v.UID)
 	}
+	active.Evicted = active.Victims.Clone()
 	active.Profile = p.handle.ProfileName()
 	if !p.registry.SetPlan(key, active, pod.CreationTimestamp.Time) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s was planned concurrently; retrying", key))
@@ -411,6 +412,18 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return framework.NewPostFilterResultWithNominatedNode(slot),
 			fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, plan.Victims.Len()))
 	}
+	if st := statuses.Get(slot); st != nil && st.Plugin() == Name {
+		// muster's own PreFilter held the member back (the plan waited for
+		// a victim that has gone since): the plan stands, and the end of the
+		// wait activates the member.
+		return framework.NewPostFilterResultWithNominatedNode(slot), fwk.NewStatus(fwk.Unschedulable, st.Message())
+	}
+	if p.evictedStillCached(plan, slot) {
+		// The victims are gone from the API but not yet from this cycle's
+		// snapshot; their removal from the cache requeues the member.
+		return framework.NewPostFilterResultWithNominatedNode(slot),
+			fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, slot))
+	}
 	why := "node is gone"
 	if st := statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
 		why = st.Message()
@@ -425,6 +438,24 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	reason := fmt.Sprintf("member %s cannot go to its planned node %s: %s", pod.Name, slot, why)
 	p.failPlan(ctx, key, plan.ID, "plan_broken", reason)
 	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, reason))
+}
+
+// evictedStillCached reports whether the cycle's snapshot still shows a pod
+// preempted for plan on node.
+func (p *Plugin) evictedStillCached(plan *gang.ActivePlan, node string) bool {
+	if plan.Evicted.Len() == 0 {
+		return false
+	}
+	info, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node)
+	if err != nil {
+		return false
+	}
+	for _, pi := range info.GetPods() {
+		if plan.Evicted.Has(pi.GetPod().UID) {
+			return true
+		}
+	}
+	return false
 }
 
 // avoidFor is how long a (member, node) pair the framework rejected in a

@@ -53,11 +53,40 @@ type Details struct {
 	StalledSteps int `json:"stalled_steps"`
 	// EndReason says why the run stopped.
 	EndReason string `json:"end_reason"`
+	// Preemption is filled when the scenario has jobs of more than one
+	// priority.
+	Preemption *Preemption `json:"preemption,omitempty"`
 	// Extra holds scheduler-specific counters (plan failures, batching).
 	Extra map[string]float64 `json:"extra,omitempty"`
 	// PeakRSSMiB is the child process's maximum resident set (filled in by
 	// the parent from rusage).
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
+}
+
+// Preemption is what priorities cost and bought in a run: how long the
+// higher-priority jobs waited, and what was evicted for them.
+type Preemption struct {
+	// HighJobs counts jobs above the run's lowest priority; their wait runs
+	// from submission to their first placement (to the end of the run for a
+	// job never placed), in virtual seconds.
+	HighJobs      int     `json:"high_jobs"`
+	HighWaitP50S  float64 `json:"high_wait_p50_s"`
+	HighWaitP99S  float64 `json:"high_wait_p99_s"`
+	HighNotPlaced int     `json:"high_not_placed"`
+	// PodsEvicted and GPUsEvicted count pods the scheduler deleted to make
+	// room, and their GPUs.
+	PodsEvicted int   `json:"pods_evicted"`
+	GPUsEvicted int64 `json:"gpus_evicted"`
+	// GPUsNeededLowerBound is what no scheduler can evict less than: for
+	// each higher-priority job, its GPUs beyond those free when it arrived
+	// (jobs arriving together share the free GPUs).
+	GPUsNeededLowerBound int64 `json:"gpus_needed_lower_bound"`
+	// VictimGangs counts gangs (each run of a job once) that lost members to
+	// preemption; VictimGangsPartial of them were left with members running
+	// that the scheduler did not evict (the job cannot go on without its
+	// peers, so the simulator stops them too).
+	VictimGangs        int `json:"victim_gangs"`
+	VictimGangsPartial int `json:"victim_gangs_partial"`
 }
 
 // Sample is the cluster after one step, at virtual time T (seconds).
@@ -115,19 +144,34 @@ type Recorder struct {
 	end       time.Duration
 	broken    int
 	steps     int
+	evictions []Eviction
+	needed    int64
+}
+
+// Eviction is one gang's loss to preemption in one step.
+type Eviction struct {
+	Gang string
+	Pods int
+	GPUs int64
+	// Partial: members of the gang stayed bound that the scheduler did not
+	// evict.
+	Partial bool
 }
 
 type gangRecord struct {
-	workers   int
-	submitted time.Duration
-	placed    time.Duration
-	completed time.Duration
-	isPlaced  bool
-	isDone    bool
-	racks     int
-	nodes     []string
-	restarts  int
-	boundEnd  int
+	workers     int
+	priority    int32
+	firstPlaced time.Duration
+	everPlaced  bool
+	submitted   time.Duration
+	placed      time.Duration
+	completed   time.Duration
+	isPlaced    bool
+	isDone      bool
+	racks       int
+	nodes       []string
+	restarts    int
+	boundEnd    int
 }
 
 // NewRecorder starts an empty record for scheduler.
@@ -136,10 +180,20 @@ func NewRecorder(scheduler string) *Recorder {
 }
 
 // Submitted records a gang's submission.
-func (r *Recorder) Submitted(gang string, workers int, t time.Duration) {
-	r.gangs[gang] = &gangRecord{workers: workers, submitted: t}
+func (r *Recorder) Submitted(gang string, workers int, priority int32, t time.Duration) {
+	r.gangs[gang] = &gangRecord{workers: workers, priority: priority, submitted: t}
 	r.order = append(r.order, gang)
 }
+
+// Evicted records that the scheduler preempted members of a gang.
+func (r *Recorder) Evicted(e Eviction) {
+	r.evictions = append(r.evictions, e)
+	r.gangs[e.Gang].restarts++
+}
+
+// NeededForPriority adds GPUs that higher-priority jobs needed beyond the
+// free ones when they arrived (see Preemption.GPUsNeededLowerBound).
+func (r *Recorder) NeededForPriority(gpus int64) { r.needed += gpus }
 
 // Placement is where a gang's members landed.
 type Placement struct {
@@ -177,6 +231,9 @@ func PlacementOf(nodes []string, rackOf func(string) string, spot func(string) b
 func (r *Recorder) Placed(gang string, t, latency time.Duration, p Placement) {
 	g := r.gangs[gang]
 	g.placed, g.isPlaced, g.racks, g.nodes = t, true, p.Racks, p.Nodes
+	if !g.everPlaced {
+		g.firstPlaced, g.everPlaced = t, true
+	}
 	r.latencies = append(r.latencies, latency)
 	r.racks = append(r.racks, p.Racks)
 	if p.SpotNodes > 0 && p.OnDemandNodes > 0 {
@@ -279,7 +336,48 @@ func (r *Recorder) Result() (Metrics, Details, []Sample, []GangLog) {
 		m.MeanRacksPerGang = float64(sum) / float64(len(r.racks))
 	}
 	m.PreemptibleGangsMixed = r.mixed
+	d.Preemption = r.preemption()
 	return m, d, append([]Sample(nil), r.samples...), logs
+}
+
+// preemption is nil for a run whose jobs all have one priority.
+func (r *Recorder) preemption() *Preemption {
+	if len(r.order) == 0 {
+		return nil
+	}
+	lowest, highest := r.gangs[r.order[0]].priority, r.gangs[r.order[0]].priority
+	for _, name := range r.order {
+		lowest, highest = min(lowest, r.gangs[name].priority), max(highest, r.gangs[name].priority)
+	}
+	if lowest == highest {
+		return nil
+	}
+	p := &Preemption{GPUsNeededLowerBound: r.needed}
+	var waits []time.Duration
+	for _, name := range r.order {
+		g := r.gangs[name]
+		if g.priority == lowest {
+			continue
+		}
+		p.HighJobs++
+		if g.everPlaced {
+			waits = append(waits, g.firstPlaced-g.submitted)
+		} else {
+			p.HighNotPlaced++
+			waits = append(waits, max(r.end-g.submitted, 0))
+		}
+	}
+	p.HighWaitP50S = Percentile(waits, 50).Seconds()
+	p.HighWaitP99S = Percentile(waits, 99).Seconds()
+	for _, e := range r.evictions {
+		p.PodsEvicted += e.Pods
+		p.GPUsEvicted += e.GPUs
+		p.VictimGangs++
+		if e.Partial {
+			p.VictimGangsPartial++
+		}
+	}
+	return p
 }
 
 // allocation integrates the step function of samples (each holds until the

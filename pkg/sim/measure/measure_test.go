@@ -20,11 +20,11 @@ const s = time.Second
 //	t=30  c completes; b completes at t=50.
 func sampleRun() *Recorder {
 	r := NewRecorder("muster")
-	r.Submitted("a", 2, 0)
-	r.Submitted("b", 2, 0)
+	r.Submitted("a", 2, 0, 0)
+	r.Submitted("b", 2, 0, 0)
 	r.Placed("a", 0, 4*time.Millisecond, Placement{Nodes: []string{"n1"}, Racks: 1, OnDemandNodes: 1})
 	r.Step(Sample{T: 0, CapacityGPUs: 24, HeldGPUs: 12, RunningGPUs: 8}, 100*time.Millisecond, 3, []string{"b"})
-	r.Submitted("c", 1, 10*s)
+	r.Submitted("c", 1, 0, 10*s)
 	r.Placed("c", 10*s, 2*time.Millisecond, Placement{Nodes: []string{"n2"}, Racks: 1, SpotNodes: 1})
 	r.Step(Sample{T: 10, CapacityGPUs: 24, HeldGPUs: 20, RunningGPUs: 16}, 50*time.Millisecond, 1, []string{"b"})
 	r.Completed("a", 20*s)
@@ -71,8 +71,8 @@ func TestResult(t *testing.T) {
 
 func TestDeadlockedAtEnd(t *testing.T) {
 	r := NewRecorder("default")
-	r.Submitted("a", 4, 0)
-	r.Submitted("b", 4, 0)
+	r.Submitted("a", 4, 0, 0)
+	r.Submitted("b", 4, 0, 0)
 	r.Step(Sample{T: 0, CapacityGPUs: 8, HeldGPUs: 8}, time.Second, 4, []string{"a", "b"})
 	// Nothing can change; the simulator carries the run to the horizon.
 	r.Step(Sample{T: 3600, CapacityGPUs: 8, HeldGPUs: 8}, 0, 0, []string{"a", "b"})
@@ -93,7 +93,7 @@ func TestDeadlockedAtEnd(t *testing.T) {
 // but not deadlocked.
 func TestPartialThenWhole(t *testing.T) {
 	r := NewRecorder("default")
-	r.Submitted("a", 2, 0)
+	r.Submitted("a", 2, 0, 0)
 	r.Step(Sample{T: 0, CapacityGPUs: 8, HeldGPUs: 4}, time.Second, 1, []string{"a"})
 	r.Placed("a", 10*s, time.Millisecond, Placement{Racks: 1})
 	r.Step(Sample{T: 10, CapacityGPUs: 8, HeldGPUs: 8, RunningGPUs: 8}, time.Second, 1, nil)
@@ -160,4 +160,43 @@ func approxEqual(a, b Metrics) bool {
 		a.GangsTotal == b.GangsTotal && a.GangsCompleted == b.GangsCompleted && a.PartialGangs == b.PartialGangs &&
 		a.DeadlockedGangs == b.DeadlockedGangs && near(a.MeanRacksPerGang, b.MeanRacksPerGang) &&
 		a.PreemptibleGangsMixed == b.PreemptibleGangsMixed
+}
+
+// Waits count only jobs above the lowest priority, a job never placed waits
+// until the end, and a gang evicted twice counts twice.
+func TestPreemption(t *testing.T) {
+	r := NewRecorder("muster")
+	r.Submitted("low-a", 2, 0, 0)
+	r.Submitted("low-b", 1, 0, 0)
+	r.Placed("low-a", 0, 0, Placement{})
+	r.Placed("low-b", 0, 0, Placement{})
+	r.Submitted("high-a", 2, 100, 10*s)
+	r.NeededForPriority(16)
+	r.Evicted(Eviction{Gang: "low-a", Pods: 2, GPUs: 16})
+	r.Placed("high-a", 10*s, 0, Placement{})
+	r.Submitted("high-b", 1, 100, 20*s)
+	r.NeededForPriority(8)
+	r.Evicted(Eviction{Gang: "low-b", Pods: 1, GPUs: 8, Partial: true})
+	r.Evicted(Eviction{Gang: "low-a", Pods: 1, GPUs: 8})
+	r.Placed("high-b", 50*s, 0, Placement{})
+	r.Placed("high-b", 70*s, 0, Placement{}) // placed again after a restart: the first placement counts
+	r.Submitted("high-c", 1, 100, 40*s)
+	r.End(100*s, nil)
+	_, d, _, logs := r.Result()
+	want := &Preemption{HighJobs: 3, HighWaitP50S: 30, HighWaitP99S: 60, HighNotPlaced: 1, PodsEvicted: 4, GPUsEvicted: 32,
+		GPUsNeededLowerBound: 24, VictimGangs: 3, VictimGangsPartial: 1}
+	if !reflect.DeepEqual(d.Preemption, want) {
+		t.Errorf("preemption = %+v, want %+v", d.Preemption, want)
+	}
+	if logs[0].Restarts != 2 || logs[1].Restarts != 1 {
+		t.Errorf("restarts of low-a, low-b = %d, %d; want 2, 1", logs[0].Restarts, logs[1].Restarts)
+	}
+
+	one := NewRecorder("muster")
+	one.Submitted("a", 1, 5, 0)
+	one.Submitted("b", 1, 5, 0)
+	one.End(0, nil)
+	if _, d, _, _ := one.Result(); d.Preemption != nil {
+		t.Errorf("a run of one priority reported preemption %+v", d.Preemption)
+	}
 }

@@ -45,6 +45,33 @@ var detailRows = []struct {
 	{"end", func(d measure.Details) string { return d.EndReason }},
 }
 
+// preemptionRows describe measure.Preemption for runs with priorities.
+var preemptionRows = []struct {
+	name   string
+	format func(p measure.Preemption) string
+}{
+	{"higher-priority jobs (not placed)", func(p measure.Preemption) string { return fmt.Sprintf("%d (%d)", p.HighJobs, p.HighNotPlaced) }},
+	{"their wait p50 / p99 (virtual s)", func(p measure.Preemption) string {
+		return fmt.Sprintf("%.0f / %.0f", p.HighWaitP50S, p.HighWaitP99S)
+	}},
+	{"GPUs evicted (lower bound needed)", func(p measure.Preemption) string {
+		return fmt.Sprintf("%d (%d)", p.GPUsEvicted, p.GPUsNeededLowerBound)
+	}},
+	{"pods evicted", func(p measure.Preemption) string { return fmt.Sprint(p.PodsEvicted) }},
+	{"victim gangs (left partly running)", func(p measure.Preemption) string {
+		return fmt.Sprintf("%d (%d)", p.VictimGangs, p.VictimGangsPartial)
+	}},
+}
+
+func hasPreemption(rep Report, det Details) bool {
+	for _, m := range rep.Results {
+		if det.Schedulers[m.Scheduler].Preemption != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Markdown renders report.md.
 func Markdown(rep Report, det Details) string {
 	var b strings.Builder
@@ -76,6 +103,22 @@ func Markdown(rep Report, det Details) string {
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
+	if hasPreemption(rep, det) {
+		b.WriteString("## Priorities and preemption\n\n")
+		header(&b, rep)
+		for _, row := range preemptionRows {
+			fmt.Fprintf(&b, "| %s |", row.name)
+			for _, m := range rep.Results {
+				p := det.Schedulers[m.Scheduler].Preemption
+				if p == nil {
+					p = &measure.Preemption{}
+				}
+				fmt.Fprintf(&b, " %s |", row.format(*p))
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
 	extraKeys := map[string]bool{}
 	for _, d := range det.Schedulers {
 		for k := range d.Extra {

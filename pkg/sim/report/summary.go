@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/muster-sched/muster/pkg/sim/measure"
 )
 
 // Markers delimit the generated part of BENCHMARKS.md; the prose around them
@@ -20,17 +22,13 @@ func Summary(dirs []string, command, elapsed, date string) (string, error) {
 	var b strings.Builder
 	b.WriteString(BeginMarker + "\n\n")
 	var machine *Machine
-	type row struct {
-		rep *Report
-		det *Details
-	}
-	var rows []row
+	var rows []result
 	for _, dir := range dirs {
 		rep, det, err := Read(dir)
 		if err != nil {
 			return "", fmt.Errorf("reading results in %s: %w", dir, err)
 		}
-		rows = append(rows, row{rep, det})
+		rows = append(rows, result{rep, det})
 		if machine == nil {
 			machine = &det.Machine
 		}
@@ -66,6 +64,7 @@ func Summary(dirs []string, command, elapsed, date string) (string, error) {
 				m.PartialGangs, m.DeadlockedGangs, m.MeanRacksPerGang, m.PreemptibleGangsMixed, d.PeakRSSMiB, d.WallSeconds)
 		}
 	}
+	preemptionTable(&b, rows)
 	b.WriteString("\nOpportunistic batching in the default profile:\n\n")
 	for _, r := range rows {
 		if d, ok := r.det.Schedulers["default"]; ok {
@@ -81,6 +80,40 @@ func Summary(dirs []string, command, elapsed, date string) (string, error) {
 	}
 	b.WriteString(".\n\n" + EndMarker + "\n")
 	return b.String(), nil
+}
+
+// result is one scenario's results directory.
+type result struct {
+	rep *Report
+	det *Details
+}
+
+// preemptionTable adds a table for the scenarios with priorities.
+func preemptionTable(b *strings.Builder, results []result) {
+	started := false
+	for _, r := range results {
+		rep, det := r.rep, r.det
+		if !hasPreemption(*rep, *det) {
+			continue
+		}
+		if !started {
+			b.WriteString("\nPriorities and preemption (definitions: measure.Preemption; the lower bound counts GPUs a higher-priority job needed beyond those free when it arrived):\n\n")
+			b.WriteString("| scenario | scheduler | higher-priority jobs (not placed) | their wait p50 / p99 (virtual s) | GPUs evicted (lower bound) | pods evicted | victim gangs (left partly running) |\n")
+			b.WriteString("|---|---|--:|--:|--:|--:|--:|\n")
+			started = true
+		}
+		for _, m := range rep.Results {
+			fmt.Fprintf(b, "| %s | %s |", rep.Scenario, m.Scheduler)
+			p := det.Schedulers[m.Scheduler].Preemption
+			if p == nil {
+				p = &measure.Preemption{}
+			}
+			for _, row := range preemptionRows {
+				fmt.Fprintf(b, " %s |", row.format(*p))
+			}
+			b.WriteString("\n")
+		}
+	}
 }
 
 // UpdateFile replaces the generated section of path (or appends one).

@@ -49,6 +49,7 @@ type Job struct {
 	GPUs     int64
 	Duration time.Duration
 	Policy   string
+	Priority int32
 }
 
 // Reclaim takes NodesPerEvent spot nodes of one zone away at At.
@@ -148,7 +149,7 @@ func (s *Scenario) jobs(seed uint64) ([]Job, error) {
 			}
 			for i := 0; i < shape.Count; i++ {
 				wave = append(wave, Job{Submit: s.Quantize(w.At.Duration), Workers: shape.Workers, GPUs: shape.GPUs,
-					Duration: s.Quantize(w.Duration.Duration), Policy: w.Policy})
+					Duration: s.Quantize(w.Duration.Duration), Policy: w.Policy, Priority: w.Priority})
 			}
 		}
 		if w.Shuffle {

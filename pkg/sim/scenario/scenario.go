@@ -67,6 +67,10 @@ type Wave struct {
 	Shuffle bool     `json:"shuffle,omitempty"`
 	// Policy is the jobs' muster.dev/preemptible annotation ("" = avoid).
 	Policy string `json:"policy,omitempty"`
+	// Priority is the jobs' pod priority (and their PodGroups'), as a
+	// PriorityClass would give it: a job may preempt jobs of strictly lower
+	// priority. Default 0.
+	Priority int32 `json:"priority,omitempty"`
 }
 
 // Poisson submits Jobs jobs with exponential inter-arrival times.
@@ -213,6 +217,9 @@ func (s *Scenario) Validate() error {
 		if err := validPolicy(w.Policy); err != nil {
 			return fmt.Errorf("workload.waves[%d].policy: %w", i, err)
 		}
+		if w.Priority < 0 || w.Priority > maxUserPriority {
+			return fmt.Errorf("workload.waves[%d].priority must be in [0, %d]", i, maxUserPriority)
+		}
 		for _, g := range w.Gangs {
 			shape, err := ParseShape(g)
 			if err != nil {
@@ -261,6 +268,9 @@ func (s *Scenario) Validate() error {
 	}
 	return nil
 }
+
+// maxUserPriority is the highest value a user's PriorityClass may have.
+const maxUserPriority = 1_000_000_000
 
 func validWeights(name string, m map[int]float64) error {
 	total := 0.0
