@@ -105,6 +105,9 @@ func podGroupObject(j *scenario.Job, attempt int, created time.Duration) *schedu
 		},
 		Spec: schedulingv1beta1.PodGroupSpec{
 			Priority: ptr.To(j.Priority),
+			// A MultiWorkerMirroredStrategy job cannot go on without any of
+			// its workers: preemption takes the group whole or not at all.
+			DisruptionMode: &schedulingv1beta1.DisruptionMode{All: &schedulingv1beta1.AllDisruptionMode{}},
 			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
 				Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(j.Workers)},
 			},
