@@ -10,7 +10,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION)-muster.$(s
 BINARIES ?= muster-scheduler tfconfig-controller muster-sim
 GO_TEST_FLAGS ?=
 
-.PHONY: help build test test-unit test-integration fuzz verify demo bench clean
+.PHONY: help build test test-unit test-integration fuzz verify demo bench bench-api clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -45,9 +45,16 @@ verify: ## gofmt, go vet, go mod tidy leaves no diff.
 demo: ## The main job on an embedded control plane: a GPU cluster, the scheduler, a TensorFlow job.
 	go run -ldflags "$(LDFLAGS)" ./cmd/muster-sim demo
 
-bench: ## Planner benchmarks, then the simulator standard set (writes bench/results, updates BENCHMARKS.md; ~6 min).
+bench: bench-api ## Planner benchmarks, the real-API-server burst, then the simulator standard set (writes bench/results, updates BENCHMARKS.md; ~20 min).
 	go test -run '^$$' -bench . -benchmem ./pkg/gang/...
 	hack/bench.sh
+
+API_BENCH_RUNS ?= 3
+bench-api: ## muster and a stock kube-scheduler binding one burst of gangs through the in-process API server (bench/results/apiserver.txt; ~6 min).
+	mkdir -p bench/results
+	go test -run '^$$' -bench BenchmarkAPIServerBurst -benchtime 1x -timeout 30m ./test/integration/ -args -api-bench-runs=$(API_BENCH_RUNS) 2>/dev/null \
+		| grep -E '^(Benchmark|goos|goarch|cpu|pkg)' > bench/results/apiserver.txt
+	cat bench/results/apiserver.txt
 
 clean: ## Remove build output.
 	rm -rf bin/

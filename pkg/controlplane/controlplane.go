@@ -1,5 +1,5 @@
 // Package controlplane runs a real Kubernetes control plane inside the current
-// process: embedded etcd, kube-apiserver and the Job controller, plus the muster
+// process: embedded etcd, kube-apiserver, the Job and StatefulSet controllers, plus the muster
 // scheduler on demand. Integration tests and `make demo` use it; nothing is
 // downloaded and no external binary is started.
 package controlplane
@@ -28,10 +28,11 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	"k8s.io/kubernetes/pkg/controller/job"
+	"k8s.io/kubernetes/pkg/controller/statefulset"
 	"k8s.io/kubernetes/test/utils/ktesting"
 )
 
-// ControlPlane is a running etcd + kube-apiserver + Job controller.
+// ControlPlane is a running etcd + kube-apiserver + Job and StatefulSet controllers.
 type ControlPlane struct {
 	// Config is an admin client configuration.
 	Config *rest.Config
@@ -45,7 +46,7 @@ type ControlPlane struct {
 
 // Start starts etcd, kube-apiserver (admission plugins ServiceAccount and
 // TaintNodesByCondition off, so plain Node objects are schedulable), installs
-// muster's CRDs and starts the Job controller. Everything stops in tb.Cleanup.
+// muster's CRDs and starts the Job and StatefulSet controllers. Everything stops in tb.Cleanup.
 // Start fails tb on error. apiserverFlags are added to kube-apiserver's
 // (e.g. --authorization-mode=RBAC; the default authorizes everything).
 func Start(tb ktesting.TB, apiserverFlags ...string) *ControlPlane {
@@ -88,8 +89,8 @@ func start(tb ktesting.TB, apiserverFlags []string) (*ControlPlane, error) {
 	if err := cp.installCRDs(); err != nil {
 		return nil, fmt.Errorf("installing CRDs: %w", err)
 	}
-	if err := cp.startJobController(); err != nil {
-		return nil, fmt.Errorf("job controller: %w", err)
+	if err := cp.startControllers(); err != nil {
+		return nil, fmt.Errorf("workload controllers: %w", err)
 	}
 	return cp, nil
 }
@@ -211,7 +212,9 @@ func writeKubeconfig(dir string, cfg *rest.Config) (string, error) {
 	return p, clientcmd.WriteToFile(*kc, p)
 }
 
-func (cp *ControlPlane) startJobController() error {
+// startControllers runs the workload controllers muster serves: Job and
+// StatefulSet.
+func (cp *ControlPlane) startControllers() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	factory := informers.NewSharedInformerFactory(cp.Client, 0)
 	cp.tb.Cleanup(func() {
@@ -223,8 +226,12 @@ func (cp *ControlPlane) startJobController() error {
 	if err != nil {
 		return err
 	}
+	// StatefulSets are the other workload muster forms gangs of.
+	ssc := statefulset.NewStatefulSetController(ctx, factory.Core().V1().Pods(), factory.Apps().V1().StatefulSets(),
+		factory.Core().V1().PersistentVolumeClaims(), factory.Apps().V1().ControllerRevisions(), cp.Client)
 	factory.Start(ctx.Done())
 	go jc.Run(ctx, 4)
+	go ssc.Run(ctx, 2)
 	return nil
 }
 

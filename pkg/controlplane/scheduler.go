@@ -13,10 +13,12 @@ import (
 
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/plugins"
+	"github.com/muster-sched/muster/pkg/schedulercmd"
 )
 
 // StartScheduler runs the muster scheduler in this process the way
-// cmd/scheduler does (kube-scheduler's options, Setup and Run), configured
+// cmd/scheduler does (kube-scheduler's options, muster's feature-gate
+// defaults, Setup and Run), configured
 // from the shipped manifests/scheduler/scheduler-config.yaml with leader
 // election and the secure port turned off. extraArgs are kube-scheduler flags.
 // It stops when ctx is done; the returned channel yields Run's result.
@@ -33,10 +35,12 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, extraArgs ...string)
 // compare with, or a broken one, to see it rejected).
 func (cp *ControlPlane) StartSchedulerWithConfig(ctx context.Context, config []byte, extraArgs ...string) (<-chan error, error) {
 	configPath := filepath.Join(cp.tb.TempDir(), "scheduler-config.yaml")
-	data := append([]byte(nil), config...)
 	// The shipped file relies on in-cluster credentials; point it at this
-	// control plane instead (the --kubeconfig flag is ignored with --config).
-	data = append(data, []byte("\nclientConnection:\n  kubeconfig: "+cp.Kubeconfig+"\n")...)
+	// control plane instead, as the muster command does with --kubeconfig.
+	data, err := schedulercmd.WithKubeconfig(config, cp.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler configuration: %w", err)
+	}
 	if err := os.WriteFile(configPath, data, 0o600); err != nil {
 		return nil, err
 	}
@@ -46,6 +50,9 @@ func (cp *ControlPlane) StartSchedulerWithConfig(ctx context.Context, config []b
 		"--secure-port=0",
 	}, extraArgs...)
 
+	if err := schedulercmd.SetFeatureDefaults(); err != nil {
+		return nil, err
+	}
 	opts := options.NewOptions()
 	fs := pflag.NewFlagSet("muster-scheduler", pflag.ContinueOnError)
 	for _, set := range opts.Flags.FlagSets {

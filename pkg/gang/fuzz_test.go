@@ -61,12 +61,14 @@ func knownLevel(name string) bool {
 }
 
 // Gang identity depends only on the pod: PodGroup label first, then a
-// controlling batch/v1 Job, never another namespace.
+// controlling batch/v1 Job or apps/v1 StatefulSet, never another namespace.
 func FuzzKeyOf(f *testing.F) {
 	f.Add("ns", "pg", "Job", "batch/v1", "job", true)
 	f.Add("ns", "", "Job", "batch/v1", "job", true)
 	f.Add("ns", "", "Job", "batch/v2", "job", true)
 	f.Add("ns", "", "ReplicaSet", "apps/v1", "rs", true)
+	f.Add("ns", "", "StatefulSet", "apps/v1", "sts", true)
+	f.Add("ns", "", "StatefulSet", "apps/v1beta1", "sts", true)
 	f.Add("ns", "", "Job", "batch/v1", "job", false)
 	f.Fuzz(func(t *testing.T, namespace, group, kind, apiVersion, owner string, controller bool) {
 		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{
@@ -86,9 +88,13 @@ func FuzzKeyOf(f *testing.F) {
 			if !ok || key.Kind != KindJob || key.Name != owner || key.Namespace != namespace {
 				t.Fatalf("Job owner %q gave %+v, %v", owner, key, ok)
 			}
+		case controller && kind == "StatefulSet" && apiVersion == "apps/v1":
+			if !ok || key.Kind != KindStatefulSet || key.Name != owner || key.Namespace != namespace {
+				t.Fatalf("StatefulSet owner %q gave %+v, %v", owner, key, ok)
+			}
 		default:
 			if ok {
-				t.Fatalf("pod without PodGroup or controlling Job joined gang %+v", key)
+				t.Fatalf("pod without PodGroup or controlling Job or StatefulSet joined gang %+v", key)
 			}
 		}
 	})

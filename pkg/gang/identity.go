@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,8 @@ const (
 	KindPodGroup Kind = "PodGroup"
 	// KindJob gangs are the pods of one batch/v1 Job.
 	KindJob Kind = "Job"
+	// KindStatefulSet gangs are the pods of one apps/v1 StatefulSet.
+	KindStatefulSet Kind = "StatefulSet"
 	// KindPod is a pod scheduled alone, when it needs a plan of its own
 	// (it preempts).
 	KindPod Kind = "Pod"
@@ -55,20 +58,56 @@ func (k Key) String() string {
 		return k.Namespace + "/" + k.Name
 	case KindPod:
 		return k.Namespace + "/pod/" + k.Name
+	case KindStatefulSet:
+		return k.Namespace + "/statefulset/" + k.Name
 	}
 	return k.Namespace + "/podgroup/" + k.Name
 }
 
 // KeyOf resolves the gang of a pod: the PodGroup label first, then a
-// controlling batch/v1 Job; ok is false for a pod scheduled alone.
+// controlling batch/v1 Job or apps/v1 StatefulSet; ok is false for a pod
+// scheduled alone.
 func KeyOf(pod *v1.Pod) (Key, bool) {
 	if name := pod.Labels[v1alpha1.PodGroupLabel]; name != "" {
 		return Key{Kind: KindPodGroup, Namespace: pod.Namespace, Name: name}, true
 	}
-	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Job" && ref.APIVersion == batchv1.SchemeGroupVersion.String() {
+	ref := metav1.GetControllerOf(pod)
+	switch {
+	case ref == nil:
+	case ref.Kind == "Job" && ref.APIVersion == batchv1.SchemeGroupVersion.String():
 		return Key{Kind: KindJob, Namespace: pod.Namespace, Name: ref.Name}, true
+	case ref.Kind == "StatefulSet" && ref.APIVersion == appsv1.SchemeGroupVersion.String():
+		return Key{Kind: KindStatefulSet, Namespace: pod.Namespace, Name: ref.Name}, true
 	}
 	return Key{}, false
+}
+
+// StatefulSetQuorum is the gang size of a StatefulSet: spec.replicas (at
+// least 1), lowered by the pod's muster.dev/min-available annotation. With
+// podManagementPolicy OrderedReady (the default) the StatefulSet controller
+// creates one pod at a time and waits for it to be Ready, so no gang can
+// ever form: the quorum is 1 (each pod is placed as it comes, next to its
+// running siblings when they fit) and orderedReady says so.
+func StatefulSetQuorum(sts *appsv1.StatefulSet, pod *v1.Pod) (quorum int, orderedReady bool, err error) {
+	replicas := 1
+	if sts.Spec.Replicas != nil {
+		replicas = max(int(*sts.Spec.Replicas), 1)
+	}
+	if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		return 1, true, nil
+	}
+	value, ok := pod.Annotations[AnnotationMinAvailable]
+	if !ok {
+		return replicas, false, nil
+	}
+	n, err := strconv.Atoi(value)
+	if err != nil || n < 1 {
+		return 0, false, fmt.Errorf("invalid %s %q: must be a positive integer", AnnotationMinAvailable, value)
+	}
+	if n > replicas {
+		return 0, false, fmt.Errorf("invalid %s %d: the StatefulSet has %d replicas", AnnotationMinAvailable, n, replicas)
+	}
+	return n, false, nil
 }
 
 // JobQuorum is the gang size of a Job: parallelism, capped by the

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -417,6 +418,49 @@ func TestJobQuorum(t *testing.T) {
 			}
 			if err != nil || got != tc.want {
 				t.Errorf("JobQuorum = %d, %v; want %d", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestStatefulSetQuorum(t *testing.T) {
+	sts := func(replicas int32, policy appsv1.PodManagementPolicyType) *appsv1.StatefulSet {
+		return &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: &replicas, PodManagementPolicy: policy}}
+	}
+	pod := func(minAvailable string) *v1.Pod {
+		p := &v1.Pod{}
+		if minAvailable != "" {
+			p.Annotations = map[string]string{AnnotationMinAvailable: minAvailable}
+		}
+		return p
+	}
+	tests := []struct {
+		name        string
+		sts         *appsv1.StatefulSet
+		pod         *v1.Pod
+		want        int
+		wantOrdered bool
+		wantErr     string
+	}{
+		{"parallel: replicas", sts(3, appsv1.ParallelPodManagement), pod(""), 3, false, ""},
+		{"parallel: lowered by annotation", sts(4, appsv1.ParallelPodManagement), pod("2"), 2, false, ""},
+		{"parallel: annotation above replicas", sts(2, appsv1.ParallelPodManagement), pod("3"), 0, false, "has 2 replicas"},
+		{"parallel: scaled to zero still places a pod it meets", sts(0, appsv1.ParallelPodManagement), pod(""), 1, false, ""},
+		{"ordered ready: one at a time", sts(3, appsv1.OrderedReadyPodManagement), pod(""), 1, true, ""},
+		{"default policy is ordered ready", sts(3, ""), pod("3"), 1, true, ""},
+		{"annotation not a number", sts(3, appsv1.ParallelPodManagement), pod("x"), 0, false, "must be a positive integer"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ordered, err := StatefulSetQuorum(tc.sts, tc.pod)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want || ordered != tc.wantOrdered {
+				t.Errorf("StatefulSetQuorum = %d, %v, %v; want %d, %v", got, ordered, err, tc.want, tc.wantOrdered)
 			}
 		})
 	}

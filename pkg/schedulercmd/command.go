@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	"k8s.io/kubernetes/pkg/features"
 	"sigs.k8s.io/yaml"
 
 	"github.com/muster-sched/muster/pkg/plugins"
@@ -19,7 +21,13 @@ import (
 // kubeconfig (kube-scheduler silently ignores the flag then), so
 // `muster-scheduler --config manifests/scheduler/scheduler-config.yaml
 // --kubeconfig ~/.kube/config` runs outside a cluster.
+//
+// It also turns off the feature gates in featureDefaults; --feature-gates
+// turns them back on.
 func New() *cobra.Command {
+	if err := SetFeatureDefaults(); err != nil {
+		panic(err) // a gate of the linked kube-scheduler: cannot fail
+	}
 	cmd := app.NewSchedulerCommand(plugins.WithMusterPlugins())
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
@@ -29,6 +37,23 @@ func New() *cobra.Command {
 		return run(c, args)
 	}
 	return cmd
+}
+
+// featureDefaults are kube-scheduler feature gates muster sets differently.
+//
+// NominatedNodeNameForExpectation (on by default in 1.37) patches
+// status.nominatedNodeName onto every pod that will wait at Permit. Every
+// gang member waits there, so it cost one more API call per pod, on the
+// client that also binds: with the default client QPS a burst of gangs took
+// twice as long as a stock kube-scheduler's (docs/scheduling.md,
+// "API calls"). muster's ledger already holds the capacity of waiting
+// members; the nomination added nothing but that call.
+var featureDefaults = map[string]bool{string(features.NominatedNodeNameForExpectation): false}
+
+// SetFeatureDefaults applies featureDefaults to the process's feature gates.
+// Call it before the command's flags are parsed, so --feature-gates wins.
+func SetFeatureDefaults() error {
+	return utilfeature.DefaultMutableFeatureGate.SetFromMap(featureDefaults)
 }
 
 func applyKubeconfigFlag(c *cobra.Command) error {
@@ -41,26 +66,13 @@ func applyKubeconfigFlag(c *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	var cfg map[string]interface{}
-	if err := yaml.Unmarshal(data, &cfg); err != nil {
-		return fmt.Errorf("reading %s: %w", config.Value.String(), err)
-	}
-	conn, _ := cfg["clientConnection"].(map[string]interface{})
-	if conn == nil {
-		conn = map[string]interface{}{}
-	}
-	if existing, _ := conn["kubeconfig"].(string); existing != "" {
-		return nil // the file decides, as in kube-scheduler
-	}
 	path, err := filepath.Abs(kubeconfig.Value.String())
 	if err != nil {
 		return err
 	}
-	conn["kubeconfig"] = path
-	cfg["clientConnection"] = conn
-	out, err := yaml.Marshal(cfg)
+	out, err := WithKubeconfig(data, path)
 	if err != nil {
-		return err
+		return fmt.Errorf("reading %s: %w", config.Value.String(), err)
 	}
 	dir, err := os.MkdirTemp("", "muster-scheduler-")
 	if err != nil {
@@ -71,4 +83,28 @@ func applyKubeconfigFlag(c *cobra.Command) error {
 		return err
 	}
 	return flags.Set("config", merged)
+}
+
+// WithKubeconfig returns the KubeSchedulerConfiguration config with
+// clientConnection.kubeconfig set to kubeconfig, unless the file names one
+// already (then the file decides, as in kube-scheduler). The rest of
+// clientConnection (qps, burst) is kept.
+func WithKubeconfig(config []byte, kubeconfig string) ([]byte, error) {
+	var cfg map[string]interface{}
+	if err := yaml.Unmarshal(config, &cfg); err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		cfg = map[string]interface{}{}
+	}
+	conn, _ := cfg["clientConnection"].(map[string]interface{})
+	if conn == nil {
+		conn = map[string]interface{}{}
+	}
+	if existing, _ := conn["kubeconfig"].(string); existing != "" {
+		return config, nil
+	}
+	conn["kubeconfig"] = kubeconfig
+	cfg["clientConnection"] = conn
+	return yaml.Marshal(cfg)
 }

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/muster-sched/muster/pkg/controlplane"
 )
@@ -73,6 +74,34 @@ func TestSchedulerCommandWithShippedConfigAndKubeconfig(t *testing.T) {
 			t.Logf("scheduler output (tail):\n%s", tail(out.String(), 3000))
 		}
 	}()
+	w, err := c.Client.CoreV1().Pods(c.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	c.createJob(jobSpec{name: "cmd", workers: 2, gpus: 4})
 	c.waitJobBound("cmd", 2)
+
+	// The command turns NominatedNodeNameForExpectation off: the member that
+	// waited at Permit for its sibling was never patched with a nomination
+	// (one API call per pod saved).
+	bound := map[string]bool{}
+	for len(bound) < 2 {
+		var ev watch.Event
+		select {
+		case ev = <-w.ResultChan():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the watch showed %d of 2 bindings", len(bound))
+		}
+		pod, ok := ev.Object.(*corev1.Pod)
+		if !ok {
+			t.Fatalf("watch: %v", ev.Object)
+		}
+		if pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
+			t.Errorf("pod %s was nominated to %s while waiting", pod.Name, pod.Status.NominatedNodeName)
+		}
+		if pod.Spec.NodeName != "" {
+			bound[pod.Name] = true
+		}
+	}
 }

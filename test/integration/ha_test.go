@@ -64,11 +64,11 @@ func (c *cluster) startReplica(name string, extraConfig string) *replica {
 	}
 	dir := c.t.TempDir()
 	config := filepath.Join(dir, "config.yaml")
-	data = append(data, []byte("\nclientConnection:\n  kubeconfig: "+c.Kubeconfig+"\n"+extraConfig)...)
+	data = append(data, extraConfig...)
 	if err := os.WriteFile(config, data, 0o600); err != nil {
 		c.t.Fatal(err)
 	}
-	return c.startProcess(name, runAsScheduler, "muster-scheduler", "--config="+config, "--secure-port=0",
+	return c.startProcess(name, runAsScheduler, "muster-scheduler", "--config="+config, "--kubeconfig="+c.Kubeconfig, "--secure-port=0", showPermitWaits,
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms", "--v=1")
 }
 

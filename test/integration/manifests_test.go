@@ -49,7 +49,7 @@ func buildManifests(t *testing.T) []*unstructured.Unstructured {
 // accepted, in dependency order.
 func TestManifestsApplyCleanly(t *testing.T) {
 	kinds := applyManifests(t, controlplane.Start(t))
-	for _, kind := range []string{"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service"} {
+	for _, kind := range []string{"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service", "FlowSchema"} {
 		if kinds[kind] == 0 {
 			t.Errorf("manifests/ has no %s", kind)
 		}

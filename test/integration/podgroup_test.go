@@ -219,7 +219,8 @@ func TestInvalidPodGroupRejected(t *testing.T) {
 // and says why.
 func TestMemberDeletedReleasesGang(t *testing.T) {
 	ext := startHoldingExtender(t, 1) // the second member to come is held
-	c := startClusterWith(t, ext.Config(), gpuNodes(2, 8)...)
+	c := startClusterWithoutScheduler(t, gpuNodes(2, 8)...)
+	c.startSchedulerWithArgs([]string{showPermitWaits}, ext.Config())
 	c.createPodGroup("pair", 2, ptr.To[int32](600))
 	c.createGroupPod("pair", "pair-0", 8, held)
 	c.createGroupPod("pair", "pair-1", 8, held)

@@ -5,10 +5,12 @@ import (
 	"sort"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 	"github.com/muster-sched/muster/pkg/gang"
@@ -21,6 +23,9 @@ type gangInfo struct {
 	timeout time.Duration
 	// owner is the object events about the gang are recorded on.
 	owner runtime.Object
+	// noGang explains why the owner's pods can never form a gang; each is
+	// then placed as it comes (quorum 1).
+	noGang string
 }
 
 // resolve finds the pod's gang and its quorum. ok is false for a pod
@@ -43,6 +48,24 @@ func (p *Plugin) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
 		info.owner = jobRef(job)
 		if info.quorum, err = gang.JobQuorum(job, pod); err != nil {
 			return info, true, fmt.Errorf("gang %s: %w", key, err)
+		}
+	case gang.KindStatefulSet:
+		sts, err := p.sets.StatefulSets(key.Namespace).Get(key.Name)
+		if err != nil {
+			if apierrors.IsNotFound(err) {
+				return info, true, fmt.Errorf("gang %s: StatefulSet %s not found", key, key.Name)
+			}
+			return info, true, err
+		}
+		info.owner = statefulSetRef(sts)
+		var orderedReady bool
+		if info.quorum, orderedReady, err = gang.StatefulSetQuorum(sts, pod); err != nil {
+			return info, true, fmt.Errorf("gang %s: %w", key, err)
+		}
+		if orderedReady && ptr.Deref(sts.Spec.Replicas, 1) > 1 {
+			info.noGang = fmt.Sprintf("StatefulSet %s has podManagementPolicy OrderedReady: its controller creates one pod at a time and waits for it to be Ready, "+
+				"so its %d pods can never be placed as one gang; muster places each as it comes, next to its siblings when they fit. "+
+				"Set podManagementPolicy: Parallel for a gang", sts.Name, *sts.Spec.Replicas)
 		}
 	case gang.KindPodGroup:
 		if p.podGroups == nil {
@@ -79,6 +102,10 @@ func (p *Plugin) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
 
 func jobRef(job *batchv1.Job) *v1.ObjectReference {
 	return &v1.ObjectReference{APIVersion: "batch/v1", Kind: "Job", Namespace: job.Namespace, Name: job.Name, UID: job.UID}
+}
+
+func statefulSetRef(sts *appsv1.StatefulSet) *v1.ObjectReference {
+	return &v1.ObjectReference{APIVersion: "apps/v1", Kind: "StatefulSet", Namespace: sts.Namespace, Name: sts.Name, UID: sts.UID}
 }
 
 func podGroupRef(pg *v1alpha1.PodGroup) *v1.ObjectReference {

@@ -44,6 +44,10 @@ func (p *Plugin) ownerRef(key gang.Key) *v1.ObjectReference {
 		if job, err := p.jobs.Jobs(key.Namespace).Get(key.Name); err == nil {
 			return jobRef(job)
 		}
+	case gang.KindStatefulSet:
+		if sts, err := p.sets.StatefulSets(key.Namespace).Get(key.Name); err == nil {
+			return statefulSetRef(sts)
+		}
 	case gang.KindPodGroup:
 		if p.podGroups == nil {
 			return nil
@@ -58,8 +62,8 @@ func (p *Plugin) ownerRef(key gang.Key) *v1.ObjectReference {
 }
 
 // statusWriter keeps PodGroup status in line with the gang, off the
-// scheduling path: gangs are queued by key and written by one worker, only
-// when the status differs.
+// scheduling path: gangs are queued by key (changes within statusDelay
+// coalesce) and written by one worker, only when the status differs.
 type statusWriter struct {
 	p     *Plugin
 	queue workqueue.TypedRateLimitingInterface[gang.Key]
@@ -71,9 +75,14 @@ func newStatusWriter(p *Plugin) *statusWriter {
 		workqueue.TypedRateLimitingQueueConfig[gang.Key]{Name: "muster-podgroup-status"})}
 }
 
+// statusDelay gathers the changes of a gang's members that come together
+// (a released gang binds all of them within milliseconds) into one status
+// write instead of one per member.
+const statusDelay = 500 * time.Millisecond
+
 func (w *statusWriter) enqueue(key gang.Key) {
 	if key.Kind == gang.KindPodGroup && w.p.pgClient != nil {
-		w.queue.Add(key)
+		w.queue.AddAfter(key, statusDelay)
 	}
 }
 

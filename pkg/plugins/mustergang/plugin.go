@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	appslisters "k8s.io/client-go/listers/apps/v1"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
@@ -35,7 +36,7 @@ import (
 // Name is the plugin name used in the scheduler configuration.
 const Name = "MusterGang"
 
-// Event reasons on Jobs and PodGroups.
+// Event reasons on Jobs, StatefulSets and PodGroups.
 const (
 	ReasonWaitingForMembers = "GangWaitingForMembers"
 	ReasonUnschedulable     = "GangUnschedulable"
@@ -44,6 +45,9 @@ const (
 	ReasonScheduled         = "GangScheduled"
 	ReasonRejected          = "GangRejected"
 	ReasonTimeout           = "GangScheduleTimeout"
+	// ReasonNoGang on a StatefulSet (and its pod) whose pods can never form
+	// a gang: OrderedReady creates them one at a time.
+	ReasonNoGang = "GangNotPossible"
 	// ReasonPreempting on the preemptor's Job/PodGroup (or pod), ReasonPreempted
 	// on each victim's.
 	ReasonPreempting = "GangPreempting"
@@ -112,6 +116,7 @@ type Plugin struct {
 	pods      cache.Indexer
 	gangIndex string
 	jobs      batchlisters.JobLister
+	sets      appslisters.StatefulSetLister
 	pdbs      policylisters.PodDisruptionBudgetLister
 	podGroups cache.GenericLister // nil when the PodGroup CRD is not served
 	pgClient  *v1alpha1.Client
@@ -177,6 +182,13 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	jobInformer := h.SharedInformerFactory().Batch().V1().Jobs()
 	p.jobs = jobInformer.Lister()
 	if _, err := jobInformer.Informer().AddEventHandler(p.ownerHandler(gang.KindJob)); err != nil {
+		return nil, err
+	}
+	// A StatefulSet's replicas and pod management decide its quorum; the
+	// handler wakes its pending members when they change.
+	setInformer := h.SharedInformerFactory().Apps().V1().StatefulSets()
+	p.sets = setInformer.Lister()
+	if _, err := setInformer.Informer().AddEventHandler(p.ownerHandler(gang.KindStatefulSet)); err != nil {
 		return nil, err
 	}
 

@@ -99,6 +99,10 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return p.steer(cs, pod, gang.LoneKey(pod), plan, constraints)
 	}
 	key := info.key
+	if info.noGang != "" {
+		p.notice(ctx, info, v1.EventTypeWarning, ReasonNoGang, info.noGang)
+		p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeWarning, ReasonNoGang, "Scheduling", "%s", info.noGang)
+	}
 	p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
 	if until, why := p.registry.Backoff(key); p.now().Before(until) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,

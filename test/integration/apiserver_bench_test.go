@@ -1,0 +1,244 @@
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"sigs.k8s.io/yaml"
+
+	"github.com/muster-sched/muster/manifests"
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+	"github.com/muster-sched/muster/pkg/controlplane"
+)
+
+var apiBenchRuns = flag.Int("api-bench-runs", 3, "bursts per scheduler in BenchmarkAPIServerBurst (the median is reported)")
+
+// Equal work on the real API server: a burst of gangs that all fit, placed
+// by muster (the shipped configuration) and by a stock kube-scheduler
+// (default profile, same module, same client settings), one after the other
+// on fresh control planes. It reports pods/s from the first pod created to
+// the last binding seen (median and range over -api-bench-runs bursts), and the API calls per bound pod by verb and
+// resource, counted at the API server (apiserver_request_total) minus the
+// benchmark's own creations.
+//
+//	go test -run '^$' -bench BenchmarkAPIServerBurst -benchtime 1x ./test/integration/ [-args -api-bench-runs=5]
+func BenchmarkAPIServerBurst(b *testing.B) {
+	const groups, perGroup, nodes = 60, 8, 200
+	stock := []byte(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+`)
+	shipped, err := manifests.FS.ReadFile(manifests.SchedulerConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range []struct {
+		name, schedulerName string
+		config              []byte
+		qps                 float64 // 0: as the configuration says
+		burst               int
+	}{
+		{"muster", schedulerName, shipped, 0, 0},
+		{"muster-qps50", schedulerName, shipped, 50, 100},
+		{"kube-scheduler", corev1.DefaultSchedulerName, stock, 0, 0},
+		{"kube-scheduler-qps200", corev1.DefaultSchedulerName, stock, 200, 400},
+	} {
+		config := s.config
+		if s.qps > 0 {
+			if config, err = withClientRate(config, s.qps, s.burst); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(s.name, func(b *testing.B) {
+			var rates []float64
+			calls := map[string]float64{}
+			for i := 0; i < b.N*(*apiBenchRuns); i++ {
+				secs, c := burst(b, s.schedulerName, config, groups, perGroup, nodes)
+				rates = append(rates, float64(groups*perGroup)/secs)
+				for k, v := range c {
+					calls[k] += v
+				}
+			}
+			sort.Float64s(rates)
+			b.ReportMetric(rates[len(rates)/2], "pods/s")
+			b.ReportMetric(rates[0], "min-pods/s")
+			b.ReportMetric(rates[len(rates)-1], "max-pods/s")
+			pods := float64(groups * perGroup * len(rates))
+			total := 0.0
+			for k, v := range calls {
+				b.ReportMetric(v/pods, k+"/pod")
+				total += v
+			}
+			b.ReportMetric(total/pods, "calls/pod")
+		})
+	}
+}
+
+// burst runs one scheduler over one burst and returns the seconds from the
+// first creation to the last binding (the benchmark's timer runs only then)
+// and the API calls made meanwhile by everyone but the benchmark ("verb
+// resource[/subresource]").
+func burst(b *testing.B, scheduler string, config []byte, groups, perGroup, nodes int) (float64, map[string]float64) {
+	b.StopTimer()
+	defer b.StartTimer()
+	cp := controlplane.Start(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := cp.Namespace(b, "burst")
+	if err := controlplane.CreateNodes(ctx, cp.Client, gpuNodes(nodes, 8)...); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := cp.StartSchedulerWithConfig(ctx, config); err != nil {
+		b.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pgs := v1alpha1.NewClient(dyn)
+	w, err := cp.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	// A warm-up pod, scheduled alone: the scheduler has listed everything
+	// and is idle before the counting starts.
+	warmup := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "warmup", Namespace: ns}, Spec: controlplane.WorkerPodSpec(scheduler, 1)}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, warmup, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	waitBound(b, w, map[string]bool{}, 1)
+
+	before := apiCalls(b)
+	b.StartTimer()
+	start := time.Now()
+	for g := 0; g < groups; g++ {
+		group := fmt.Sprintf("g%02d", g)
+		if scheduler == schedulerName {
+			if _, err := pgs.Create(ctx, &v1alpha1.PodGroup{
+				ObjectMeta: metav1.ObjectMeta{Name: group, Namespace: ns},
+				Spec:       v1alpha1.PodGroupSpec{MinMember: int32(perGroup)},
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := 0; i < perGroup; i++ {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", group, i), Namespace: ns,
+					Labels: map[string]string{v1alpha1.PodGroupLabel: group}},
+				Spec: controlplane.WorkerPodSpec(scheduler, 1),
+			}
+			if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	want := groups * perGroup
+	waitBound(b, w, map[string]bool{"warmup": true}, want+1)
+	seconds := time.Since(start).Seconds()
+	b.StopTimer()
+	after := apiCalls(b)
+	calls := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			calls[k] = d
+		}
+	}
+	calls["post:pods"] -= float64(want)
+	if scheduler == schedulerName {
+		calls["post:podgroups"] -= float64(groups)
+	}
+	for k, v := range calls {
+		if v <= 0 || strings.HasPrefix(k, "watch") || strings.HasPrefix(k, "get:/") || strings.HasSuffix(k, ":leases") {
+			delete(calls, k) // the benchmark's own, and control-plane housekeeping
+		}
+	}
+	b.Logf("%s: %d pods in %.1fs; API calls %s", scheduler, want, seconds, describeCalls(calls))
+	return seconds, calls
+}
+
+// withClientRate sets clientConnection.qps and burst in a scheduler
+// configuration.
+func withClientRate(config []byte, qps float64, burst int) ([]byte, error) {
+	var cfg map[string]interface{}
+	if err := yaml.Unmarshal(config, &cfg); err != nil {
+		return nil, err
+	}
+	conn, _ := cfg["clientConnection"].(map[string]interface{})
+	if conn == nil {
+		conn = map[string]interface{}{}
+	}
+	conn["qps"], conn["burst"] = qps, burst
+	cfg["clientConnection"] = conn
+	return yaml.Marshal(cfg)
+}
+
+// waitBound reads pod events until want pods (counting those in bound) have
+// a node.
+func waitBound(b *testing.B, w watch.Interface, bound map[string]bool, want int) {
+	timeout := time.After(5 * time.Minute)
+	for len(bound) < want {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				b.Fatal("pod watch closed")
+			}
+			if pod, isPod := ev.Object.(*corev1.Pod); isPod && ev.Type == watch.Modified && pod.Spec.NodeName != "" {
+				bound[pod.Name] = true
+			}
+		case <-timeout:
+			b.Fatalf("%d of %d pods bound after 5 minutes", len(bound), want)
+		}
+	}
+}
+
+// apiCalls reads apiserver_request_total of the in-process API server by
+// "verb:resource[/subresource]".
+func apiCalls(b *testing.B) map[string]float64 {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "apiserver_request_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			key := strings.ToLower(labels["verb"]) + ":" + labels["resource"]
+			if sub := labels["subresource"]; sub != "" {
+				key += "/" + sub
+			}
+			out[key] += m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+func describeCalls(calls map[string]float64) string {
+	keys := make([]string, 0, len(calls))
+	for k := range calls {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%.0f", k, calls[k]))
+	}
+	return strings.Join(parts, ", ")
+}
