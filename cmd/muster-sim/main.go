@@ -68,11 +68,20 @@ func main() {
 
 func runDemo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
-	logs := fs.Bool("logs", false, "show control plane and scheduler logs on stderr")
+	logs := fs.Bool("logs", false, "show control plane and scheduler logs on stderr instead of in out/demo.log")
 	_ = fs.Parse(args)
-	var logOut io.Writer
-	if *logs {
-		logOut = os.Stderr
+	var logOut io.Writer = os.Stderr
+	if !*logs {
+		if err := os.MkdirAll("out", 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join("out", "demo.log"))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		logOut = f
+		fmt.Printf("control plane and scheduler logs: %s\n", f.Name())
 	}
 	if err := demo.Run(ctx, demo.Options{Out: os.Stdout, Logs: logOut}); err != nil {
 		return fmt.Errorf("demo failed: %w", err)

@@ -6,6 +6,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -191,12 +192,17 @@ func printPlacement(out io.Writer, cp *controlplane.ControlPlane, ctx context.Co
 }
 
 // routeLogs sends klog output (the control plane's and the scheduler's) to w,
-// or discards it when w is nil, and returns where it goes.
+// or discards it when w is nil, and returns where it goes. Error lines go
+// there too, not also to stderr (klog's default stderrthreshold): the
+// embedded control plane logs a few at start-up that are not failures.
 func routeLogs(w io.Writer) io.Writer {
 	if w == nil {
 		w = io.Discard
 	}
-	klog.LogToStderr(false)
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
 	klog.SetOutput(w)
 	return w
 }

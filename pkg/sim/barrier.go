@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 )
@@ -224,17 +225,29 @@ const backoffWindow = time.Second
 // to the active queue yet.
 func (h *harness) unflushedBackoff() string {
 	now := h.clock.Now().Truncate(backoffWindow)
-	q := h.sched.SchedulingQueue
-	for _, pod := range q.PodsInBackoffQ() {
-		info, ok := q.GetPod(pod.Name, pod.Namespace, pod.Spec.SchedulingGroup)
-		if !ok {
-			continue
-		}
-		if exp := info.GetBackoffExpiration(); !exp.IsZero() && exp.Before(now) {
+	for _, pod := range h.sched.SchedulingQueue.PodsInBackoffQ() {
+		if exp := h.backoffExpiration(pod); !exp.IsZero() && exp.Before(now) {
 			return "pod " + pod.Name + " finished its backoff but is still in the backoff queue"
 		}
 	}
 	return ""
+}
+
+// backoffExpiration is when a pod in the backoff queue may be retried: its
+// own backoff, or its pod group's for a member of a native PodGroup (zero
+// when the queue no longer has it).
+func (h *harness) backoffExpiration(pod *v1.Pod) time.Time {
+	q := h.sched.SchedulingQueue
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		if info, ok := q.GetPodGroup(*g.PodGroupName, pod.Namespace, fwk.PodGroupKeyType); ok {
+			return info.GetBackoffExpiration()
+		}
+		return time.Time{}
+	}
+	if info, ok := q.GetPod(pod.Name, pod.Namespace, pod.Spec.SchedulingGroup); ok {
+		return info.GetBackoffExpiration()
+	}
+	return time.Time{}
 }
 
 func hasReclaimTaint(node *v1.Node) bool {

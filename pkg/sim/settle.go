@@ -259,6 +259,9 @@ func (h *harness) settle(ctx context.Context, stepStart time.Time) (time.Duratio
 	}
 }
 
+// maxPodBackoff is kube-scheduler's default podMaxBackoffSeconds.
+const maxPodBackoff = 10 * time.Second
+
 // maxBackoffRounds bounds how often one step moves the queue's clock past
 // a backoff: a pod that fails with an error every time would otherwise keep
 // the step going forever.
@@ -273,17 +276,18 @@ const maxBackoffRounds = 5
 // the step rather than at the next one. It reports whether it moved the
 // clock.
 func (h *harness) waitOutBackoff(ctx context.Context, rounds *int) (bool, error) {
-	q := h.sched.SchedulingQueue
 	var latest time.Time
-	for _, pod := range q.PodsInBackoffQ() {
-		if info, ok := q.GetPod(pod.Name, pod.Namespace, pod.Spec.SchedulingGroup); ok {
-			if exp := info.GetBackoffExpiration(); exp.After(latest) {
-				latest = exp
-			}
+	waiting := h.sched.SchedulingQueue.PodsInBackoffQ()
+	for _, pod := range waiting {
+		if exp := h.backoffExpiration(pod); exp.After(latest) {
+			latest = exp
 		}
 	}
-	if latest.IsZero() || *rounds >= maxBackoffRounds {
+	if len(waiting) == 0 || *rounds >= maxBackoffRounds {
 		return false, nil
+	}
+	if latest.IsZero() {
+		latest = h.clock.Now().Add(maxPodBackoff)
 	}
 	*rounds++
 	if past := latest.Truncate(backoffWindow).Add(backoffWindow); past.After(h.clock.Now()) {
