@@ -168,5 +168,34 @@ func podObject(j *scenario.Job, job *batchv1.Job, b *built, attempt, index int, 
 	if b.podGroups {
 		pod.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To(podGroupName(j, attempt))}
 	}
+	if b.schedulerName == v1.DefaultSchedulerName {
+		pod.Spec.Affinity = spotAffinity(j.Policy)
+	}
 	return pod
+}
+
+// spotAffinity says with node affinity what the muster.dev/preemptible
+// policy says to muster, for schedulers that do not read the annotation:
+// forbid and require are required terms on the spot label, avoid (the
+// default) and prefer are preferred ones.
+func spotAffinity(policy string) *v1.Affinity {
+	spot := v1.NodeSelectorRequirement{Key: LabelSpot, Operator: v1.NodeSelectorOpIn, Values: []string{"true"}}
+	onDemand := v1.NodeSelectorRequirement{Key: LabelSpot, Operator: v1.NodeSelectorOpDoesNotExist}
+	required := func(r v1.NodeSelectorRequirement) *v1.Affinity {
+		return &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+			NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{r}}}}}}
+	}
+	preferred := func(r v1.NodeSelectorRequirement) *v1.Affinity {
+		return &v1.Affinity{NodeAffinity: &v1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.PreferredSchedulingTerm{
+			{Weight: 100, Preference: v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{r}}}}}}
+	}
+	switch policy {
+	case "forbid":
+		return required(onDemand)
+	case "require":
+		return required(spot)
+	case "prefer":
+		return preferred(spot)
+	}
+	return preferred(onDemand)
 }

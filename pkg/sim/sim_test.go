@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-sched/muster/pkg/sim/measure"
@@ -272,5 +273,34 @@ func TestPriorityPreemptsWholeGangs(t *testing.T) {
 	d := run(t, plan, Default).Details.Preemption
 	if d == nil || d.VictimGangsPartial == 0 {
 		t.Errorf("default profile: %+v; want victim gangs left partly running (pod-by-pod preemption)", d)
+	}
+}
+
+// The other schedulers get each job's preemptible policy as node affinity:
+// forbid and require bind, avoid (also the default) and prefer only score.
+func TestSpotAffinityTranslatesThePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy   string
+		required bool
+		op       v1.NodeSelectorOperator
+	}{
+		{"forbid", true, v1.NodeSelectorOpDoesNotExist},
+		{"require", true, v1.NodeSelectorOpIn},
+		{"prefer", false, v1.NodeSelectorOpIn},
+		{"avoid", false, v1.NodeSelectorOpDoesNotExist},
+		{"", false, v1.NodeSelectorOpDoesNotExist},
+	} {
+		na := spotAffinity(tc.policy).NodeAffinity
+		var terms []v1.NodeSelectorTerm
+		if na.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+			terms = na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		}
+		for _, p := range na.PreferredDuringSchedulingIgnoredDuringExecution {
+			terms = append(terms, p.Preference)
+		}
+		if len(terms) != 1 || (na.RequiredDuringSchedulingIgnoredDuringExecution != nil) != tc.required ||
+			terms[0].MatchExpressions[0].Key != LabelSpot || terms[0].MatchExpressions[0].Operator != tc.op {
+			t.Errorf("policy %q: %+v; want required=%v, %s on %s", tc.policy, na, tc.required, tc.op, LabelSpot)
+		}
 	}
 }
