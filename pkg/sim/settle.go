@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 )
 
@@ -402,4 +404,36 @@ func (h *harness) counterValues() map[string]float64 {
 		}
 	}
 	return out
+}
+
+// unschedulableFlush is how long after a pod's last attempt kube-scheduler
+// retries it without any event: podMaxInUnschedulablePodsDuration (5 min),
+// checked every 30 s.
+const unschedulableFlush = 5*time.Minute + 30*time.Second
+
+// scheduleFlush queues a flush step unschedulableFlush from now when pods
+// wait in the unschedulable pool and no scenario event comes before then: in
+// a cluster they would be retried then, event or not. A flush step that
+// bound nothing queues no other, so a run whose jobs can never run still
+// ends.
+func (h *harness) scheduleFlush(binds int) {
+	wasFlush := h.lastWasFlush
+	h.lastWasFlush = false
+	if h.flushPending || (wasFlush && binds == 0) || len(h.sched.SchedulingQueue.UnschedulablePods()) == 0 {
+		return
+	}
+	at := h.now + h.plan.Scenario.Quantize(unschedulableFlush)
+	if h.events.Len() > 0 && h.events[0].at <= at {
+		return // that event's step comes first; the next step decides again
+	}
+	heap.Push(&h.events, event{at: at, kind: evFlush})
+	h.flushPending = true
+}
+
+// flushUnschedulable moves every pod of the unschedulable pool back to be
+// retried, as kube-scheduler's periodic flush does for pods that waited
+// there longer than 5 minutes (every one has, at a flush step).
+func (h *harness) flushUnschedulable() {
+	h.flushPending, h.lastWasFlush = false, true
+	h.sched.SchedulingQueue.MoveAllToActiveOrBackoffQueue(klog.Background(), framework.EventUnschedulableTimeout, nil, nil, nil)
 }

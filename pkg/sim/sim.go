@@ -129,6 +129,9 @@ type harness struct {
 	// (its metrics live in the process, across runs).
 	lowestPriority    int32
 	preemptionsBefore float64
+	// flushPending: an evFlush is queued; lastWasFlush: the last step was
+	// one (a flush that binds nothing queues no other).
+	flushPending, lastWasFlush bool
 	parked            chan struct{}
 	resumed           chan struct{}
 	baseline          map[string]float64
@@ -255,6 +258,7 @@ const (
 	evDelete
 	evReplace
 	evPreempted
+	evFlush
 	evArrival
 )
 
@@ -328,9 +332,11 @@ func (h *harness) loop(ctx context.Context) error {
 			h.rec.Step(h.sample(), 0, 0, h.partialGangs())
 			break
 		}
-		if err := h.step(ctx, next); err != nil {
+		binds, err := h.step(ctx, next)
+		if err != nil {
 			return err
 		}
+		h.scheduleFlush(binds)
 	}
 	bound := map[string]int{}
 	for _, g := range h.gangs {
@@ -362,11 +368,11 @@ func (h *harness) finishedReason() string {
 // lets the scheduler work until it is idle, and records the outcome. The
 // scheduler's busy time is the time to apply the step's changes (its event
 // handlers run meanwhile) plus the time from resuming it until it is idle.
-func (h *harness) step(ctx context.Context, t time.Duration) error {
+func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 	h.stepIndex++
 	h.cs.ClearActions() // the fake keeps a copy of every call otherwise
 	if err := h.pause(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	h.now = t
 	h.changes.reset()
@@ -392,12 +398,14 @@ func (h *harness) step(ctx context.Context, t time.Duration) error {
 			err = h.replaceNode(ctx, e)
 		case evPreempted:
 			arriving, err = h.restartPreempted(ctx, e, arriving)
+		case evFlush:
+			h.flushUnschedulable()
 		case evArrival:
 			h.rec.Submitted(e.gang.job.Name, e.gang.job.Workers, e.gang.job.Priority, t)
 			arriving = append(arriving, e.gang)
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if len(h.changes.deletedBound)+len(h.changes.deletedQueue) > 0 {
@@ -405,17 +413,17 @@ func (h *harness) step(ctx context.Context, t time.Duration) error {
 		// pods appear: muster forgets a gang whose pods are all gone, and
 		// whether it did decides where a restarted gang queues.
 		if err := h.counts.waitCaughtUp(ctx, h.opts.StepTimeout); err != nil {
-			return err
+			return 0, err
 		}
 		time.Sleep(handlerMargin)
 		margins += handlerMargin
 	}
 	h.rec.NeededForPriority(h.gpusBeyondFree(arriving))
 	if err := h.submit(ctx, arriving); err != nil {
-		return err
+		return 0, err
 	}
 	if err := h.waitDelivered(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	applied := time.Since(applyStart) - margins
 	time.Sleep(handlerMargin)
@@ -428,13 +436,13 @@ func (h *harness) step(ctx context.Context, t time.Duration) error {
 	h.resume()
 	busy, err := h.settle(ctx, resumedAt)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	binds := h.collectBinds(resumedAt)
 	h.rec.Step(h.sample(), applied+busy, binds, h.partialGangs())
 	h.collectEvictions()
 	h.opts.Progress.Update(h.progressState())
-	return nil
+	return binds, nil
 }
 
 func (h *harness) complete(ctx context.Context, e event) error {
