@@ -274,9 +274,9 @@ const maxBackoffRounds = 5
 // waits until the queue has moved them to the active queue. Pods there
 // failed with an error (native gang scheduling reports a pod group waiting
 // for its preemption victims that way); in a cluster they would be retried
-// seconds later, long before the next job event, so they are retried within
-// the step rather than at the next one. It reports whether it moved the
-// clock.
+// seconds later, so they are retried within the step when that is before the
+// next scenario event (never past it: the clock stays in order with the
+// events). It reports whether it moved the clock.
 func (h *harness) waitOutBackoff(ctx context.Context, rounds *int) (bool, error) {
 	var latest time.Time
 	waiting := h.sched.SchedulingQueue.PodsInBackoffQ()
@@ -291,8 +291,12 @@ func (h *harness) waitOutBackoff(ctx context.Context, rounds *int) (bool, error)
 	if latest.IsZero() {
 		latest = h.clock.Now().Add(maxPodBackoff)
 	}
+	past := latest.Truncate(backoffWindow).Add(backoffWindow)
+	if h.events.Len() > 0 && !past.Before(epoch.Add(h.events[0].at)) {
+		return false, nil // the next step's clock reaches it, in order
+	}
 	*rounds++
-	if past := latest.Truncate(backoffWindow).Add(backoffWindow); past.After(h.clock.Now()) {
+	if past.After(h.clock.Now()) {
 		h.clock.SetTime(past)
 	}
 	return true, h.waitFor(ctx, h.unflushedBackoff)
