@@ -9,7 +9,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
@@ -88,8 +87,8 @@ func (h *harness) evictionsInFlight() (float64, error) {
 	if h.opts.Scheduler == Muster {
 		return testutil.GetGaugeMetricValue(schedmetrics.Goroutines.WithLabelValues(mustergang.EvictionOperation))
 	}
-	started := histogramCount("scheduler_preemption_victims") + histogramCount("scheduler_workload_preemption_victims")
-	done := counterSum("scheduler_preemption_goroutines_execution_total")
+	started := metricSum("scheduler_preemption_victims") + metricSum("scheduler_workload_preemption_victims")
+	done := metricSum("scheduler_preemption_goroutines_execution_total")
 	return started - done - h.preemptionsBefore, nil
 }
 
@@ -162,23 +161,4 @@ func (h *harness) gpusBeyondFree(arriving []*gangState) int64 {
 		beyond += need - take
 	}
 	return beyond
-}
-
-// histogramCount is the number of observations of a histogram in the
-// process's registry (0 when it is not registered).
-func histogramCount(name string) float64 {
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		return 0
-	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			total += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return total
 }

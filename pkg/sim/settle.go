@@ -246,7 +246,7 @@ func (h *harness) settle(ctx context.Context, stepStart time.Time) (time.Duratio
 		if h.b.gangBackoffSeconds == 0 {
 			return busy, nil
 		}
-		rejects := counterSum("muster_gang_rejections_total")
+		rejects := metricSum("muster_gang_rejections_total")
 		if rejects <= h.lastRejects {
 			return busy, nil
 		}
@@ -333,9 +333,10 @@ func (h *harness) waitIdle(ctx context.Context, timeout time.Duration) (time.Tim
 	}
 }
 
-// counterSum adds up every series of a counter in the process's registry (0
-// when it is not registered).
-func counterSum(name string) float64 {
+// metricSum adds up every series of a metric in the process's registry: a
+// counter's values, or a histogram's observation counts (0 when it is not
+// registered).
+func metricSum(name string) float64 {
 	families, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
 		return 0
@@ -346,7 +347,7 @@ func counterSum(name string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			total += m.GetCounter().GetValue()
+			total += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return total
@@ -394,11 +395,11 @@ func (h *harness) counterValues() map[string]float64 {
 	for result, v := range counterByLabel("scheduler_batch_attempts_total", "result") {
 		out["batch_attempts_"+result] = v
 	}
-	out["schedule_attempts"] = counterSum("scheduler_schedule_attempts_total")
+	out["schedule_attempts"] = metricSum("scheduler_schedule_attempts_total")
 	switch h.opts.Scheduler {
 	case Muster:
-		out["muster_gangs_scheduled"] = counterSum("muster_gangs_scheduled_total")
-		out["muster_plans_unplaceable"] = counterSum("muster_gang_unplaceable_total")
+		out["muster_gangs_scheduled"] = metricSum("muster_gangs_scheduled_total")
+		out["muster_plans_unplaceable"] = metricSum("muster_gang_unplaceable_total")
 		for cause, v := range counterByLabel("muster_gang_rejections_total", "cause") {
 			out["muster_plans_dropped_"+cause] = v
 		}

@@ -132,9 +132,9 @@ type harness struct {
 	// flushPending: an evFlush is queued; lastWasFlush: the last step was
 	// one (a flush that binds nothing queues no other).
 	flushPending, lastWasFlush bool
-	parked            chan struct{}
-	resumed           chan struct{}
-	baseline          map[string]float64
+	parked                     chan struct{}
+	resumed                    chan struct{}
+	baseline                   map[string]float64
 	// resourceVersion numbers every write: the fake tracker keeps object
 	// versions to itself, and the scheduler ignores an update whose
 	// resourceVersion did not change.
@@ -227,7 +227,7 @@ func newHarness(ctx context.Context, opts Options) (*harness, error) {
 	// Scheduler and plugin metrics live in the process's registry and add up
 	// across runs in one process (tests, benchmarks): start from here.
 	h.baseline = h.counterValues()
-	h.lastRejects = counterSum("muster_gang_rejections_total")
+	h.lastRejects = metricSum("muster_gang_rejections_total")
 	if h.opts.Scheduler != Muster {
 		h.preemptionsBefore, _ = h.evictionsInFlight()
 	}
