@@ -43,7 +43,7 @@ func Run(ctx context.Context, opts Options) error {
 	defer tb.Close()
 
 	start := time.Now()
-	fmt.Fprintln(out, "muster demo: starting etcd, kube-apiserver and the Job controller in this process...")
+	fmt.Fprintln(out, "muster demo: starting etcd, kube-apiserver and the Job and StatefulSet controllers in this process...")
 	cp := controlplane.Start(tb)
 	nodes := controlplane.Cluster(2, 4, 1, 8)
 	if err := controlplane.CreateNodes(ctx, cp.Client, nodes...); err != nil {

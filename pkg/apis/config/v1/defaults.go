@@ -43,11 +43,6 @@ var TopologyPresets = map[string][]TopologyLevel{
 	},
 }
 
-// DefaultTopologyLevels are the levels used when the args name none.
-func DefaultTopologyLevels() []TopologyLevel {
-	return append([]TopologyLevel(nil), TopologyPresets[DefaultTopologyPreset]...)
-}
-
 // DefaultPreemptibleNodeMatchers recognise the spot/preemptible labels of GKE,
 // EKS, Karpenter and AKS.
 func DefaultPreemptibleNodeMatchers() []NodeMatcher {

@@ -65,19 +65,6 @@ func (c *Client) Create(ctx context.Context, pg *PodGroup) (*PodGroup, error) {
 	return FromUnstructured(out)
 }
 
-// Update replaces a PodGroup's spec and metadata.
-func (c *Client) Update(ctx context.Context, pg *PodGroup) (*PodGroup, error) {
-	u, err := toUnstructured(pg)
-	if err != nil {
-		return nil, err
-	}
-	out, err := c.dyn.Resource(Resource).Namespace(pg.Namespace).Update(ctx, u, metav1.UpdateOptions{})
-	if err != nil {
-		return nil, err
-	}
-	return FromUnstructured(out)
-}
-
 // UpdateStatus writes the status subresource.
 func (c *Client) UpdateStatus(ctx context.Context, pg *PodGroup) (*PodGroup, error) {
 	u, err := toUnstructured(pg)
@@ -89,9 +76,4 @@ func (c *Client) UpdateStatus(ctx context.Context, pg *PodGroup) (*PodGroup, err
 		return nil, err
 	}
 	return FromUnstructured(out)
-}
-
-// Delete deletes a PodGroup.
-func (c *Client) Delete(ctx context.Context, namespace, name string) error {
-	return c.dyn.Resource(Resource).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{})
 }
