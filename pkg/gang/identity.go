@@ -96,18 +96,32 @@ func StatefulSetQuorum(sts *appsv1.StatefulSet, pod *v1.Pod) (quorum int, ordere
 	if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
 		return 1, true, nil
 	}
+	n, err := minAvailable(pod, replicas, "the StatefulSet has %d replicas")
+	switch {
+	case err != nil:
+		return 0, false, err
+	case n == 0:
+		return replicas, false, nil
+	}
+	return n, false, nil
+}
+
+// minAvailable reads the pod's muster.dev/min-available annotation: 0 when
+// it has none, an error when it is not a positive integer or exceeds limit
+// (limitWhy, with limit in it, says why that is the limit).
+func minAvailable(pod *v1.Pod, limit int, limitWhy string) (int, error) {
 	value, ok := pod.Annotations[AnnotationMinAvailable]
 	if !ok {
-		return replicas, false, nil
+		return 0, nil
 	}
 	n, err := strconv.Atoi(value)
 	if err != nil || n < 1 {
-		return 0, false, fmt.Errorf("invalid %s %q: must be a positive integer", AnnotationMinAvailable, value)
+		return 0, fmt.Errorf("invalid %s %q: must be a positive integer", AnnotationMinAvailable, value)
 	}
-	if n > replicas {
-		return 0, false, fmt.Errorf("invalid %s %d: the StatefulSet has %d replicas", AnnotationMinAvailable, n, replicas)
+	if n > limit {
+		return 0, fmt.Errorf("invalid %s %d: "+limitWhy, AnnotationMinAvailable, n, limit)
 	}
-	return n, false, nil
+	return n, nil
 }
 
 // JobQuorum is the gang size of a Job: parallelism, capped by the
@@ -128,16 +142,12 @@ func JobQuorum(job *batchv1.Job, pod *v1.Pod) (int, error) {
 		size = min(size, remaining)
 	}
 	size = max(size, 1)
-	value, ok := pod.Annotations[AnnotationMinAvailable]
-	if !ok {
+	n, err := minAvailable(pod, max(parallelism, 1), "the Job runs at most %d pods at once (parallelism)")
+	switch {
+	case err != nil:
+		return 0, err
+	case n == 0:
 		return size, nil
-	}
-	n, err := strconv.Atoi(value)
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("invalid %s %q: must be a positive integer", AnnotationMinAvailable, value)
-	}
-	if n > max(parallelism, 1) {
-		return 0, fmt.Errorf("invalid %s %d: the Job runs at most %d pods at once (parallelism)", AnnotationMinAvailable, n, parallelism)
 	}
 	// Fewer members remain than min-available asked for: all of them.
 	return min(n, size), nil
