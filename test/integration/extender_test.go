@@ -28,13 +28,14 @@ type holdingExtender struct {
 	pass    int
 	mu      sync.Mutex
 	passed  map[string]bool
+	holding map[string]bool // pods whose filter call is held now
 	release chan struct{}
 	once    sync.Once
 }
 
 func startHoldingExtender(t *testing.T, pass int) *holdingExtender {
 	t.Helper()
-	e := &holdingExtender{pass: pass, passed: map[string]bool{}, release: make(chan struct{})}
+	e := &holdingExtender{pass: pass, passed: map[string]bool{}, holding: map[string]bool{}, release: make(chan struct{})}
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +47,8 @@ func startHoldingExtender(t *testing.T, pass int) *holdingExtender {
 			return
 		}
 		if args.Pod != nil && args.Pod.Labels[holdLabel] == "true" && !e.letThrough(args.Pod.Name) {
+			e.setHolding(args.Pod.Name, true)
+			defer e.setHolding(args.Pod.Name, false)
 			select {
 			case <-e.release:
 			case <-r.Context().Done():
@@ -67,6 +70,30 @@ func (e *holdingExtender) letThrough(name string) bool {
 		e.passed[name] = true
 	}
 	return e.passed[name]
+}
+
+func (e *holdingExtender) setHolding(name string, on bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if on {
+		e.holding[name] = true
+	} else {
+		delete(e.holding, name)
+	}
+}
+
+// membersAtPermit returns the pods let through once a held pod's cycle is
+// blocked here. The scheduling loop runs one cycle at a time and Permit is
+// part of the cycle, so every pod let through before it has been reserved
+// and waits at Permit (or is bound): that is known without a
+// nominatedNodeName, which muster's scheduler does not write.
+func (e *holdingExtender) membersAtPermit() (passed []string, held bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for name := range e.passed {
+		passed = append(passed, name)
+	}
+	return passed, len(e.holding) > 0
 }
 
 // Release lets every held cycle, and all later ones, go on.

@@ -68,7 +68,7 @@ func (c *cluster) startReplica(name string, extraConfig string) *replica {
 	if err := os.WriteFile(config, data, 0o600); err != nil {
 		c.t.Fatal(err)
 	}
-	return c.startProcess(name, runAsScheduler, "muster-scheduler", "--config="+config, "--kubeconfig="+c.Kubeconfig, "--secure-port=0", showPermitWaits,
+	return c.startProcess(name, runAsScheduler, "muster-scheduler", "--config="+config, "--kubeconfig="+c.Kubeconfig, "--secure-port=0",
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms", "--v=1")
 }
 
@@ -163,13 +163,8 @@ func TestFailoverWhileGangWaits(t *testing.T) {
 		c.createGroupPod("ha", fmt.Sprintf("ha-%d", i), 8, held)
 	}
 	c.waitFor("two members waiting at Permit on the leader", 60*time.Second, func() (bool, error) {
-		n := 0
-		for _, p := range c.groupPods("ha") {
-			if p.Status.NominatedNodeName != "" {
-				n++
-			}
-		}
-		return n == 2, nil
+		passed, held := ext.membersAtPermit()
+		return len(passed) == 2 && held, nil
 	})
 
 	// Stop the leader hard (no lease release), while the gang waits in its

@@ -60,17 +60,6 @@ func startClusterWithoutScheduler(t *testing.T, nodes ...controlplane.GPUNode) *
 // and waits for it to exit.
 func (c *cluster) startScheduler(extraConfig ...string) (stop func()) {
 	c.t.Helper()
-	return c.startSchedulerWithArgs(nil, extraConfig...)
-}
-
-// showPermitWaits turns back on what muster's scheduler turns off: the
-// nominatedNodeName kube-scheduler patches onto a pod about to wait at
-// Permit, by which a test sees members waiting.
-const showPermitWaits = "--feature-gates=NominatedNodeNameForExpectation=true"
-
-// startSchedulerWithArgs is startScheduler with extra kube-scheduler flags.
-func (c *cluster) startSchedulerWithArgs(args []string, extraConfig ...string) (stop func()) {
-	c.t.Helper()
 	ctx, cancel := context.WithCancel(c.ctx)
 	config, err := manifests.FS.ReadFile(manifests.SchedulerConfig)
 	if err != nil {
@@ -79,7 +68,7 @@ func (c *cluster) startSchedulerWithArgs(args []string, extraConfig ...string) (
 	for _, extra := range extraConfig {
 		config = append(config, extra...)
 	}
-	done, err := c.StartSchedulerWithConfig(ctx, config, append([]string{"--v=2"}, args...)...)
+	done, err := c.StartSchedulerWithConfig(ctx, config, "--v=2")
 	if err != nil {
 		cancel()
 		c.t.Fatalf("starting scheduler: %v", err)

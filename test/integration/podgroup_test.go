@@ -219,8 +219,7 @@ func TestInvalidPodGroupRejected(t *testing.T) {
 // and says why.
 func TestMemberDeletedReleasesGang(t *testing.T) {
 	ext := startHoldingExtender(t, 1) // the second member to come is held
-	c := startClusterWithoutScheduler(t, gpuNodes(2, 8)...)
-	c.startSchedulerWithArgs([]string{showPermitWaits}, ext.Config())
+	c := startClusterWith(t, ext.Config(), gpuNodes(2, 8)...)
 	c.createPodGroup("pair", 2, ptr.To[int32](600))
 	c.createGroupPod("pair", "pair-0", 8, held)
 	c.createGroupPod("pair", "pair-1", 8, held)
@@ -232,15 +231,18 @@ func TestMemberDeletedReleasesGang(t *testing.T) {
 		}
 	}()
 	var waiting, slow string
-	c.waitFor("a member waiting at Permit (nominated)", 30*time.Second, func() (bool, error) {
+	c.waitFor("a member waiting at Permit, the other held", 30*time.Second, func() (bool, error) {
+		passed, held := ext.membersAtPermit()
+		if len(passed) != 1 || !held {
+			return false, nil
+		}
+		waiting = passed[0]
 		for _, p := range c.groupPods("pair") {
-			if p.Status.NominatedNodeName != "" {
-				waiting = p.Name
-			} else {
+			if p.Name != waiting {
 				slow = p.Name
 			}
 		}
-		return waiting != "" && slow != "", nil
+		return slow != "", nil
 	})
 	if err := c.Client.CoreV1().Pods(c.ns).Delete(c.ctx, slow, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
