@@ -163,9 +163,15 @@ func (c *cluster) waitFor(what string, timeout time.Duration, cond func() (bool,
 // waitJobBound waits until the job has want pods and all are bound.
 func (c *cluster) waitJobBound(name string, want int) []corev1.Pod {
 	c.t.Helper()
+	return c.waitAllBound(fmt.Sprintf("pods of job %s", name), want, func() []corev1.Pod { return c.jobPods(name) })
+}
+
+// waitAllBound waits until list returns want pods, all bound.
+func (c *cluster) waitAllBound(what string, want int, list func() []corev1.Pod) []corev1.Pod {
+	c.t.Helper()
 	var pods []corev1.Pod
-	c.waitFor(fmt.Sprintf("%d pods of job %s bound", want, name), 60*time.Second, func() (bool, error) {
-		pods = c.jobPods(name)
+	c.waitFor(fmt.Sprintf("%d %s bound", want, what), 60*time.Second, func() (bool, error) {
+		pods = list()
 		return len(pods) == want && countBound(pods) == want, nil
 	})
 	return pods

@@ -55,7 +55,6 @@ func live(pods []corev1.Pod) []corev1.Pod {
 // waitLiveBound waits until the job has want live pods, all bound.
 func (c *cluster) waitLiveBound(job string, want int) []corev1.Pod {
 	c.t.Helper()
-	var pods []corev1.Pod
 	defer func() {
 		if c.t.Failed() {
 			for _, p := range c.jobPods(job) {
@@ -63,11 +62,7 @@ func (c *cluster) waitLiveBound(job string, want int) []corev1.Pod {
 			}
 		}
 	}()
-	c.waitFor(fmt.Sprintf("%d live pods of job %s bound", want, job), 60*time.Second, func() (bool, error) {
-		pods = live(c.jobPods(job))
-		return len(pods) == want && countBound(pods) == want, nil
-	})
-	return pods
+	return c.waitAllBound(fmt.Sprintf("live pods of job %s", job), want, func() []corev1.Pod { return live(c.jobPods(job)) })
 }
 
 // failOneAndWaitReplaced fails the job's pod on node and waits until the

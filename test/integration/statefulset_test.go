@@ -56,12 +56,7 @@ func (c *cluster) setPods(name string) []corev1.Pod {
 // waitSetBound waits until the StatefulSet has want pods, all bound.
 func (c *cluster) waitSetBound(name string, want int) []corev1.Pod {
 	c.t.Helper()
-	var pods []corev1.Pod
-	c.waitFor(fmt.Sprintf("%d bound pods of StatefulSet %s", want, name), 60*time.Second, func() (bool, error) {
-		pods = c.setPods(name)
-		return len(pods) == want && countBound(pods) == want, nil
-	})
-	return pods
+	return c.waitAllBound(fmt.Sprintf("pods of StatefulSet %s", name), want, func() []corev1.Pod { return c.setPods(name) })
 }
 
 // A Parallel StatefulSet is a gang of spec.replicas: three 8-GPU workers on

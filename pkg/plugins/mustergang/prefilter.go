@@ -411,22 +411,9 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return result, status
 	}
 	slot := plan.Slots[pod.UID]
-	if plan.Victims.Len() > 0 {
-		// The plan preempted and waits for its victims: keep the hold.
-		return framework.NewPostFilterResultWithNominatedNode(slot),
-			fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, plan.Victims.Len()))
-	}
-	if st := statuses.Get(slot); st != nil && st.Plugin() == Name {
-		// muster's own PreFilter held the member back (the plan waited for
-		// a victim that has gone since): the plan stands, and the end of the
-		// wait activates the member.
-		return framework.NewPostFilterResultWithNominatedNode(slot), fwk.NewStatus(fwk.Unschedulable, st.Message())
-	}
-	if p.evictedStillCached(plan, slot) {
-		// The victims are gone from the API but not yet from this cycle's
-		// snapshot; their removal from the cache requeues the member.
-		return framework.NewPostFilterResultWithNominatedNode(slot),
-			fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, slot))
+	if msg, waiting := p.waitingForVictims(key, plan, slot, statuses); waiting {
+		// Keep the hold; the end of the wait requeues the member.
+		return framework.NewPostFilterResultWithNominatedNode(slot), fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	why := "node is gone"
 	if st := statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
@@ -442,6 +429,24 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	reason := fmt.Sprintf("member %s cannot go to its planned node %s: %s", pod.Name, slot, why)
 	p.failPlan(ctx, key, plan.ID, "plan_broken", reason)
 	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, reason))
+}
+
+// waitingForVictims reports whether a member was turned away only because
+// its plan still waits for the pods it preempted: some have not terminated;
+// muster's own PreFilter held the member back (the last one went since); or
+// the cycle's snapshot still shows one on the member's slot (muster's
+// informer can see a victim go before the scheduler's cache does).
+func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot string, statuses fwk.NodeToStatusReader) (string, bool) {
+	if n := plan.Victims.Len(); n > 0 {
+		return fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, n), true
+	}
+	if st := statuses.Get(slot); st != nil && st.Plugin() == Name {
+		return st.Message(), true
+	}
+	if p.evictedStillCached(plan, slot) {
+		return fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, slot), true
+	}
+	return "", false
 }
 
 // evictedStillCached reports whether the cycle's snapshot still shows a pod
