@@ -10,7 +10,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION)-muster.$(s
 BINARIES ?= muster-scheduler tfconfig-controller muster-sim
 GO_TEST_FLAGS ?=
 
-.PHONY: help build test test-unit test-integration fuzz verify demo bench bench-api clean
+.PHONY: help build test test-unit test-integration fuzz verify generate demo bench bench-api clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -37,10 +37,14 @@ fuzz: ## Run every fuzz target briefly (FUZZTIME each, default 10s).
 		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
 	done
 
-verify: ## gofmt, go vet, go mod tidy leaves no diff.
+verify: ## gofmt, go vet, go mod tidy leaves no diff, generated code is up to date.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	go vet ./...
 	hack/verify-gomod.sh
+	hack/verify-codegen.sh
+
+generate: ## Regenerate deepcopy, conversion and defaulting code (pkg/apis).
+	hack/update-codegen.sh
 
 demo: ## The main job on an embedded control plane: a GPU cluster, the scheduler, a TensorFlow job.
 	go run -ldflags "$(LDFLAGS)" ./cmd/muster-sim demo

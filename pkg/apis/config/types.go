@@ -4,6 +4,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
 // MusterGangArgs configures the MusterGang plugin (internal form; see v1 for
 // the documented, versioned form users write in pluginConfig).
 type MusterGangArgs struct {

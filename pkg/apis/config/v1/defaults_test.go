@@ -1,21 +1,32 @@
 package v1
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/apis/config"
 )
 
-func internal(t *testing.T, in *MusterGangArgs) *config.MusterGangArgs {
+// internal defaults and converts in through a scheme, as kube-scheduler does
+// with pluginConfig args, so the generated registration is tested too.
+func internal(t testing.TB, in *MusterGangArgs) *config.MusterGangArgs {
 	t.Helper()
-	SetDefaults_MusterGangArgs(in)
+	s := runtime.NewScheme()
+	if err := config.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	s.Default(in)
 	out := &config.MusterGangArgs{}
-	if err := Convert_v1_MusterGangArgs_To_config_MusterGangArgs(in, out); err != nil {
+	if err := s.Convert(in, out, nil); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -97,5 +108,26 @@ func TestValidationNamesTheField(t *testing.T) {
 				t.Errorf("error = %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestConversionRoundTrip: internal args written back out as v1 keep their
+// values, and an empty preset is left out rather than written as "".
+func TestConversionRoundTrip(t *testing.T) {
+	args := internal(t, &MusterGangArgs{TopologyLevels: []TopologyLevel{{Name: "rack", NodeLabel: "rack"}}})
+	args.TopologyPreset = ""
+	s := runtime.NewScheme()
+	if err := AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	out := &MusterGangArgs{}
+	if err := s.Convert(args, out, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out.TopologyPreset != nil {
+		t.Errorf("empty preset written as %q", *out.TopologyPreset)
+	}
+	if back := internal(t, out); !reflect.DeepEqual(back, args) {
+		t.Errorf("round trip changed the args:\n got %+v\nwant %+v", back, args)
 	}
 }

@@ -28,11 +28,7 @@ func FuzzValidateArgs(f *testing.F) {
 		if level != "" || label != "" {
 			in.TopologyLevels = []TopologyLevel{{Name: level, NodeLabel: label}}
 		}
-		SetDefaults_MusterGangArgs(in)
-		out := &config.MusterGangArgs{}
-		if err := Convert_v1_MusterGangArgs_To_config_MusterGangArgs(in, out); err != nil {
-			t.Fatal(err)
-		}
+		out := internal(t, in)
 		err := config.ValidateMusterGangArgs(field.NewPath("args"), out)
 		if err == nil {
 			if out.DefaultScheduleTimeoutSeconds < 1 || out.DefaultScheduleTimeoutSeconds > 900 || len(out.TopologyLevels) == 0 {

@@ -1,10 +1,10 @@
-// Package v1 is the versioned form of muster's plugin args, written by users
-// in the pluginConfig of a KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1).
 package v1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // MusterGangArgs configures the MusterGang plugin. Every field is optional.
 type MusterGangArgs struct {

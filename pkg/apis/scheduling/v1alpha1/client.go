@@ -12,6 +12,7 @@ import (
 
 // Client is a typed PodGroup client over a dynamic client, so no generated
 // clientset is needed.
+// +k8s:deepcopy-gen=false
 type Client struct {
 	dyn dynamic.Interface
 }

@@ -1,6 +1,3 @@
-// Package v1alpha1 is the PodGroup API (podgroups.scheduling.x-k8s.io), schema
-// compatible with kubernetes-sigs/scheduler-plugins so that Kubeflow's
-// training-operator and other producers of PodGroups work unchanged.
 package v1alpha1
 
 import (
@@ -34,6 +31,8 @@ const (
 	PodGroupFailed     PodGroupPhase = "Failed"
 )
 
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
 // PodGroup is a set of pods scheduled together, all or none.
 type PodGroup struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -65,6 +64,8 @@ type PodGroupStatus struct {
 	ScheduleStartTime *metav1.Time       `json:"scheduleStartTime,omitempty"`
 	Conditions        []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // PodGroupList is a list of PodGroups.
 type PodGroupList struct {
