@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -527,5 +528,51 @@ func TestMissingStateIsAnErrorNotALonePod(t *testing.T) {
 	}
 	if st := p.Reserve(context.Background(), state, pod, "n1"); st.Code() != fwk.Error {
 		t.Errorf("Reserve without state = %v, want Error", st)
+	}
+}
+
+// TestOwnerChangeWakesItsGang: a Job's change reaches its pending members
+// through the plugin's own Job informer, and only a change that can alter
+// the quorum (spec, finished members) wakes them.
+func TestOwnerChangeWakesItsGang(t *testing.T) {
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{worker("j", 0, 1, ""), worker("j", 1, 1, "")})
+	job := jobObject("j", 2)
+	job.Generation = 1
+	with := func(change func(*batchv1.Job)) *batchv1.Job {
+		j := job.DeepCopy()
+		change(j)
+		return j
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new *batchv1.Job
+		wake     bool
+	}{
+		{"own Job added", nil, job, true},
+		{"parallelism raised", job, with(func(j *batchv1.Job) { j.Generation = 2; j.Spec.Parallelism = ptr.To[int32](3) }), true},
+		{"status write that changes no count", job, with(func(j *batchv1.Job) { j.Status.Active = 2 }), false},
+		{"a member succeeded", job, with(func(j *batchv1.Job) { j.Status.Succeeded = 1 }), true},
+		{"an index failed for good", job, with(func(j *batchv1.Job) { j.Status.FailedIndexes = ptr.To("1") }), true},
+		{"another Job added", nil, jobObject("other", 2), false},
+		{"same name, another namespace", nil, with(func(j *batchv1.Job) { j.Namespace = "elsewhere" }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.queue.mu.Lock()
+			f.queue.activated = nil
+			f.queue.mu.Unlock()
+			handler := f.plugin.ownerHandler(gang.KindJob)
+			if tc.old == nil {
+				handler.OnAdd(tc.new, false)
+			} else {
+				handler.OnUpdate(tc.old, tc.new)
+			}
+			f.queue.mu.Lock()
+			defer f.queue.mu.Unlock()
+			if tc.wake {
+				assert.ElementsMatch(t, []string{"ns/j-0", "ns/j-1"}, f.queue.activated)
+			} else {
+				assert.Empty(t, f.queue.activated)
+			}
+		})
 	}
 }

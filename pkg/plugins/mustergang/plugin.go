@@ -258,11 +258,10 @@ func podGroupsServed(disco discovery.DiscoveryInterface) bool {
 	return false
 }
 
-// ownerHandler wakes a gang's pods when its Job or PodGroup is added or
-// changed. The framework's queueing hints for these events come from the
-// scheduler's own dynamic informers, which can run ahead of the listers this
-// plugin reads; waking the pods from the lister's informer guarantees they
-// are retried once the plugin can see the change.
+// ownerHandler wakes a gang's pods when its Job, StatefulSet or PodGroup is
+// added or changes its quorum. This is the only path by which an owner's
+// change reaches the queue (see EventsToRegister): the handler runs on the
+// informer whose lister the plugin reads, so the woken pods see the change.
 func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
 	wake := func(obj interface{}) {
 		m, err := meta.Accessor(obj)
@@ -284,9 +283,10 @@ func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
 	}
 }
 
-// quorumUnchanged reports whether an update of a Job or PodGroup cannot
-// change its gang's quorum: the spec (metadata.generation) is the same and,
-// for a Job, so are the counts of finished pods the quorum subtracts.
+// quorumUnchanged reports whether an update of a gang's owner cannot change
+// its quorum: the spec (metadata.generation) is the same and so are the
+// counts of finished members the quorum subtracts (a Job's status, a
+// PodGroup's status.succeeded).
 func quorumUnchanged(oldObj, newObj interface{}) bool {
 	o, err1 := meta.Accessor(oldObj)
 	n, err2 := meta.Accessor(newObj)
@@ -299,20 +299,11 @@ func quorumUnchanged(oldObj, newObj interface{}) bool {
 		return oj.Status.Succeeded == nj.Status.Succeeded && oj.Status.Failed == nj.Status.Failed &&
 			ptr.Deref(oj.Status.FailedIndexes, "") == ptr.Deref(nj.Status.FailedIndexes, "")
 	}
-	if ou, ok := oldObj.(*unstructured.Unstructured); ok {
-		if nu, ok := newObj.(*unstructured.Unstructured); ok && ou.GetKind() == "Job" {
-			for _, field := range [][]string{{"status", "succeeded"}, {"status", "failed"}, {"status", "failedIndexes"}} {
-				a, _, _ := unstructured.NestedFieldNoCopy(ou.Object, field...)
-				b, _, _ := unstructured.NestedFieldNoCopy(nu.Object, field...)
-				if a != b {
-					return false
-				}
-			}
-		}
-	}
-	if opg, ok := oldObj.(*unstructured.Unstructured); ok && opg.GetKind() == "PodGroup" {
+	opg, ok1 := oldObj.(*unstructured.Unstructured)
+	npg, ok2 := newObj.(*unstructured.Unstructured)
+	if ok1 && ok2 {
 		a, _, _ := unstructured.NestedFieldNoCopy(opg.Object, "status", "succeeded")
-		b, _, _ := unstructured.NestedFieldNoCopy(newObj.(*unstructured.Unstructured).Object, "status", "succeeded")
+		b, _, _ := unstructured.NestedFieldNoCopy(npg.Object, "status", "succeeded")
 		return a == b
 	}
 	return true

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -102,14 +104,6 @@ func unstructuredOwner(kind, namespace, name string, generation int64) *unstruct
 	return u
 }
 
-func jobWithStatus(generation int64, field string, value interface{}) *unstructured.Unstructured {
-	u := unstructuredOwner("Job", "ns", "a", generation)
-	if err := unstructured.SetNestedField(u.Object, value, "status", field); err != nil {
-		panic(err)
-	}
-	return u
-}
-
 func podGroupWithSucceeded(n int64) *unstructured.Unstructured {
 	u := unstructuredOwner("PodGroup", "ns", "pg", 1)
 	if err := unstructured.SetNestedField(u.Object, n, "status", "succeeded"); err != nil {
@@ -194,54 +188,37 @@ func TestQueueingHints(t *testing.T) {
 		})
 	}
 
-	ownerHints := []struct {
-		name     string
-		kind     gang.Kind
-		pod      *v1.Pod
-		old, new interface{}
-		want     fwk.QueueingHint
-	}{
-		{"own Job added", gang.KindJob, member, nil, unstructuredOwner("Job", "ns", "a", 1), fwk.Queue},
-		{"own Job spec changed", gang.KindJob, member, unstructuredOwner("Job", "ns", "a", 1), unstructuredOwner("Job", "ns", "a", 2), fwk.Queue},
-		{"own Job status only", gang.KindJob, member, unstructuredOwner("Job", "ns", "a", 2), unstructuredOwner("Job", "ns", "a", 2), fwk.QueueSkip},
-		{"own Job: a member succeeded", gang.KindJob, member, jobWithStatus(2, "succeeded", int64(0)), jobWithStatus(2, "succeeded", int64(1)), fwk.Queue},
-		{"own Job: an index failed for good", gang.KindJob, member, jobWithStatus(2, "failedIndexes", ""), jobWithStatus(2, "failedIndexes", "1"), fwk.Queue},
-		{"own PodGroup: a member succeeded", gang.KindPodGroup, groupPod, podGroupWithSucceeded(0), podGroupWithSucceeded(1), fwk.Queue},
-		{"other Job", gang.KindJob, member, nil, unstructuredOwner("Job", "ns", "b", 1), fwk.QueueSkip},
-		{"same name, other namespace", gang.KindJob, member, nil, unstructuredOwner("Job", "other", "a", 1), fwk.QueueSkip},
-		{"Job event for a PodGroup gang", gang.KindJob, groupPod, nil, unstructuredOwner("Job", "ns", "pg", 1), fwk.QueueSkip},
-		{"own PodGroup added", gang.KindPodGroup, groupPod, nil, unstructuredOwner("PodGroup", "ns", "pg", 1), fwk.Queue},
-		{"PodGroup event for a lone pod", gang.KindPodGroup, lone, nil, unstructuredOwner("PodGroup", "ns", "pg", 1), fwk.QueueSkip},
-		{"not unstructured: queue when unsure", gang.KindPodGroup, groupPod, nil, "garbage", fwk.Queue},
-	}
-	for _, tc := range ownerHints {
-		t.Run("owner/"+tc.name, func(t *testing.T) {
-			got, err := p.sameGangOwner(tc.kind)(logger, tc.pod, tc.old, tc.new)
-			if err != nil || got != tc.want {
-				t.Errorf("sameGangOwner = %v, %v; want %v", got, err, tc.want)
-			}
-		})
-	}
 }
 
-func TestEventsToRegisterIncludePodGroupsOnlyWhenServed(t *testing.T) {
+// TestEventsToRegisterArePodsAndNodesOnly: owners' changes come through the
+// plugin's own informers (TestOwnerChangeWakesItsGang); a registration for
+// them would make the framework start a second, dynamic informer per kind.
+func TestEventsToRegisterArePodsAndNodesOnly(t *testing.T) {
 	p := &Plugin{registry: gang.NewRegistry()}
 	events, err := p.EventsToRegister(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range events {
-		if e.Event.Resource == podGroupEvent {
-			t.Errorf("PodGroup event registered without the PodGroup API: the scheduler would wait on an unserved informer")
-		}
-	}
+	require.NoError(t, err)
 	resources := map[fwk.EventResource]bool{}
 	for _, e := range events {
 		resources[e.Event.Resource] = true
 	}
-	for _, r := range []fwk.EventResource{fwk.UnscheduledPod, fwk.AssignedPod, fwk.Node, jobEvent} {
-		if !resources[r] {
-			t.Errorf("no event registered for %s", r)
-		}
+	assert.Equal(t, map[fwk.EventResource]bool{fwk.UnscheduledPod: true, fwk.AssignedPod: true, fwk.Node: true}, resources)
+}
+
+// TestPodGroupQuorumChanges: a PodGroup update wakes its gang only when its
+// spec or its count of succeeded members changed (status writes, muster's
+// own included, do not).
+func TestPodGroupQuorumChanges(t *testing.T) {
+	specChanged := podGroupWithSucceeded(0)
+	specChanged.SetGeneration(2)
+	for _, tc := range []struct {
+		name     string
+		old, new *unstructured.Unstructured
+		want     bool
+	}{
+		{"status write", podGroupWithSucceeded(0), podGroupWithSucceeded(0), true},
+		{"a member succeeded", podGroupWithSucceeded(0), podGroupWithSucceeded(1), false},
+		{"spec changed", podGroupWithSucceeded(0), specChanged, false},
+	} {
+		assert.Equal(t, tc.want, quorumUnchanged(tc.old, tc.new), tc.name)
 	}
 }

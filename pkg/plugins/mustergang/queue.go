@@ -8,7 +8,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -16,12 +15,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/muster-sched/muster/pkg/gang"
-)
-
-// Cluster events delivered through the scheduler's dynamic informers.
-const (
-	podGroupEvent fwk.EventResource = "podgroups.v1alpha1.scheduling.x-k8s.io"
-	jobEvent      fwk.EventResource = "jobs.v1.batch"
 )
 
 // Less orders pods by priority, then by when their gang (or the pod, when
@@ -65,10 +58,14 @@ func (p *Plugin) queueKey(pod *v1.Pod) (time.Time, string) {
 	return pod.CreationTimestamp.Time, pod.Namespace + "/" + pod.Name
 }
 
-// EventsToRegister lists every cluster event that can make a waiting gang
-// schedulable. Hints answer Queue when unsure.
+// EventsToRegister lists the pod and node events that can make a waiting
+// gang schedulable. Hints answer Queue when unsure. A change of a gang's Job,
+// StatefulSet or PodGroup (its quorum) is not registered here: it reaches the
+// gang through the plugin's own informers (ownerHandler), whose listers the
+// plugin reads. Registering it would start a second, cluster-wide dynamic
+// informer per kind whose events can run ahead of those listers.
 func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
-	events := []fwk.ClusterEventWithHint{
+	return []fwk.ClusterEventWithHint{
 		// A new member can complete a gang's quorum.
 		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
@@ -83,16 +80,7 @@ func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint
 		// a node that only lost room (a reclaim notice taint, a cordon).
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint},
 			QueueingHintFn: nodeMayAddRoom},
-		// A Job's parallelism decides its quorum.
-		{Event: fwk.ClusterEvent{Resource: jobEvent, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: p.sameGangOwner(gang.KindJob)},
-	}
-	if p.podGroups != nil {
-		events = append(events, fwk.ClusterEventWithHint{
-			Event:          fwk.ClusterEvent{Resource: podGroupEvent, ActionType: fwk.Add | fwk.Update},
-			QueueingHintFn: p.sameGangOwner(gang.KindPodGroup),
-		})
-	}
-	return events, nil
+	}, nil
 }
 
 func (p *Plugin) sameGangPod(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {
@@ -143,26 +131,6 @@ func taintIn(t v1.Taint, taints []v1.Taint) bool {
 // was part of is released through the registry), except for its own gang.
 func (p *Plugin) sameGangDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
 	return p.sameGangPod(logger, pod, nil, oldObj)
-}
-
-func (p *Plugin) sameGangOwner(kind gang.Kind) fwk.QueueingHintFn {
-	return func(_ klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-		mine, inGang := gang.KeyOf(pod)
-		if !inGang || mine.Kind != kind {
-			return fwk.QueueSkip, nil
-		}
-		if oldObj != nil && quorumUnchanged(oldObj, newObj) {
-			return fwk.QueueSkip, nil
-		}
-		obj, ok := newObj.(*unstructured.Unstructured)
-		if !ok {
-			return fwk.Queue, nil
-		}
-		if obj.GetNamespace() == mine.Namespace && obj.GetName() == mine.Name {
-			return fwk.Queue, nil
-		}
-		return fwk.QueueSkip, nil
-	}
 }
 
 // onPodAdd is onPodChange, and a new pending member that completes its
