@@ -10,22 +10,15 @@ import (
 	"sync"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/apis/config"
 	_ "github.com/muster-sched/muster/pkg/apis/config/scheme" // registers the args types
@@ -208,107 +201,6 @@ func (p *Plugin) handlerCtx() context.Context {
 // Name returns the plugin name.
 func (p *Plugin) Name() string { return Name }
 
-// startPodGroupInformer watches PodGroups when discovery shows the CRD, so
-// the scheduler never waits on an API that is not served.
-func (p *Plugin) startPodGroupInformer(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
-	cfg := p.handle.KubeConfig()
-	if cfg == nil {
-		return nil
-	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	if !podGroupsServed(disco) {
-		logger.Info("PodGroup API not served; PodGroup gangs are disabled until the CRD is installed and the scheduler restarted",
-			"resource", v1alpha1.Resource.String())
-		return nil
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	p.pgClient = v1alpha1.NewClient(dyn)
-	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	informer := factory.ForResource(v1alpha1.Resource)
-	p.podGroups = informer.Lister()
-	if _, err := informer.Informer().AddEventHandler(p.ownerHandler(gang.KindPodGroup)); err != nil {
-		return err
-	}
-	factory.Start(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), informer.Informer().HasSynced) {
-		return fmt.Errorf("PodGroup informer did not sync within 30s")
-	}
-	return nil
-}
-
-func podGroupsServed(disco discovery.DiscoveryInterface) bool {
-	list, err := disco.ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
-	if err != nil || list == nil {
-		return false
-	}
-	for _, r := range list.APIResources {
-		if r.Name == v1alpha1.Resource.Resource {
-			return true
-		}
-	}
-	return false
-}
-
-// ownerHandler wakes a gang's pods when its Job, StatefulSet or PodGroup is
-// added or changes its quorum. This is the only path by which an owner's
-// change reaches the queue (see EventsToRegister): the handler runs on the
-// informer whose lister the plugin reads, so the woken pods see the change.
-func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
-	wake := func(obj interface{}) {
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			return
-		}
-		key := gang.Key{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
-		p.activate(p.logger, p.members(key).pending)
-		p.status.enqueue(key)
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: wake,
-		UpdateFunc: func(oldObj, obj interface{}) {
-			if quorumUnchanged(oldObj, obj) {
-				return // most status writes (ours included) change no quorum
-			}
-			wake(obj)
-		},
-	}
-}
-
-// quorumUnchanged reports whether an update of a gang's owner cannot change
-// its quorum: the spec (metadata.generation) is the same and so are the
-// counts of finished members the quorum subtracts (a Job's status, a
-// PodGroup's status.succeeded).
-func quorumUnchanged(oldObj, newObj interface{}) bool {
-	o, err1 := meta.Accessor(oldObj)
-	n, err2 := meta.Accessor(newObj)
-	if err1 != nil || err2 != nil || o.GetGeneration() != n.GetGeneration() {
-		return false
-	}
-	oj, ok1 := oldObj.(*batchv1.Job)
-	nj, ok2 := newObj.(*batchv1.Job)
-	if ok1 && ok2 {
-		return oj.Status.Succeeded == nj.Status.Succeeded && oj.Status.Failed == nj.Status.Failed &&
-			ptr.Deref(oj.Status.FailedIndexes, "") == ptr.Deref(nj.Status.FailedIndexes, "")
-	}
-	opg, ok1 := oldObj.(*unstructured.Unstructured)
-	npg, ok2 := newObj.(*unstructured.Unstructured)
-	if ok1 && ok2 {
-		a, _, _ := unstructured.NestedFieldNoCopy(opg.Object, "status", "succeeded")
-		b, _, _ := unstructured.NestedFieldNoCopy(npg.Object, "status", "succeeded")
-		return a == b
-	}
-	return true
-}
-
 // after runs f after d unless the scheduler stops first. Pending timers hold
 // the plugin (and through its handle the scheduler's caches), so they are
 // stopped with the scheduler instead of firing minutes later.
@@ -335,4 +227,17 @@ func (p *Plugin) stopTimers() {
 		t.Stop()
 	}
 	p.timers = nil
+}
+
+// activate moves pods into the active queue. It takes the queue's lock: never
+// call it from PreEnqueue or QueueSort.
+func (p *Plugin) activate(logger klog.Logger, pods []*v1.Pod) {
+	if len(pods) == 0 {
+		return
+	}
+	toActivate := make(map[string]*v1.Pod, len(pods))
+	for _, m := range pods {
+		toActivate[m.Namespace+"/"+m.Name] = m
+	}
+	p.handle.Activate(logger, toActivate)
 }

@@ -7,8 +7,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -133,107 +131,21 @@ func (p *Plugin) sameGangDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ inte
 	return p.sameGangPod(logger, pod, nil, oldObj)
 }
 
-// onPodAdd is onPodChange, and a new pending member that completes its
-// gang's quorum wakes the siblings held at PreEnqueue (the framework only
-// delivers other pods' additions to them with native gangs on).
-func (p *Plugin) onPodAdd(obj interface{}) {
-	p.onPodChange(obj)
-	pod, ok := obj.(*v1.Pod)
-	if !ok || pod.Spec.NodeName != "" || pod.Spec.SchedulerName != p.handle.ProfileName() {
-		return
-	}
+// PreEnqueue keeps members of a gang that has fewer pods than its quorum out
+// of the scheduling queue. It writes no pod condition (the framework does not
+// for PreEnqueue), so the wait is explained by an Event on the Job or
+// PodGroup and by the PodGroup status.
+func (p *Plugin) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
 	info, ok, err := p.resolve(pod)
 	if !ok || err != nil {
-		return
+		return nil // scheduled alone, or explained with a condition by PreFilter
 	}
-	if set := p.members(info.key); set.total >= info.quorum {
-		p.activate(p.logger, set.pending)
+	p.registry.FirstSeen(info.key, pod.CreationTimestamp.Time)
+	total := p.members(info.key).total
+	if total >= info.quorum {
+		return nil
 	}
-}
-
-// onPodChange keeps the registry current: a member seen bound is no longer
-// in flight, and PodGroup status follows the gang.
-func (p *Plugin) onPodChange(obj interface{}) {
-	pod, ok := obj.(*v1.Pod)
-	if !ok || pod.Spec.SchedulerName != p.handle.ProfileName() {
-		return
-	}
-	key, ok := gang.KeyOf(pod)
-	if !ok {
-		if pod.Spec.NodeName != "" {
-			p.registry.Forget(gang.LoneKey(pod)) // a lone pod's state ends with its binding
-		}
-		return
-	}
-	p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
-	if pod.Spec.NodeName != "" {
-		p.registry.Settled(key, pod.UID)
-	}
-	p.status.enqueue(key)
-}
-
-// recordFinished asks the API server whether a member that left the
-// informer succeeded (the watch reports the last live state); if so it
-// counts toward its PodGroup's quorum and the rest of the gang is woken.
-func (p *Plugin) recordFinished(key gang.Key, pod *v1.Pod) {
-	ctx, cancel := context.WithTimeout(p.handlerCtx(), 30*time.Second)
-	defer cancel()
-	current, err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-	if err != nil || current.UID != pod.UID || current.Status.Phase != v1.PodSucceeded {
-		return
-	}
-	if p.registry.Succeed(key, pod.UID, pod.CreationTimestamp.Time) {
-		p.activate(p.logger, p.members(key).pending)
-		p.status.enqueue(key)
-	}
-}
-
-// onPodDelete releases a gang whose planned member disappeared (deleted,
-// failed or succeeded: the informer only holds live pods) and forgets gangs
-// with no pods left.
-func (p *Plugin) onPodDelete(obj interface{}) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	pod, ok := obj.(*v1.Pod)
-	if !ok {
-		return
-	}
-	if preemptor, ready := p.registry.VictimGone(pod.UID, p.handle.ProfileName()); ready {
-		// The last victim is gone: the preemptor's members go ahead.
-		if plan := p.registry.Plan(preemptor); plan != nil {
-			p.activateSiblings(p.logger, preemptor, plan, "")
-		}
-	}
-	if pod.Spec.SchedulerName != p.handle.ProfileName() {
-		return
-	}
-	key, ok := gang.KeyOf(pod)
-	if !ok {
-		// A pod scheduled alone that preempted: its hold goes with it.
-		lone := gang.LoneKey(pod)
-		if plan := p.registry.Plan(lone); plan != nil {
-			if _, planned := plan.Slots[pod.UID]; planned {
-				p.failPlan(p.handlerCtx(), lone, plan.ID, "member_deleted", fmt.Sprintf("pod %s was deleted or finished", pod.Name))
-			}
-		}
-		p.registry.Forget(lone)
-		return
-	}
-	p.registry.Settled(key, pod.UID)
-	if key.Kind == gang.KindPodGroup && pod.Spec.NodeName != "" && pod.DeletionTimestamp == nil {
-		// A bound member left the informer (which holds live pods only)
-		// without being deleted first: it may have finished. (A Job's
-		// quorum follows the Job's status instead.)
-		go p.recordFinished(key, pod)
-	}
-	if plan := p.registry.Plan(key); plan != nil {
-		if _, planned := plan.Slots[pod.UID]; planned {
-			p.failPlan(p.handlerCtx(), key, plan.ID, "member_deleted", fmt.Sprintf("member %s was deleted or finished", pod.Name))
-		}
-	}
-	if objs, _ := p.pods.ByIndex(p.gangIndex, key.String()); len(objs) == 0 {
-		p.registry.Forget(key)
-	}
-	p.status.enqueue(key)
+	msg := fmt.Sprintf("gang %s has %d of %d members; waiting for the rest to be created", info.key, total, info.quorum)
+	p.notice(ctx, info, v1.EventTypeNormal, ReasonWaitingForMembers, msg)
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 }

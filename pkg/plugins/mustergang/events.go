@@ -1,0 +1,56 @@
+package mustergang
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// notice explains the gang's state once per change: an Event on the Job or
+// PodGroup, a log line, and the PodGroup status.
+func (p *Plugin) notice(ctx context.Context, info *gangInfo, eventType, reason, message string) {
+	if !p.registry.Notice(info.key, reason, message, p.now()) {
+		return
+	}
+	klog.FromContext(ctx).V(2).Info("Gang notice", "gang", info.key, "reason", reason, "message", message)
+	if info.owner != nil {
+		p.handle.EventRecorder().Eventf(info.owner, nil, eventType, reason, "Scheduling", "%s", message)
+	}
+	p.status.enqueue(info.key)
+}
+
+// noticeKey is notice for callers that only have the gang's key.
+func (p *Plugin) noticeKey(ctx context.Context, key gang.Key, eventType, reason, message string) {
+	info := &gangInfo{key: key}
+	if ref := p.ownerRef(key); ref != nil {
+		info.owner = ref // never a typed nil: the recorder would dereference it
+	}
+	p.notice(ctx, info, eventType, reason, message)
+}
+
+func (p *Plugin) ownerRef(key gang.Key) *v1.ObjectReference {
+	switch key.Kind {
+	case gang.KindJob:
+		if job, err := p.jobs.Jobs(key.Namespace).Get(key.Name); err == nil {
+			return jobRef(job)
+		}
+	case gang.KindStatefulSet:
+		if sts, err := p.sets.StatefulSets(key.Namespace).Get(key.Name); err == nil {
+			return statefulSetRef(sts)
+		}
+	case gang.KindPodGroup:
+		if p.podGroups == nil {
+			return nil
+		}
+		if obj, err := p.podGroups.ByNamespace(key.Namespace).Get(key.Name); err == nil {
+			if pg, err := v1alpha1.FromUnstructured(obj); err == nil {
+				return podGroupRef(pg)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package mustergang
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// Filter keeps a gang member on its planned node, keeps every muster pod off
+// nodes being reclaimed, and keeps pods scheduled alone out of the capacity
+// gang plans hold and on the nodes their preemptible policy allows.
+func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	s, err := readState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	node := ni.Node()
+	if s.slot != "" && node.Name != s.slot {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s planned this member on node %s", s.key, s.slot))
+	}
+	if p.reclaiming(node) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node is being reclaimed")
+	}
+	if s.slot != "" {
+		return nil // the plan already applied policy and capacity
+	}
+	spot := p.preemptible(node)
+	if (s.policy == gang.PolicyForbid && spot) || (s.policy == gang.PolicyRequire && !spot) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("preemptible policy %s", s.policy))
+	}
+	if h, ok := s.held[node.Name]; ok {
+		free := gang.FreeOnNode(ni)
+		free.Sub(h)
+		if !free.Fits(s.request) {
+			return fwk.NewStatus(fwk.Unschedulable, "capacity held for a planned gang")
+		}
+	}
+	return nil
+}

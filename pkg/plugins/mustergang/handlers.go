@@ -1,0 +1,228 @@
+package mustergang
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// onPodAdd is onPodChange, and a new pending member that completes its
+// gang's quorum wakes the siblings held at PreEnqueue (the framework only
+// delivers other pods' additions to them with native gangs on).
+func (p *Plugin) onPodAdd(obj interface{}) {
+	p.onPodChange(obj)
+	pod, ok := obj.(*v1.Pod)
+	if !ok || pod.Spec.NodeName != "" || pod.Spec.SchedulerName != p.handle.ProfileName() {
+		return
+	}
+	info, ok, err := p.resolve(pod)
+	if !ok || err != nil {
+		return
+	}
+	if set := p.members(info.key); set.total >= info.quorum {
+		p.activate(p.logger, set.pending)
+	}
+}
+
+// onPodChange keeps the registry current: a member seen bound is no longer
+// in flight, and PodGroup status follows the gang.
+func (p *Plugin) onPodChange(obj interface{}) {
+	pod, ok := obj.(*v1.Pod)
+	if !ok || pod.Spec.SchedulerName != p.handle.ProfileName() {
+		return
+	}
+	key, ok := gang.KeyOf(pod)
+	if !ok {
+		if pod.Spec.NodeName != "" {
+			p.registry.Forget(gang.LoneKey(pod)) // a lone pod's state ends with its binding
+		}
+		return
+	}
+	p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
+	if pod.Spec.NodeName != "" {
+		p.registry.Settled(key, pod.UID)
+	}
+	p.status.enqueue(key)
+}
+
+// recordFinished asks the API server whether a member that left the
+// informer succeeded (the watch reports the last live state); if so it
+// counts toward its PodGroup's quorum and the rest of the gang is woken.
+func (p *Plugin) recordFinished(key gang.Key, pod *v1.Pod) {
+	ctx, cancel := context.WithTimeout(p.handlerCtx(), 30*time.Second)
+	defer cancel()
+	current, err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil || current.UID != pod.UID || current.Status.Phase != v1.PodSucceeded {
+		return
+	}
+	if p.registry.Succeed(key, pod.UID, pod.CreationTimestamp.Time) {
+		p.activate(p.logger, p.members(key).pending)
+		p.status.enqueue(key)
+	}
+}
+
+// onPodDelete releases a gang whose planned member disappeared (deleted,
+// failed or succeeded: the informer only holds live pods) and forgets gangs
+// with no pods left.
+func (p *Plugin) onPodDelete(obj interface{}) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*v1.Pod)
+	if !ok {
+		return
+	}
+	if preemptor, ready := p.registry.VictimGone(pod.UID, p.handle.ProfileName()); ready {
+		// The last victim is gone: the preemptor's members go ahead.
+		if plan := p.registry.Plan(preemptor); plan != nil {
+			p.activateSiblings(p.logger, preemptor, plan, "")
+		}
+	}
+	if pod.Spec.SchedulerName != p.handle.ProfileName() {
+		return
+	}
+	key, ok := gang.KeyOf(pod)
+	if !ok {
+		// A pod scheduled alone that preempted: its hold goes with it.
+		lone := gang.LoneKey(pod)
+		if plan := p.registry.Plan(lone); plan != nil {
+			if _, planned := plan.Slots[pod.UID]; planned {
+				p.failPlan(p.handlerCtx(), lone, plan.ID, "member_deleted", fmt.Sprintf("pod %s was deleted or finished", pod.Name))
+			}
+		}
+		p.registry.Forget(lone)
+		return
+	}
+	p.registry.Settled(key, pod.UID)
+	if key.Kind == gang.KindPodGroup && pod.Spec.NodeName != "" && pod.DeletionTimestamp == nil {
+		// A bound member left the informer (which holds live pods only)
+		// without being deleted first: it may have finished. (A Job's
+		// quorum follows the Job's status instead.)
+		go p.recordFinished(key, pod)
+	}
+	if plan := p.registry.Plan(key); plan != nil {
+		if _, planned := plan.Slots[pod.UID]; planned {
+			p.failPlan(p.handlerCtx(), key, plan.ID, "member_deleted", fmt.Sprintf("member %s was deleted or finished", pod.Name))
+		}
+	}
+	if objs, _ := p.pods.ByIndex(p.gangIndex, key.String()); len(objs) == 0 {
+		p.registry.Forget(key)
+	}
+	p.status.enqueue(key)
+}
+
+// startPodGroupInformer watches PodGroups when discovery shows the CRD, so
+// the scheduler never waits on an API that is not served.
+func (p *Plugin) startPodGroupInformer(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	cfg := p.handle.KubeConfig()
+	if cfg == nil {
+		return nil
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if !podGroupsServed(disco) {
+		logger.Info("PodGroup API not served; PodGroup gangs are disabled until the CRD is installed and the scheduler restarted",
+			"resource", v1alpha1.Resource.String())
+		return nil
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	p.pgClient = v1alpha1.NewClient(dyn)
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	informer := factory.ForResource(v1alpha1.Resource)
+	p.podGroups = informer.Lister()
+	if _, err := informer.Informer().AddEventHandler(p.ownerHandler(gang.KindPodGroup)); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), informer.Informer().HasSynced) {
+		return fmt.Errorf("PodGroup informer did not sync within 30s")
+	}
+	return nil
+}
+
+func podGroupsServed(disco discovery.DiscoveryInterface) bool {
+	list, err := disco.ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
+	if err != nil || list == nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == v1alpha1.Resource.Resource {
+			return true
+		}
+	}
+	return false
+}
+
+// ownerHandler wakes a gang's pods when its Job, StatefulSet or PodGroup is
+// added or changes its quorum. This is the only path by which an owner's
+// change reaches the queue (see EventsToRegister): the handler runs on the
+// informer whose lister the plugin reads, so the woken pods see the change.
+func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
+	wake := func(obj interface{}) {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return
+		}
+		key := gang.Key{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
+		p.activate(p.logger, p.members(key).pending)
+		p.status.enqueue(key)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: wake,
+		UpdateFunc: func(oldObj, obj interface{}) {
+			if quorumUnchanged(oldObj, obj) {
+				return // most status writes (ours included) change no quorum
+			}
+			wake(obj)
+		},
+	}
+}
+
+// quorumUnchanged reports whether an update of a gang's owner cannot change
+// its quorum: the spec (metadata.generation) is the same and so are the
+// counts of finished members the quorum subtracts (a Job's status, a
+// PodGroup's status.succeeded).
+func quorumUnchanged(oldObj, newObj interface{}) bool {
+	o, err1 := meta.Accessor(oldObj)
+	n, err2 := meta.Accessor(newObj)
+	if err1 != nil || err2 != nil || o.GetGeneration() != n.GetGeneration() {
+		return false
+	}
+	oj, ok1 := oldObj.(*batchv1.Job)
+	nj, ok2 := newObj.(*batchv1.Job)
+	if ok1 && ok2 {
+		return oj.Status.Succeeded == nj.Status.Succeeded && oj.Status.Failed == nj.Status.Failed &&
+			ptr.Deref(oj.Status.FailedIndexes, "") == ptr.Deref(nj.Status.FailedIndexes, "")
+	}
+	opg, ok1 := oldObj.(*unstructured.Unstructured)
+	npg, ok2 := newObj.(*unstructured.Unstructured)
+	if ok1 && ok2 {
+		a, _, _ := unstructured.NestedFieldNoCopy(opg.Object, "status", "succeeded")
+		b, _, _ := unstructured.NestedFieldNoCopy(npg.Object, "status", "succeeded")
+		return a == b
+	}
+	return true
+}

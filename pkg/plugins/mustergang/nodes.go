@@ -1,0 +1,37 @@
+package mustergang
+
+import v1 "k8s.io/api/core/v1"
+
+func (p *Plugin) preemptible(node *v1.Node) bool {
+	for _, m := range p.args.PreemptibleNodeMatchers {
+		if matchNode(node, m.Source == "Taint", m.Key, m.Value) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Plugin) reclaiming(node *v1.Node) bool {
+	if node.Spec.Unschedulable {
+		return true
+	}
+	for _, key := range p.args.ReclaimTaintKeys {
+		if matchNode(node, true, key, "") {
+			return true
+		}
+	}
+	return false
+}
+
+func matchNode(node *v1.Node, taint bool, key, value string) bool {
+	if !taint {
+		v, ok := node.Labels[key]
+		return ok && (value == "" || v == value)
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == key && (value == "" || t.Value == value) {
+			return true
+		}
+	}
+	return false
+}

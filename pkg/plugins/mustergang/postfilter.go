@@ -1,0 +1,92 @@
+package mustergang
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// PostFilter runs when a member could not go to its planned node, or was
+// rejected by another plugin's PreFilter before muster's ran: something
+// changed since the plan (a pod the default scheduler placed, a volume
+// deleted). The plan is dropped at once, the waiting siblings released, and
+// the (member, node) pair is avoided by the next plans. It also clears the
+// pod's nomination, so a stale one never lingers.
+func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	clear := framework.NewPostFilterResultWithNominatedNode("")
+	key, plan := p.registry.PlanOf(pod.UID)
+	if plan == nil {
+		// No plan: the gang (or the lone pod) does not fit. Preemption may
+		// make room; otherwise any stale nomination is cleared.
+		result, status := p.preempt(ctx, pod)
+		if result == nil {
+			result = clear
+		}
+		return result, status
+	}
+	slot := plan.Slots[pod.UID]
+	if msg, waiting := p.waitingForVictims(key, plan, slot, statuses); waiting {
+		// Keep the hold; the end of the wait requeues the member.
+		return framework.NewPostFilterResultWithNominatedNode(slot), fwk.NewStatus(fwk.Unschedulable, msg)
+	}
+	why := "node is gone"
+	if st := statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
+		why = st.Message()
+	}
+	if s, err := readState(cs); err == nil && s.slot == slot {
+		// muster's PreFilter steered the member there and a Filter said no.
+		p.registry.Avoid(key, pod.UID, slot, p.now().Add(avoidFor))
+		p.after(avoidFor, func() { p.activate(p.logger, p.members(key).pending) })
+	} else {
+		why = "rejected before muster's PreFilter ran: " + why
+	}
+	reason := fmt.Sprintf("member %s cannot go to its planned node %s: %s", pod.Name, slot, why)
+	p.failPlan(ctx, key, plan.ID, "plan_broken", reason)
+	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, reason))
+}
+
+// waitingForVictims reports whether a member was turned away only because
+// its plan still waits for the pods it preempted: some have not terminated;
+// muster's own PreFilter held the member back (the last one went since); or
+// the cycle's snapshot still shows one on the member's slot (muster's
+// informer can see a victim go before the scheduler's cache does).
+func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot string, statuses fwk.NodeToStatusReader) (string, bool) {
+	if n := plan.Victims.Len(); n > 0 {
+		return fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, n), true
+	}
+	if st := statuses.Get(slot); st != nil && st.Plugin() == Name {
+		return st.Message(), true
+	}
+	if p.evictedStillCached(plan, slot) {
+		return fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, slot), true
+	}
+	return "", false
+}
+
+// evictedStillCached reports whether the cycle's snapshot still shows a pod
+// preempted for plan on node.
+func (p *Plugin) evictedStillCached(plan *gang.ActivePlan, node string) bool {
+	if plan.Evicted.Len() == 0 {
+		return false
+	}
+	info, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node)
+	if err != nil {
+		return false
+	}
+	for _, pi := range info.GetPods() {
+		if plan.Evicted.Has(pi.GetPod().UID) {
+			return true
+		}
+	}
+	return false
+}
+
+// avoidFor is how long a (member, node) pair the framework rejected in a
+// real cycle is kept out of new plans.
+const avoidFor = time.Minute
