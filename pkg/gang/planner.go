@@ -221,7 +221,7 @@ func eligibleNodes(policy Policy, nodes []NodeView) ([]NodeView, string) {
 		switch {
 		case n.Reclaiming || n.Node.Spec.Unschedulable:
 			reclaiming++
-		case policy == PolicyForbid && n.Preemptible, policy == PolicyRequire && !n.Preemptible:
+		case policy.Excludes(n.Preemptible):
 			byPolicy++
 		default:
 			eligible = append(eligible, n)
@@ -475,7 +475,7 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 	for i, idx := range d.nodes {
 		n := &eligible[idx]
 		rank := 0
-		if (req.Policy == PolicyAvoid && n.Preemptible) || (req.Policy == PolicyPrefer && !n.Preemptible) {
+		if req.Policy.Dislikes(n.Preemptible) {
 			rank = 1
 		}
 		_, bound := req.boundNodes[n.Node.Name]

@@ -23,3 +23,17 @@ func ParsePolicy(value string) (Policy, error) {
 	}
 	return "", fmt.Errorf("invalid %s %q: must be one of forbid, avoid, prefer, require", AnnotationPreemptible, value)
 }
+
+// Excludes reports whether the policy keeps a gang off a node that is
+// preemptible (spot) or not: forbid excludes spot nodes, require excludes
+// on-demand ones. Every place that filters nodes by policy asks this.
+func (p Policy) Excludes(preemptible bool) bool {
+	return (p == PolicyForbid && preemptible) || (p == PolicyRequire && !preemptible)
+}
+
+// Dislikes reports whether the policy would rather not use such a node:
+// avoid dislikes spot nodes, prefer dislikes on-demand ones. Every place that
+// ranks nodes by policy asks this.
+func (p Policy) Dislikes(preemptible bool) bool {
+	return (p == PolicyAvoid && preemptible) || (p == PolicyPrefer && !preemptible)
+}

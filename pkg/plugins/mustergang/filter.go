@@ -28,8 +28,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if s.slot != "" {
 		return nil // the plan already applied policy and capacity
 	}
-	spot := p.preemptible(node)
-	if (s.policy == gang.PolicyForbid && spot) || (s.policy == gang.PolicyRequire && !spot) {
+	if s.policy.Excludes(p.preemptible(node)) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("preemptible policy %s", s.policy))
 	}
 	if h, ok := s.held[node.Name]; ok {

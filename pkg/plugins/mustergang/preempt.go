@@ -156,8 +156,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, preemptor gang.Key, prio int3
 		if node == nil {
 			continue
 		}
-		spot := p.preemptible(node)
-		eligible := !p.reclaiming(node) && !(policy == gang.PolicyForbid && spot) && !(policy == gang.PolicyRequire && !spot)
+		eligible := !p.reclaiming(node) && !policy.Excludes(p.preemptible(node))
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()
 			name, key := "pod "+pod.Namespace+"/"+pod.Name, gang.Key{}

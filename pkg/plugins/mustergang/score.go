@@ -5,8 +5,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
-
-	"github.com/muster-sched/muster/pkg/gang"
 )
 
 // Score gives a gang member's planned node the top score (it is the only
@@ -21,9 +19,7 @@ func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni f
 	if s.slot != "" {
 		return fwk.MaxNodeScore, nil
 	}
-	spot := p.preemptible(ni.Node())
-	switch {
-	case s.policy == gang.PolicyAvoid && spot, s.policy == gang.PolicyPrefer && !spot:
+	if s.policy.Dislikes(p.preemptible(ni.Node())) {
 		return fwk.MinNodeScore, nil
 	}
 	return fwk.MaxNodeScore, nil
