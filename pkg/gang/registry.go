@@ -45,7 +45,7 @@ type state struct {
 	backoffUntil time.Time
 	lastFailure  string
 	lastNotice   string
-	lastReason   string
+	lastOutcome  Outcome
 	failures     int
 	// lastPreemption is when preemption was last tried for the gang, so
 	// every member's failed cycle does not search again.
@@ -109,14 +109,14 @@ func (r *Registry) FirstSeen(key Key, seen time.Time) time.Time {
 	return r.get(key, seen).firstSeen
 }
 
-// Failing lists gangs without a plan whose latest explanation has reason,
-// e.g. the gangs that could not be placed, to retry when capacity frees up.
-func (r *Registry) Failing(reason string) []Key {
+// Failing lists gangs without a plan whose latest outcome is outcome, e.g.
+// the gangs that could not be placed, to retry when capacity frees up.
+func (r *Registry) Failing(outcome Outcome) []Key {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var keys []Key
 	for k, s := range r.gangs {
-		if s.plan == nil && s.lastReason == reason {
+		if s.plan == nil && s.lastOutcome == outcome {
 			keys = append(keys, k)
 		}
 	}
@@ -458,25 +458,26 @@ func (r *Registry) Settled(key Key, uid types.UID) {
 	}
 }
 
-// Notice records the gang's latest explanation and reports whether it
-// differs from the previous one, so each change is announced once.
-func (r *Registry) Notice(key Key, reason, message string, seen time.Time) bool {
+// Notice records the gang's latest outcome and its explanation and reports
+// whether they differ from the previous ones, so each change is announced
+// once.
+func (r *Registry) Notice(key Key, outcome Outcome, message string, seen time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.get(key, seen)
-	if s.lastNotice == message && s.lastReason == reason {
+	if s.lastNotice == message && s.lastOutcome == outcome {
 		return false
 	}
-	s.lastNotice, s.lastReason = message, reason
+	s.lastNotice, s.lastOutcome = message, outcome
 	return true
 }
 
-// LastNotice returns the gang's latest explanation.
-func (r *Registry) LastNotice(key Key) (reason, message string) {
+// LastNotice returns the gang's latest outcome and its explanation.
+func (r *Registry) LastNotice(key Key) (outcome Outcome, message string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s := r.gangs[key]; s != nil {
-		return s.lastReason, s.lastNotice
+		return s.lastOutcome, s.lastNotice
 	}
 	return "", ""
 }

@@ -12,24 +12,24 @@ import (
 
 // notice explains the gang's state once per change: an Event on the Job or
 // PodGroup, a log line, and the PodGroup status.
-func (p *Plugin) notice(ctx context.Context, info *gangInfo, eventType, reason, message string) {
-	if !p.registry.Notice(info.key, reason, message, p.now()) {
+func (p *Plugin) notice(ctx context.Context, info *gangInfo, outcome gang.Outcome, message string) {
+	if !p.registry.Notice(info.key, outcome, message, p.now()) {
 		return
 	}
-	klog.FromContext(ctx).V(2).Info("Gang notice", "gang", info.key, "reason", reason, "message", message)
+	klog.FromContext(ctx).V(2).Info("Gang notice", "gang", info.key, "reason", outcome.Reason(), "message", message)
 	if info.owner != nil {
-		p.handle.EventRecorder().Eventf(info.owner, nil, eventType, reason, "Scheduling", "%s", message)
+		p.handle.EventRecorder().Eventf(info.owner, nil, outcome.EventType(), outcome.Reason(), "Scheduling", "%s", message)
 	}
 	p.status.enqueue(info.key)
 }
 
 // noticeKey is notice for callers that only have the gang's key.
-func (p *Plugin) noticeKey(ctx context.Context, key gang.Key, eventType, reason, message string) {
+func (p *Plugin) noticeKey(ctx context.Context, key gang.Key, outcome gang.Outcome, message string) {
 	info := &gangInfo{key: key}
 	if ref := p.ownerRef(key); ref != nil {
 		info.owner = ref // never a typed nil: the recorder would dereference it
 	}
-	p.notice(ctx, info, eventType, reason, message)
+	p.notice(ctx, info, outcome, message)
 }
 
 func (p *Plugin) ownerRef(key gang.Key) *v1.ObjectReference {

@@ -80,7 +80,7 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	gangsScheduled.Inc()
 	seen := p.registry.FirstSeen(s.key, pod.CreationTimestamp.Time)
 	gangLatency.Observe(p.now().Sub(seen).Seconds())
-	p.noticeKey(ctx, s.key, v1.EventTypeNormal, ReasonScheduled, fmt.Sprintf("gang %s: all %d planned members reserved on %d nodes in %s %s; binding",
+	p.noticeKey(ctx, s.key, gang.OutcomeScheduled, fmt.Sprintf("gang %s: all %d planned members reserved on %d nodes in %s %s; binding",
 		s.key, len(plan.Slots), plan.Nodes, plan.Level, plan.Domain))
 	klog.FromContext(ctx).V(2).Info("Gang released", "gang", s.key, "members", len(plan.Slots), "waited", p.now().Sub(plan.Created))
 	return nil, 0
@@ -116,12 +116,12 @@ func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause
 	msg := fmt.Sprintf("gang %s: %s; released all %d planned members (retry in %s)", key, reason, len(plan.Slots), backoff)
 	p.rejectWaiting(key, plan.Slots, msg)
 	logger.V(2).Info("Gang plan dropped", "gang", key, "cause", cause, "reason", reason, "backoff", backoff)
-	eventReason := ReasonRejected
+	outcome := gang.OutcomeRejected
 	if cause == "timeout" {
-		eventReason = ReasonTimeout
+		outcome = gang.OutcomeTimedOut
 	}
-	p.noticeKey(ctx, key, v1.EventTypeWarning, eventReason, msg)
-	for _, other := range p.registry.Failing(ReasonUnschedulable) {
+	p.noticeKey(ctx, key, outcome, msg)
+	for _, other := range p.registry.Failing(gang.OutcomeUnschedulable) {
 		p.activate(logger, p.members(other).pending)
 	}
 	p.after(backoff, func() {

@@ -29,23 +29,9 @@ import (
 // Name is the plugin name used in the scheduler configuration.
 const Name = "MusterGang"
 
-// Event reasons on Jobs, StatefulSets and PodGroups.
-const (
-	ReasonWaitingForMembers = "GangWaitingForMembers"
-	ReasonUnschedulable     = "GangUnschedulable"
-	ReasonInvalid           = "GangInvalid"
-	ReasonPlanned           = "GangPlanned"
-	ReasonScheduled         = "GangScheduled"
-	ReasonRejected          = "GangRejected"
-	ReasonTimeout           = "GangScheduleTimeout"
-	// ReasonNoGang on a StatefulSet (and its pod) whose pods can never form
-	// a gang: OrderedReady creates them one at a time.
-	ReasonNoGang = "GangNotPossible"
-	// ReasonPreempting on the preemptor's Job/PodGroup (or pod), ReasonPreempted
-	// on each victim's.
-	ReasonPreempting = "GangPreempting"
-	ReasonPreempted  = "Preempted"
-)
+// ReasonPreempted is the reason of the Event on each victim's owner (or the
+// victim pod). Events about a gang itself have its gang.Outcome as reason.
+const ReasonPreempted = "Preempted"
 
 // gangIndexPrefix names the pod informer's gang index; one index per
 // profile, because every profile's QueueSort is MusterGang (kube-scheduler

@@ -104,12 +104,12 @@ func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
 	if plan != nil && desired.ScheduleStartTime == nil {
 		desired.ScheduleStartTime = &metav1.Time{Time: plan.Created}
 	}
-	reason, message := p.registry.LastNotice(key)
-	cond := metav1.Condition{Type: "Scheduled", Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: pg.Generation}
+	outcome, message := p.registry.LastNotice(key)
+	cond := metav1.Condition{Type: "Scheduled", Status: metav1.ConditionFalse, Reason: outcome.Reason(), Message: message, ObservedGeneration: pg.Generation}
 	if desired.Phase == v1alpha1.PodGroupScheduled || desired.Phase == v1alpha1.PodGroupRunning {
 		cond.Status = metav1.ConditionTrue
-		if cond.Reason == "" || cond.Reason != ReasonScheduled {
-			cond.Reason, cond.Message = ReasonScheduled, "gang reached its quorum of bound members"
+		if outcome != gang.OutcomeScheduled {
+			cond.Reason, cond.Message = gang.OutcomeScheduled.Reason(), "gang reached its quorum of bound members"
 		}
 	}
 	if cond.Reason == "" {

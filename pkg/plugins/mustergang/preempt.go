@@ -59,7 +59,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	}
 	if !inGang {
 		info = &gangInfo{key: gang.LoneKey(pod), quorum: 1, timeout: time.Duration(p.args.DefaultScheduleTimeoutSeconds) * time.Second, owner: pod}
-	} else if reason, _ := p.registry.LastNotice(info.key); reason != ReasonUnschedulable {
+	} else if outcome, _ := p.registry.LastNotice(info.key); outcome != gang.OutcomeUnschedulable {
 		// Waiting for members, backing off, invalid: eviction cannot help.
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang is not waiting for capacity")
 	}
@@ -122,9 +122,9 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	msg := fmt.Sprintf("gang %s preempts %d pods of %s (%d %s) to run in %s %s",
 		key, len(victims), strings.Join(names, ", "), gpus, p.args.GPUResourceName, plan.Level, plan.Domain)
 	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(victims), "gpus", gpus)
-	p.noticeKey(ctx, key, v1.EventTypeNormal, ReasonPreempting, msg)
+	p.noticeKey(ctx, key, gang.OutcomePreempting, msg)
 	if !inGang {
-		p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeNormal, ReasonPreempting, "Scheduling", "%s", msg)
+		p.handle.EventRecorder().Eventf(pod, nil, gang.OutcomePreempting.EventType(), gang.OutcomePreempting.Reason(), "Scheduling", "%s", msg)
 	}
 	for _, i := range chosen {
 		p.recordVictim(ctx, units[i], key)

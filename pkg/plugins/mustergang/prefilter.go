@@ -30,9 +30,9 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 	if err != nil {
 		if info != nil {
-			p.notice(ctx, info, v1.EventTypeWarning, ReasonInvalid, err.Error())
+			p.notice(ctx, info, gang.OutcomeInvalid, err.Error())
 		} else {
-			p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeWarning, ReasonInvalid, "Scheduling", "%s", err.Error())
+			p.handle.EventRecorder().Eventf(pod, nil, gang.OutcomeInvalid.EventType(), gang.OutcomeInvalid.Reason(), "Scheduling", "%s", err.Error())
 		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
@@ -47,8 +47,8 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 	key := info.key
 	if info.noGang != "" {
-		p.notice(ctx, info, v1.EventTypeWarning, ReasonNoGang, info.noGang)
-		p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeWarning, ReasonNoGang, "Scheduling", "%s", info.noGang)
+		p.notice(ctx, info, gang.OutcomeNotPossible, info.noGang)
+		p.handle.EventRecorder().Eventf(pod, nil, gang.OutcomeNotPossible.EventType(), gang.OutcomeNotPossible.Reason(), "Scheduling", "%s", info.noGang)
 	}
 	p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
 	if until, why := p.registry.Backoff(key); p.now().Before(until) {
@@ -101,14 +101,14 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 	set := p.members(key)
 	if set.total < info.quorum {
 		msg := fmt.Sprintf("gang %s has %d of %d members; waiting for the rest to be created", key, set.total, info.quorum)
-		p.notice(ctx, info, v1.EventTypeNormal, ReasonWaitingForMembers, msg)
+		p.notice(ctx, info, gang.OutcomeWaitingForMembers, msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	needed := info.quorum - set.bound()
 	if needed > len(set.pending) {
 		msg := fmt.Sprintf("gang %s needs %d more members but only %d can be scheduled; %d are held by scheduling gates",
 			key, needed, len(set.pending), set.total-set.bound()-len(set.pending))
-		p.notice(ctx, info, v1.EventTypeNormal, ReasonWaitingForMembers, msg)
+		p.notice(ctx, info, gang.OutcomeWaitingForMembers, msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	candidates := set.pending
@@ -211,7 +211,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		if !gr.alone && check.rejected == 0 && released == 0 {
 			p.registry.SetUnplaceable(info.key, epoch, len(gr.candidates), gr.req.Needed, msg, p.now(), reuseFailedPlan)
 		}
-		p.notice(ctx, info, v1.EventTypeWarning, ReasonUnschedulable, msg)
+		p.notice(ctx, info, gang.OutcomeUnschedulable, msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	klog.FromContext(ctx).V(4).Info("Plan checked with the framework's filters", "gang", info.key, "filterChecks", check.checks)
@@ -257,7 +257,7 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 		msg += fmt.Sprintf(", joining %d running members", gr.set.bound())
 	}
 	if len(victims) == 0 {
-		p.notice(ctx, info, v1.EventTypeNormal, ReasonPlanned, msg)
+		p.notice(ctx, info, gang.OutcomePlanned, msg)
 		p.activateSiblings(logger, key, active, pod.UID)
 	}
 	return active, nil

@@ -146,6 +146,6 @@ func (p *Plugin) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
 		return nil
 	}
 	msg := fmt.Sprintf("gang %s has %d of %d members; waiting for the rest to be created", info.key, total, info.quorum)
-	p.notice(ctx, info, v1.EventTypeNormal, ReasonWaitingForMembers, msg)
+	p.notice(ctx, info, gang.OutcomeWaitingForMembers, msg)
 	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 }

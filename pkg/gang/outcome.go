@@ -1,0 +1,37 @@
+package gang
+
+import v1 "k8s.io/api/core/v1"
+
+// Outcome is a gang's latest state as muster explains it. The registry keeps
+// one per gang (Registry.Notice); the retry paths choose gangs by it (the
+// gangs that found no room, the gangs that may preempt); users read it as
+// the reason of an Event on the gang's owner and of a PodGroup's Scheduled
+// condition.
+type Outcome string
+
+// Outcomes; each value is the Event reason users see.
+const (
+	OutcomeWaitingForMembers Outcome = "GangWaitingForMembers"
+	OutcomeUnschedulable     Outcome = "GangUnschedulable"
+	OutcomeInvalid           Outcome = "GangInvalid"
+	// OutcomeNotPossible: the pods can never form a gang (a StatefulSet
+	// with podManagementPolicy OrderedReady creates them one at a time).
+	OutcomeNotPossible Outcome = "GangNotPossible"
+	OutcomePlanned     Outcome = "GangPlanned"
+	OutcomeScheduled   Outcome = "GangScheduled"
+	OutcomeRejected    Outcome = "GangRejected"
+	OutcomeTimedOut    Outcome = "GangScheduleTimeout"
+	OutcomePreempting  Outcome = "GangPreempting"
+)
+
+// Reason is the Event (and condition) reason of the outcome.
+func (o Outcome) Reason() string { return string(o) }
+
+// EventType is Warning for outcomes that need the user's attention.
+func (o Outcome) EventType() string {
+	switch o {
+	case OutcomeUnschedulable, OutcomeInvalid, OutcomeNotPossible, OutcomeRejected, OutcomeTimedOut:
+		return v1.EventTypeWarning
+	}
+	return v1.EventTypeNormal
+}
