@@ -15,14 +15,15 @@ import (
 	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	schedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 	"k8s.io/utils/clock"
 
 	"github.com/muster-sched/muster/manifests"
 	musterconfig "github.com/muster-sched/muster/pkg/apis/config"
 	_ "github.com/muster-sched/muster/pkg/apis/config/scheme" // MusterGangArgs decode from the shipped file
+	"github.com/muster-sched/muster/pkg/plugins"
 	"github.com/muster-sched/muster/pkg/plugins/mustergang"
+	"github.com/muster-sched/muster/pkg/schedulercmd"
 )
 
 // The schedulers a run can compare.
@@ -103,9 +104,12 @@ func MusterConfig() (*schedulerapi.KubeSchedulerConfiguration, error) {
 	return cfg, nil
 }
 
-// ensureGate sets GenericWorkload for native-gang and refuses to run the
-// others with it on: the gate is process-wide and changes the default profile
-// (GangScheduling joins it), so each scheduler runs in its own process.
+// ensureGate sets the feature gates each scheduler runs with: muster's
+// defaults (schedulercmd.SetFeatureDefaults, as cmd/scheduler sets them) for
+// muster, GenericWorkload for native-gang; and it refuses to run the others
+// with GenericWorkload on: the gates are process-wide and it changes the
+// default profile (GangScheduling joins it), so each scheduler runs in its
+// own process.
 func ensureGate(name string) error {
 	on := utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload)
 	switch {
@@ -113,6 +117,8 @@ func ensureGate(name string) error {
 		return utilfeature.DefaultMutableFeatureGate.Set(string(features.GenericWorkload) + "=true")
 	case name != NativeGang && on:
 		return fmt.Errorf("scheduler %s cannot run in a process where %s is on; run it in its own process", name, features.GenericWorkload)
+	case name == Muster:
+		return schedulercmd.SetFeatureDefaults()
 	}
 	return nil
 }
@@ -139,14 +145,15 @@ func buildScheduler(ctx context.Context, name string, client kubernetes.Interfac
 				b.gangBackoffSeconds = args.GangBackoffSeconds
 			}
 		}
-		// The same options kube-scheduler's app.Setup passes, minus the
-		// kubeconfig: the plugin then skips its PodGroup informer, and the
-		// simulator's gangs are Jobs.
+		// The options kube-scheduler's app.Setup passes, which cmd/scheduler
+		// runs; Setup itself cannot be used here, because it builds its own
+		// clients and clock. Without a kubeconfig the plugin skips its
+		// PodGroup informer; the simulator's gangs are Jobs.
 		opts = append(opts,
 			scheduler.WithComponentConfigVersion(cfg.TypeMeta.APIVersion),
 			scheduler.WithProfiles(cfg.Profiles...),
 			scheduler.WithPercentageOfNodesToScore(cfg.PercentageOfNodesToScore),
-			scheduler.WithFrameworkOutOfTreeRegistry(frameworkruntime.Registry{mustergang.Name: mustergang.New}),
+			scheduler.WithFrameworkOutOfTreeRegistry(plugins.Registry()),
 			scheduler.WithPodMaxBackoffSeconds(cfg.PodMaxBackoffSeconds),
 			scheduler.WithPodInitialBackoffSeconds(cfg.PodInitialBackoffSeconds),
 			scheduler.WithExtenders(cfg.Extenders...),
