@@ -3,13 +3,17 @@
 package schedulercmd
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/component-base/configz"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"k8s.io/kubernetes/pkg/features"
 	"sigs.k8s.io/yaml"
 
@@ -31,12 +35,48 @@ func New() *cobra.Command {
 	cmd := app.NewSchedulerCommand(plugins.WithMusterPlugins())
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
-		if err := applyKubeconfigFlag(c); err != nil {
+		if err := applyKubeconfigFlag(c.Flags()); err != nil {
 			return err
 		}
 		return run(c, args)
 	}
 	return cmd
+}
+
+// Start runs the scheduler in this process the way the command does
+// (muster's feature defaults, kube-scheduler's flags, --kubeconfig next to
+// --config, muster's plugins, kube-scheduler's Setup and Run) until ctx
+// ends; the channel yields Run's result. Unlike the command it installs no
+// signal handler and frees the process-wide configz name, so one process may
+// start it again and again: the demo, the integration tests and their HA
+// replicas use it.
+func Start(ctx context.Context, args []string) (<-chan error, error) {
+	if err := SetFeatureDefaults(); err != nil {
+		return nil, err
+	}
+	opts := options.NewOptions()
+	fs := pflag.NewFlagSet("muster-scheduler", pflag.ContinueOnError)
+	for _, set := range opts.Flags.FlagSets {
+		fs.AddFlagSet(set)
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := applyKubeconfigFlag(fs); err != nil {
+		return nil, err
+	}
+	if err := opts.ComponentGlobalsRegistry.Set(); err != nil {
+		return nil, err
+	}
+	cc, sched, err := app.Setup(ctx, opts, plugins.WithMusterPlugins())
+	if err != nil {
+		return nil, fmt.Errorf("setting up scheduler: %w", err)
+	}
+	// Run registers the configuration under a process-wide name.
+	configz.Delete("componentconfig")
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx, cc, sched) }()
+	return done, nil
 }
 
 // featureDefaults are kube-scheduler feature gates muster sets differently.
@@ -56,8 +96,9 @@ func SetFeatureDefaults() error {
 	return utilfeature.DefaultMutableFeatureGate.SetFromMap(featureDefaults)
 }
 
-func applyKubeconfigFlag(c *cobra.Command) error {
-	flags := c.Flags()
+// applyKubeconfigFlag points --config at a copy of the configuration file
+// with clientConnection.kubeconfig set from --kubeconfig (withKubeconfig).
+func applyKubeconfigFlag(flags *pflag.FlagSet) error {
 	kubeconfig, config := flags.Lookup("kubeconfig"), flags.Lookup("config")
 	if kubeconfig == nil || config == nil || !kubeconfig.Changed || config.Value.String() == "" {
 		return nil
@@ -70,7 +111,7 @@ func applyKubeconfigFlag(c *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	out, err := WithKubeconfig(data, path)
+	out, err := withKubeconfig(data, path)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", config.Value.String(), err)
 	}
@@ -85,11 +126,11 @@ func applyKubeconfigFlag(c *cobra.Command) error {
 	return flags.Set("config", merged)
 }
 
-// WithKubeconfig returns the KubeSchedulerConfiguration config with
+// withKubeconfig returns the KubeSchedulerConfiguration config with
 // clientConnection.kubeconfig set to kubeconfig, unless the file names one
 // already (then the file decides, as in kube-scheduler). The rest of
 // clientConnection (qps, burst) is kept.
-func WithKubeconfig(config []byte, kubeconfig string) ([]byte, error) {
+func withKubeconfig(config []byte, kubeconfig string) ([]byte, error) {
 	var cfg map[string]interface{}
 	if err := yaml.Unmarshal(config, &cfg); err != nil {
 		return nil, err
