@@ -87,29 +87,17 @@ func runDemo(ctx context.Context, args []string) error {
 		return fmt.Errorf("demo failed: %w", err)
 	}
 
-	// Part two: the simulator's small scenario played on the embedded
-	// control plane with the muster scheduler as it runs in a cluster.
-	live := filepath.Join("out", "demo-live")
-	fmt.Printf("\nscenario small on the in-process control plane (16 nodes × 8 GPUs, 7 gangs in two waves, 1 virtual s = 50 ms)...\n")
-	rep, err := demo.RunScenario(ctx, demo.LiveOptions{Logs: logOut, ScenarioFile: demo.ScenarioPath("small"),
-		Seed: 1, Scale: 50 * time.Millisecond, Dir: live})
-	if err != nil {
-		return err
-	}
-	if err := printResults(rep); err != nil {
-		return err
-	}
-	fmt.Printf("plot of GPU allocation over time: %s\n", filepath.Join(live, report.PlotFile))
-
-	// Part three: the same scenario in the simulator, muster beside
-	// kube-scheduler's default profile and native gang scheduling.
+	// Part two: the simulator's small scenario, muster beside kube-scheduler's
+	// default profile and native gang scheduling. (The simulator is the one
+	// place that plays scenarios and decides what a partial gang is.)
 	out := filepath.Join("out", "demo-small")
-	fmt.Printf("\nthe same scenario in the simulator: muster, default, native-gang (seed 1)...\n")
+	fmt.Printf("\nscenario small in the simulator (16 nodes × 8 GPUs, 7 gangs in two waves): muster, default, native-gang (seed 1)...\n")
 	if err := runSim(ctx, []string{"--scenario", "small", "--schedulers", "muster,default,native-gang", "--seed", "1",
 		"--out", out, "--progress", "never"}); err != nil {
 		return err
 	}
-	if rep, _, err = report.Read(out); err != nil {
+	rep, _, err := report.Read(out)
+	if err != nil {
 		return err
 	}
 	if err := printResults(rep); err != nil {
