@@ -1,7 +1,9 @@
 package gang
 
 import (
+	"container/heap"
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 
@@ -62,6 +64,10 @@ type Request struct {
 	// Check confirms each (member, node) choice with the scheduler's own
 	// filters; nil accepts every choice the planner's screening allows.
 	Check Checker
+	// Topology, when built for Levels, keeps each node's domains between
+	// plans; nil (or built for other levels) costs one label lookup per node
+	// and level in this plan.
+	Topology *TopologyIndex
 
 	boundNodes map[string]*v1.Node // BoundNodes resolved by Compute
 }
@@ -101,6 +107,37 @@ type Unplaceable struct {
 }
 
 func (u *Unplaceable) Error() string { return u.Message }
+
+// scan is what Compute reads of every eligible node once per plan, so the
+// levels and domains it tries read slices rather than maps.
+type scan struct {
+	gpu     []int64   // free GPUs, never negative
+	spots   []bool    // preemptible
+	domains [][]int32 // per level, per node: its domain number (0: none)
+	names   [][]string
+	topo    *TopologyIndex
+	// Scratch for domainsAt, indexed by domain number, reused per level.
+	sumGPU   []int64
+	sumRoom  []int
+	sumNodes []int
+	byID     []*domain
+}
+
+func newScan(req Request, eligible []*NodeView) *scan {
+	topo := req.Topology
+	if !topo.serves(req.Levels) {
+		topo = NewTopologyIndex(req.Levels)
+	}
+	s := &scan{gpu: make([]int64, len(eligible)), spots: make([]bool, len(eligible)), topo: topo}
+	for i := range eligible {
+		s.gpu[i] = max(eligible[i].Free.Scalars[req.GPU], 0)
+		s.spots[i] = eligible[i].Preemptible
+	}
+	s.domains, s.names = topo.domainsOf(eligible)
+	return s
+}
+
+func (s *scan) spot(i int) bool { return s.spots[i] }
 
 // domain is a set of eligible nodes sharing a label value at one level.
 type domain struct {
@@ -156,6 +193,7 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 	}
 	members := sortedMembers(req.Members)
 	feasible := feasibility(members, eligible)
+	sc := newScan(req, eligible)
 
 	counts := []int{len(members)}
 	if req.Needed > 0 && req.Needed < len(members) {
@@ -169,14 +207,14 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		for _, m := range want {
 			needGPU += m.Request.Scalars[req.GPU]
 		}
-		fits := memberSlots(want, eligible, req.GPU)
+		fits := memberSlots(want, sc, req.GPU)
 		for li := startIdx; li <= endIdx; li++ {
-			levelName, doms := domainsAt(req, li, eligible, needGPU, fits, len(want))
-			for _, d := range rankDomains(doms, needGPU, req.Policy) {
+			levelName, doms := domainsAt(req, li, sc, needGPU, fits, len(want))
+			for d := range rankDomains(doms, needGPU, req.Policy) {
 				if d.freeGPU < needGPU || d.eligibleCnt == 0 {
 					continue
 				}
-				p := placeInDomain(want, d, eligible, feasible, req)
+				p := placeInDomain(want, d, eligible, sc, feasible, req)
 				if p.placed > mostPlaced {
 					mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
 				}
@@ -203,9 +241,9 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		// screening; what the filters rejected is reported by the Checker).
 		screenOnly := req
 		screenOnly.Check = nil
-		levelName, doms := domainsAt(req, endIdx, eligible, 0, nil, 0)
-		for _, d := range rankDomains(doms, 0, req.Policy) {
-			if p := placeInDomain(members, d, eligible, feasible, screenOnly); p.placed > mostPlaced {
+		levelName, doms := domainsAt(req, endIdx, sc, 0, nil, 0)
+		for d := range rankDomains(doms, 0, req.Policy) {
+			if p := placeInDomain(members, d, eligible, sc, feasible, screenOnly); p.placed > mostPlaced {
 				mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
 			}
 		}
@@ -214,10 +252,11 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 	return &Plan{Slots: best.slots, Level: best.level, Domain: best.domain, PreemptibleNodes: best.spotUsed, Nodes: best.nodes}, nil
 }
 
-func eligibleNodes(policy Policy, nodes []NodeView) ([]NodeView, string) {
-	eligible := make([]NodeView, 0, len(nodes))
+func eligibleNodes(policy Policy, nodes []NodeView) ([]*NodeView, string) {
+	eligible := make([]*NodeView, 0, len(nodes))
 	reclaiming, byPolicy := 0, 0
-	for _, n := range nodes {
+	for i := range nodes {
+		n := &nodes[i]
 		switch {
 		case n.Reclaiming || n.Node.Spec.Unschedulable:
 			reclaiming++
@@ -309,7 +348,7 @@ func totalScalars(r Resources) int64 {
 }
 
 // feasibility evaluates each distinct set of node constraints once per node.
-func feasibility(members []Member, eligible []NodeView) map[*NodeConstraints][]bool {
+func feasibility(members []Member, eligible []*NodeView) map[*NodeConstraints][]bool {
 	out := map[*NodeConstraints][]bool{}
 	for _, m := range members {
 		if _, done := out[m.Constraints]; done {
@@ -326,7 +365,7 @@ func feasibility(members []Member, eligible []NodeView) map[*NodeConstraints][]b
 
 // memberSlots is, per eligible node, how many of the members' smallest GPU
 // request its free GPUs hold: an upper bound on the members it can take.
-func memberSlots(members []Member, eligible []NodeView, gpu v1.ResourceName) []int {
+func memberSlots(members []Member, sc *scan, gpu v1.ResourceName) []int {
 	smallest := int64(0)
 	for _, m := range members {
 		if g := m.Request.Scalars[gpu]; g > 0 && (smallest == 0 || g < smallest) {
@@ -336,11 +375,22 @@ func memberSlots(members []Member, eligible []NodeView, gpu v1.ResourceName) []i
 	if smallest == 0 {
 		return nil // no GPUs asked: no bound from GPUs
 	}
-	slots := make([]int, len(eligible))
-	for i := range eligible {
-		slots[i] = int(max(eligible[i].Free.Scalars[gpu], 0) / smallest)
+	slots := make([]int, len(sc.gpu))
+	for i, free := range sc.gpu {
+		slots[i] = int(free / smallest)
 	}
 	return slots
+}
+
+// smallestGPU is the least GPUs any member asks for (0 when one asks none).
+func smallestGPU(members []Member, gpu v1.ResourceName) int64 {
+	smallest := int64(-1)
+	for _, m := range members {
+		if g := m.Request.Scalars[gpu]; smallest < 0 || g < smallest {
+			smallest = g
+		}
+	}
+	return max(smallest, 0)
 }
 
 // domainsAt groups eligible nodes by their label at level li (the cluster when
@@ -349,55 +399,73 @@ func memberSlots(members []Member, eligible []NodeView, gpu v1.ResourceName) []i
 // without the label (or with an empty value) form no domain at that level. A
 // first pass only sums per domain, so levels where few domains qualify (racks
 // without enough whole nodes for a big gang) cost little.
-func domainsAt(req Request, li int, eligible []NodeView, minGPU int64, slots []int, minMembers int) (string, []*domain) {
+func domainsAt(req Request, li int, sc *scan, minGPU int64, slots []int, minMembers int) (string, []*domain) {
 	if li == len(req.Levels) {
 		d := &domain{name: "*"}
-		for i := range eligible {
-			d.add(i, eligible[i], req.GPU)
+		for i, free := range sc.gpu {
+			d.add(i, free, sc.spot(i))
 		}
 		return clusterLevel, []*domain{d}
 	}
-	label := req.Levels[li].Label
 	// Members that already run fix the domain: every one of them must be
 	// in it, so at most one domain of this level qualifies.
-	boundDomain, boundOK := boundDomainAt(req, label)
+	boundValue, boundOK := boundDomainAt(req, req.Levels[li].Label)
 	if !boundOK {
 		return req.Levels[li].Name, nil
 	}
-	type sum struct {
-		gpus  int64
-		slots int
+	bound := int32(0)
+	if boundValue != "" {
+		if bound = sc.topo.domainID(li, boundValue); bound < 0 {
+			return req.Levels[li].Name, nil // no eligible node is in it
+		}
 	}
-	sums := make(map[string]sum)
-	for i := range eligible {
-		if value := eligible[i].Node.Labels[label]; value != "" && (boundDomain == "" || value == boundDomain) {
-			s := sums[value]
-			s.gpus += max(eligible[i].Free.Scalars[req.GPU], 0)
+	ids, names := sc.domains[li], sc.names[li]
+	in := func(id int32) bool { return id != 0 && (bound == 0 || id == bound) }
+	if len(sc.byID) < len(names) {
+		n := len(names)
+		sc.sumGPU, sc.sumRoom, sc.sumNodes, sc.byID = make([]int64, n), make([]int, n), make([]int, n), make([]*domain, n)
+	}
+	gpus, room, count, byID := sc.sumGPU[:len(names)], sc.sumRoom[:len(names)], sc.sumNodes[:len(names)], sc.byID[:len(names)]
+	clear(gpus)
+	clear(room)
+	clear(count)
+	clear(byID)
+	for i, id := range ids {
+		if in(id) {
+			gpus[id] += sc.gpu[i]
+			count[id]++
 			if slots != nil {
-				s.slots += slots[i]
+				room[id] += slots[i]
 			}
-			sums[value] = s
 		}
 	}
-	byName := map[string]*domain{}
-	for i := range eligible {
-		value := eligible[i].Node.Labels[label]
-		if value == "" || (boundDomain != "" && value != boundDomain) {
+	qualifies := func(id int32) bool {
+		return in(id) && gpus[id] >= minGPU && (slots == nil || room[id] >= minMembers)
+	}
+	// The qualifying domains and their node lists are carved from two
+	// arrays: at the node level there are thousands of one-node domains.
+	domains, members := 0, 0
+	for id := range names {
+		if qualifies(int32(id)) {
+			domains++
+			members += count[id]
+		}
+	}
+	arena, nodes := make([]domain, 0, domains), make([]int, members)
+	doms := make([]*domain, 0, domains)
+	for i, id := range ids {
+		if !qualifies(id) {
 			continue
 		}
-		if s := sums[value]; s.gpus < minGPU || (slots != nil && s.slots < minMembers) {
-			continue
-		}
-		d := byName[value]
+		d := byID[id]
 		if d == nil {
-			d = &domain{name: value}
-			byName[value] = d
+			arena = append(arena, domain{name: names[id], nodes: nodes[:0:count[id]]})
+			nodes = nodes[count[id]:]
+			d = &arena[len(arena)-1]
+			byID[id] = d
+			doms = append(doms, d)
 		}
-		d.add(i, eligible[i], req.GPU)
-	}
-	doms := make([]*domain, 0, len(byName))
-	for _, d := range byName {
-		doms = append(doms, d)
+		d.add(i, sc.gpu[i], sc.spot(i))
 	}
 	return req.Levels[li].Name, doms
 }
@@ -420,46 +488,72 @@ func boundDomainAt(req Request, label string) (value string, ok bool) {
 	return value, true
 }
 
-func (d *domain) add(i int, n NodeView, gpu v1.ResourceName) {
+func (d *domain) add(i int, freeGPU int64, preemptible bool) {
 	d.nodes = append(d.nodes, i)
-	free := max(n.Free.Scalars[gpu], 0)
-	d.freeGPU += free
-	if n.Preemptible {
-		d.preemptGPU += free
+	d.freeGPU += freeGPU
+	if preemptible {
+		d.preemptGPU += freeGPU
 	}
 	d.eligibleCnt++
 }
 
-// rankDomains orders domains by the GPUs the policy dislikes that the gang
+// rankDomains yields domains by the GPUs the policy dislikes that the gang
 // would have to use, then best fit (fewest free GPUs left over), then name.
-func rankDomains(doms []*domain, needGPU int64, policy Policy) []*domain {
-	cost := func(d *domain) int64 {
-		switch policy {
-		case PolicyAvoid:
-			return max(0, needGPU-(d.freeGPU-d.preemptGPU))
-		case PolicyPrefer:
-			return max(0, needGPU-d.preemptGPU)
+// Callers usually stop at the first domain that fits, so the order is
+// produced lazily from a heap rather than by sorting every domain (small
+// gangs qualify in thousands of single-node domains).
+func rankDomains(doms []*domain, needGPU int64, policy Policy) iter.Seq[*domain] {
+	return func(yield func(*domain) bool) {
+		h := &domainHeap{doms: doms, cost: make([]int64, len(doms))}
+		for i, d := range doms {
+			switch policy {
+			case PolicyAvoid:
+				h.cost[i] = max(0, needGPU-(d.freeGPU-d.preemptGPU))
+			case PolicyPrefer:
+				h.cost[i] = max(0, needGPU-d.preemptGPU)
+			}
 		}
-		return 0
+		heap.Init(h)
+		for h.Len() > 0 {
+			if !yield(heap.Pop(h).(*domain)) {
+				return
+			}
+		}
 	}
-	sort.Slice(doms, func(i, j int) bool {
-		ci, cj := cost(doms[i]), cost(doms[j])
-		if ci != cj {
-			return ci < cj
-		}
-		li, lj := doms[i].freeGPU-needGPU, doms[j].freeGPU-needGPU
-		if li != lj {
-			return li < lj
-		}
-		return doms[i].name < doms[j].name
-	})
-	return doms
+}
+
+// domainHeap orders domains for rankDomains; cost[i] belongs to doms[i].
+type domainHeap struct {
+	doms []*domain
+	cost []int64
+}
+
+func (h *domainHeap) Len() int { return len(h.doms) }
+func (h *domainHeap) Less(i, j int) bool {
+	if h.cost[i] != h.cost[j] {
+		return h.cost[i] < h.cost[j]
+	}
+	if h.doms[i].freeGPU != h.doms[j].freeGPU {
+		return h.doms[i].freeGPU < h.doms[j].freeGPU // least left over after need
+	}
+	return h.doms[i].name < h.doms[j].name
+}
+func (h *domainHeap) Swap(i, j int) {
+	h.doms[i], h.doms[j] = h.doms[j], h.doms[i]
+	h.cost[i], h.cost[j] = h.cost[j], h.cost[i]
+}
+func (h *domainHeap) Push(any) { panic("domainHeap: push") }
+func (h *domainHeap) Pop() any {
+	n := len(h.doms) - 1
+	d := h.doms[n]
+	h.doms, h.cost = h.doms[:n], h.cost[:n]
+	return d
 }
 
 // placeInDomain packs members (largest first) best-fit onto the domain's
 // nodes: each goes to the node the policy likes that has the fewest free GPUs
 // and still fits it, so members share nodes and big holes stay free.
-func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible map[*NodeConstraints][]bool, req Request) *placement {
+func placeInDomain(members []Member, d *domain, eligible []*NodeView, sc *scan, feasible map[*NodeConstraints][]bool, req Request) *placement {
 	type slot struct {
 		idx     int
 		gpuFree int64
@@ -471,15 +565,21 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 		// planned: this placement put a member there.
 		used, planned bool
 	}
-	slots := make([]slot, len(d.nodes))
-	for i, idx := range d.nodes {
-		n := &eligible[idx]
+	// Nodes with fewer free GPUs than the smallest member asks for take no
+	// member: leave them out of the ordering.
+	smallest := smallestGPU(members, req.GPU)
+	slots := make([]slot, 0, len(d.nodes))
+	for _, idx := range d.nodes {
+		if smallest > 0 && sc.gpu[idx] < smallest {
+			continue
+		}
+		n := eligible[idx]
 		rank := 0
 		if req.Policy.Dislikes(n.Preemptible) {
 			rank = 1
 		}
 		_, bound := req.boundNodes[n.Node.Name]
-		slots[i] = slot{idx: idx, gpuFree: n.Free.Scalars[req.GPU], rank: rank, used: bound}
+		slots = append(slots, slot{idx: idx, gpuFree: n.Free.Scalars[req.GPU], rank: rank, used: bound})
 	}
 	less := func(a, b *slot) bool {
 		if a.rank != b.rank {
@@ -494,7 +594,7 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 		}
 		return eligible[a.idx].Node.Name < eligible[b.idx].Node.Name
 	}
-	sort.Slice(slots, func(i, j int) bool { return less(&slots[i], &slots[j]) })
+	order := newLazyOrder(slots, less)
 
 	var trial Trial
 	if req.Check != nil {
@@ -505,8 +605,11 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 		m := &members[mi]
 		ok := feasible[m.Constraints]
 		gpus := m.Request.Scalars[req.GPU]
-		for i := range slots {
-			s := &slots[i]
+		for i := 0; ; i++ {
+			s := order.at(i)
+			if s == nil {
+				break
+			}
 			if !ok[s.idx] || s.gpuFree < gpus || (s.planned && m.Constraints != nil && m.Constraints.OnePerNode) {
 				continue
 			}
@@ -541,17 +644,14 @@ func placeInDomain(members []Member, d *domain, eligible []NodeView, feasible ma
 			}
 			p.slots[m.UID] = eligible[s.idx].Node.Name
 			p.placed++
-			// Keep the order: the slot only moved towards the front.
-			for j := i; j > 0 && less(&slots[j], &slots[j-1]); j-- {
-				slots[j], slots[j-1] = slots[j-1], slots[j]
-			}
+			order.moveUp(i) // its key only went down
 			break
 		}
 	}
 	return p
 }
 
-func unplaceableMessage(req Request, members []Member, eligible []NodeView, excluded string, mostPlaced int, where string, endIdx int) string {
+func unplaceableMessage(req Request, members []Member, eligible []*NodeView, excluded string, mostPlaced int, where string, endIdx int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "gang %s needs %d", req.Gang, len(members))
 	if req.Needed < len(members) {

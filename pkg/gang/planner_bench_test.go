@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// benchCluster is 5000 8-GPU nodes in 32-node racks over 4 zones, 20% spot,
+// benchCluster is nodes 8-GPU nodes in 32-node racks over 4 zones, 20% spot,
 // with GPUs already used at random (fixed seed), like a busy cluster.
 func benchCluster(nodes int) []NodeView {
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -25,7 +25,7 @@ func benchCluster(nodes int) []NodeView {
 // BenchmarkCompute plans one gang over a busy cluster: the planner's whole
 // cost per gang (members after the first only look up their slot).
 func BenchmarkCompute(b *testing.B) {
-	for _, n := range []int{1000, 5000} {
+	for _, n := range []int{1000, 5000, 15000} {
 		cluster := benchCluster(n)
 		for _, g := range []struct {
 			members int
@@ -41,7 +41,8 @@ func BenchmarkCompute(b *testing.B) {
 
 func benchGang(b *testing.B, name string, cluster []NodeView, members int, gpus int64, policy Policy) {
 	b.Run(name, func(b *testing.B) {
-		req := request(gangOf(members, gpus), func(r *Request) { r.Policy = policy })
+		// The index lives as long as the scheduler profile, as in the plugin.
+		req := request(gangOf(members, gpus), func(r *Request) { r.Policy = policy; r.Topology = NewTopologyIndex(r.Levels) })
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := Compute(req, cluster); err != nil {

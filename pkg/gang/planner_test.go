@@ -211,28 +211,44 @@ func TestComputeTopology(t *testing.T) {
 			wantDomain: "",
 		},
 	}
+	// Every case is planned twice: with a fresh topology index, and with one
+	// index shared by all cases (as a scheduler profile shares one between
+	// plans and cluster changes), twice over the same node objects.
+	shared := NewTopologyIndex(request(nil).Levels)
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			plan, err := Compute(tc.req, views(tc.nodes...))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("Compute() error = %v, want one containing %q (plan %+v)", err, tc.wantErr, plan)
+		nodes := views(tc.nodes...)
+		for _, index := range []string{"fresh", "shared", "shared again"} {
+			t.Run(tc.name+"/"+index, func(t *testing.T) {
+				req := tc.req
+				if index != "fresh" {
+					req.Topology = shared
 				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Compute() error = %v", err)
-			}
-			if plan.Level != tc.wantLevel || plan.Domain != tc.wantDomain {
-				t.Errorf("placed in %s %s, want %s %s", plan.Level, plan.Domain, tc.wantLevel, tc.wantDomain)
-			}
-			if got := len(nodesUsed(plan)); got != tc.wantNodes || plan.Nodes != tc.wantNodes {
-				t.Errorf("gang uses %d nodes (plan says %d), want %d: %v", got, plan.Nodes, tc.wantNodes, plan.Slots)
-			}
-			if len(plan.Slots) != tc.req.Needed && len(plan.Slots) != len(tc.req.Members) {
-				t.Errorf("plan places %d members, want %d or %d", len(plan.Slots), tc.req.Needed, len(tc.req.Members))
-			}
-		})
+				checkComputeTopology(t, req, nodes, tc.wantLevel, tc.wantDomain, tc.wantNodes, tc.wantErr)
+			})
+		}
+	}
+}
+
+func checkComputeTopology(t *testing.T, req Request, nodes []NodeView, wantLevel, wantDomain string, wantNodes int, wantErr string) {
+	t.Helper()
+	plan, err := Compute(req, nodes)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("Compute() error = %v, want one containing %q (plan %+v)", err, wantErr, plan)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("Compute() error = %v", err)
+	}
+	if plan.Level != wantLevel || plan.Domain != wantDomain {
+		t.Errorf("placed in %s %s, want %s %s", plan.Level, plan.Domain, wantLevel, wantDomain)
+	}
+	if got := len(nodesUsed(plan)); got != wantNodes || plan.Nodes != wantNodes {
+		t.Errorf("gang uses %d nodes (plan says %d), want %d: %v", got, plan.Nodes, wantNodes, plan.Slots)
+	}
+	if len(plan.Slots) != req.Needed && len(plan.Slots) != len(req.Members) {
+		t.Errorf("plan places %d members, want %d or %d", len(plan.Slots), req.Needed, len(req.Members))
 	}
 }
 

@@ -576,3 +576,21 @@ func TestOwnerChangeWakesItsGang(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeViewsFollowNodeInfoChanges: a node's view is reused while its
+// NodeInfo is unchanged and recomputed when a pod lands on it; capacity
+// held for other gangs is subtracted without touching the kept view.
+func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, nil)
+	ni := framework.NewNodeInfo()
+	ni.SetNode(gpuNode("n1", 8))
+	gpus := func(views []gang.NodeView) int64 { return views[0].Free.Scalars["nvidia.com/gpu"] }
+
+	assert.Equal(t, int64(8), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, nil)))
+	held := map[string]gang.Resources{"n1": {Scalars: map[v1.ResourceName]int64{"nvidia.com/gpu": 3}}}
+	assert.Equal(t, int64(5), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, held)), "held capacity subtracted")
+	assert.Equal(t, int64(8), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, nil)), "the kept view was not changed by the subtraction")
+
+	ni.AddPod(worker("other", 0, 2, "n1"))
+	assert.Equal(t, int64(6), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, nil)), "a pod added to the node is seen")
+}

@@ -85,11 +85,21 @@ var (
 	_ fwk.EnqueueExtensions = &Plugin{}
 )
 
+// cachedView is a node's NodeView as of one NodeInfo generation.
+type cachedView struct {
+	generation int64
+	view       gang.NodeView
+}
+
 // Plugin implements the MusterGang plugin.
 type Plugin struct {
 	handle   fwk.Handle
 	args     *config.MusterGangArgs
 	levels   []gang.Level
+	topology *gang.TopologyIndex // the nodes' domains at each level, kept between plans
+	// views keeps each node's NodeView between plans, by NodeInfo generation.
+	viewsMu  sync.Mutex
+	views    map[string]cachedView
 	registry *gang.Registry
 
 	pods      cache.Indexer
@@ -130,6 +140,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	for _, l := range args.TopologyLevels {
 		p.levels = append(p.levels, gang.Level{Name: l.Name, Label: l.NodeLabel})
 	}
+	p.topology = gang.NewTopologyIndex(p.levels)
+	p.views = map[string]cachedView{}
 	registerMetrics()
 
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()

@@ -122,6 +122,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		Needed:     needed,
 		GPU:        v1.ResourceName(p.args.GPUResourceName),
 		Levels:     p.levels,
+		Topology:   p.topology,
 		Required:   c.Required,
 		Preferred:  c.Preferred,
 		Policy:     c.Policy,
@@ -274,18 +275,36 @@ func templateKey(pod *v1.Pod) string {
 
 // nodeViews turns the snapshot into the planner's view, subtracting what
 // other gangs' plans hold.
+// nodeViews is what the planner knows of the nodes: free resources (minus
+// what other gangs' plans hold), preemptible, reclaiming. Computing it for
+// every node in every plan cost more than the plan itself at 5000 nodes, so
+// each node's view is kept until its NodeInfo changes.
 func (p *Plugin) nodeViews(nodes []fwk.NodeInfo, held map[string]gang.Resources) []gang.NodeView {
+	p.viewsMu.Lock()
+	defer p.viewsMu.Unlock()
+	if len(p.views) > 2*len(nodes)+1024 {
+		p.views = make(map[string]cachedView, len(nodes)) // forget nodes that left
+	}
 	views := make([]gang.NodeView, 0, len(nodes))
 	for _, ni := range nodes {
 		node := ni.Node()
 		if node == nil {
 			continue
 		}
-		free := gang.FreeOnNode(ni)
-		if h, ok := held[node.Name]; ok {
-			free.Sub(h)
+		// A NodeInfo's generation changes with every pod or node change, so
+		// an unchanged one has the same free resources and labels.
+		c, ok := p.views[node.Name]
+		if !ok || c.generation != ni.GetGeneration() || c.view.Node != node {
+			c = cachedView{generation: ni.GetGeneration(), view: gang.NodeView{Node: node, Free: gang.FreeOnNode(ni),
+				Preemptible: p.preemptible(node), Reclaiming: p.reclaiming(node)}}
+			p.views[node.Name] = c
 		}
-		views = append(views, gang.NodeView{Node: node, Free: free, Preemptible: p.preemptible(node), Reclaiming: p.reclaiming(node)})
+		view := c.view // shared Free: the planner never writes a NodeView's Free
+		if h, ok := held[node.Name]; ok {
+			view.Free = view.Free.Clone()
+			view.Free.Sub(h)
+		}
+		views = append(views, view)
 	}
 	return views
 }

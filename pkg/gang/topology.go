@@ -1,0 +1,146 @@
+package gang
+
+import (
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// TopologyIndex numbers the domains of every topology level and remembers,
+// per node object, the number of its domain at each level. Planning then
+// sums and groups nodes by small integers instead of hashing the label
+// strings of every node at every level in every plan. The scheduler's
+// snapshot replaces a node object when the node changes, so an entry keyed
+// by the object stays right for as long as that object is in use.
+//
+// One index serves every plan of a scheduler profile (Request.Topology);
+// it is safe for concurrent use.
+type TopologyIndex struct {
+	mu     sync.Mutex
+	levels []Level
+	// ids[l] numbers level l's label values from 1; 0 is "no domain" (the
+	// node lacks the label). names[l][id] is the value.
+	ids   []map[string]int32
+	names [][]string
+	nodes map[*v1.Node][]int32
+	// recent remembers the last answers of domainsOf: consecutive plans
+	// mostly see the same node objects in the same order.
+	recent []domainsAnswer
+}
+
+type domainsAnswer struct {
+	nodes    []*v1.Node
+	perLevel [][]int32
+}
+
+// recentAnswers is how many node lists domainsOf remembers (gangs of
+// different policies see different eligible nodes).
+const recentAnswers = 4
+
+// NewTopologyIndex returns an empty index for levels.
+func NewTopologyIndex(levels []Level) *TopologyIndex {
+	t := &TopologyIndex{levels: append([]Level(nil), levels...), nodes: map[*v1.Node][]int32{}}
+	for range levels {
+		t.ids = append(t.ids, map[string]int32{})
+		t.names = append(t.names, []string{""})
+	}
+	return t
+}
+
+// serves reports whether the index was built for these levels.
+func (t *TopologyIndex) serves(levels []Level) bool {
+	if t == nil || len(t.levels) != len(levels) {
+		return false
+	}
+	for i := range levels {
+		if t.levels[i] != levels[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// domainsOf returns, per level, the domain number of each node, and the
+// domain names by number (append-only: safe to read while others plan).
+func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, names [][]string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	names = make([][]string, len(t.names))
+	copy(names, t.names)
+	for i, a := range t.recent {
+		if sameNodes(a.nodes, nodes) {
+			copy(t.recent[1:i+1], t.recent[:i]) // most recent first
+			t.recent[0] = a
+			return a.perLevel, names
+		}
+	}
+	// Forget objects of nodes that changed or left once they dominate.
+	if len(t.nodes) > 2*len(nodes)+1024 {
+		t.nodes = make(map[*v1.Node][]int32, len(nodes))
+	}
+	perLevel = make([][]int32, len(t.levels))
+	for l := range perLevel {
+		perLevel[l] = make([]int32, len(nodes))
+	}
+	for i := range nodes {
+		ids, ok := t.nodes[nodes[i].Node]
+		if !ok {
+			ids = make([]int32, len(t.levels))
+			for l, level := range t.levels {
+				ids[l] = t.idLocked(l, nodes[i].Node.Labels[level.Label])
+			}
+			t.nodes[nodes[i].Node] = ids
+		}
+		for l, id := range ids {
+			perLevel[l][i] = id
+		}
+	}
+	names = make([][]string, len(t.names))
+	copy(names, t.names) // new domains were numbered above
+	answer := domainsAnswer{nodes: make([]*v1.Node, len(nodes)), perLevel: perLevel}
+	for i := range nodes {
+		answer.nodes[i] = nodes[i].Node
+	}
+	if len(t.recent) < recentAnswers {
+		t.recent = append(t.recent, domainsAnswer{})
+	}
+	copy(t.recent[1:], t.recent)
+	t.recent[0] = answer
+	return perLevel, names
+}
+
+func sameNodes(known []*v1.Node, nodes []*NodeView) bool {
+	if len(known) != len(nodes) {
+		return false
+	}
+	for i := range nodes {
+		if known[i] != nodes[i].Node {
+			return false
+		}
+	}
+	return true
+}
+
+// domainID returns the number of value at level l, or -1 when no node seen
+// so far is in that domain.
+func (t *TopologyIndex) domainID(l int, value string) int32 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if id, ok := t.ids[l][value]; ok {
+		return id
+	}
+	return -1
+}
+
+func (t *TopologyIndex) idLocked(l int, value string) int32 {
+	if value == "" {
+		return 0
+	}
+	id, ok := t.ids[l][value]
+	if !ok {
+		id = int32(len(t.names[l]))
+		t.ids[l][value] = id
+		t.names[l] = append(t.names[l], value)
+	}
+	return id
+}
