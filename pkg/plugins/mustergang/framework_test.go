@@ -31,6 +31,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/apis/config"
@@ -147,7 +148,7 @@ type testFramework struct {
 	plugin *Plugin
 	queue  *fakeQueue
 	nodes  []fwk.NodeInfo
-	now    time.Time
+	clock  *clocktesting.FakeClock
 }
 
 // newTestFramework builds the framework over nodes and pods (bound pods are
@@ -174,13 +175,12 @@ func newTestFramework(t *testing.T, workers int32, nodes []*v1.Node, pods []*v1.
 	factory := informers.NewSharedInformerFactory(client, 0)
 	snapshot := schedcache.NewSnapshot(bound, nodes)
 	queue := &fakeQueue{nominated: map[string][]fwk.PodInfo{}}
-	tfw := &testFramework{queue: queue, now: t0.Add(time.Hour)}
+	tfw := &testFramework{queue: queue, clock: clocktesting.NewFakeClock(t0.Add(time.Hour))}
 	args := defaultArgs(t)
 	newMuster := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		pl, err := New(ctx, args, h)
+		pl, err := Factory(tfw.clock)(ctx, args, h)
 		if err == nil {
 			tfw.plugin = pl.(*Plugin)
-			tfw.plugin.now = func() time.Time { return tfw.now }
 		}
 		return pl, err
 	}
@@ -336,7 +336,7 @@ func TestRejectedMemberDropsPlanAndNextPlanAvoidsThePair(t *testing.T) {
 	f.fw.RunReservePluginsUnreserve(context.Background(), state, a, slotA)
 
 	// After the backoff, the next plan keeps b off the node it failed on.
-	f.now = f.now.Add(time.Minute - time.Second)
+	f.clock.Step(time.Minute - time.Second)
 	if _, status := f.preFilter(t, a); !status.IsSuccess() {
 		t.Fatalf("PreFilter after backoff: %v", status)
 	}
@@ -364,7 +364,7 @@ func TestUnreserveOfWaitingMemberReleasesPlan(t *testing.T) {
 	if f.plugin.registry.Plan(key) != nil || len(f.plugin.registry.Held(gang.Key{})) != 0 {
 		t.Error("Unreserve left the plan holding capacity")
 	}
-	if until, _ := f.plugin.registry.Backoff(key); !until.After(f.now) {
+	if until, _ := f.plugin.registry.Backoff(key); !until.After(f.clock.Now()) {
 		t.Error("the gang does not back off")
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/utils/clock"
 
 	"github.com/muster-sched/muster/pkg/apis/config"
 	_ "github.com/muster-sched/muster/pkg/apis/config/scheme" // registers the args types
@@ -110,19 +112,34 @@ type Plugin struct {
 	podGroups cache.GenericLister // nil when the PodGroup CRD is not served
 	pgClient  *v1alpha1.Client
 	status    *statusWriter
-	now       func() time.Time
+	// clock is the real clock in a scheduler and the simulator's virtual
+	// clock in muster-sim, so plan deadlines, gang backoff and avoidance
+	// follow the same time as the scheduling queue.
+	clock clock.WithDelayedExecution
 	// logger is the scheduler's, for work outside a scheduling cycle
 	// (informer handlers, timers).
 	logger klog.Logger
 
 	timersMu sync.Mutex
-	timers   map[*time.Timer]bool // nil once the scheduler stopped
+	timers   map[clock.Timer]bool // nil once the scheduler stopped
+}
+
+// Factory returns the plugin's factory on clock c (the simulator's virtual
+// clock); New is the plugin on the real clock.
+func Factory(c clock.WithDelayedExecution) frameworkruntime.PluginFactory {
+	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		return newPlugin(ctx, obj, h, c)
+	}
 }
 
 // New builds the plugin: validates args, adds the gang index to the pod
 // informer (before informers start), and starts a PodGroup informer when the
 // API server serves the PodGroup CRD.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	return newPlugin(ctx, obj, h, clock.RealClock{})
+}
+
+func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.WithDelayedExecution) (fwk.Plugin, error) {
 	args, ok := obj.(*config.MusterGangArgs)
 	if !ok {
 		return nil, fmt.Errorf("%s: want args of type MusterGangArgs, got %T", Name, obj)
@@ -130,7 +147,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := config.ValidateMusterGangArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), args); err != nil {
 		return nil, err
 	}
-	p := &Plugin{handle: h, args: args, registry: registryFor(ctx, h.SharedInformerFactory()), now: time.Now, timers: map[*time.Timer]bool{},
+	p := &Plugin{handle: h, args: args, registry: registryFor(ctx, h.SharedInformerFactory()), clock: c, timers: map[clock.Timer]bool{},
 		gangIndex: gangIndexPrefix + h.ProfileName(), logger: klog.FromContext(ctx).WithValues("plugin", Name, "profile", h.ProfileName())}
 	go func() {
 		<-ctx.Done()
@@ -208,8 +225,8 @@ func (p *Plugin) after(d time.Duration, f func()) {
 	if p.timers == nil {
 		return
 	}
-	var t *time.Timer
-	t = time.AfterFunc(d, func() {
+	var t clock.Timer
+	t = p.clock.AfterFunc(d, func() {
 		p.timersMu.Lock()
 		delete(p.timers, t) // t is set: the lock was held while it was assigned
 		p.timersMu.Unlock()
@@ -217,6 +234,8 @@ func (p *Plugin) after(d time.Duration, f func()) {
 	})
 	p.timers[t] = true
 }
+
+func (p *Plugin) now() time.Time { return p.clock.Now() }
 
 func (p *Plugin) stopTimers() {
 	p.timersMu.Lock()
