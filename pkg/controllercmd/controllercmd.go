@@ -1,7 +1,7 @@
 // Package controllercmd is the tfconfig-controller command: muster's TF_CONFIG controller
-// (pkg/controller/tfconfig). For each Job labelled muster.dev/tf-config: "true" it writes the
-// Secret <job>-tf-config and the headless Service its pods need. One replica at a time is active,
-// elected through a Lease.
+// (pkg/controller/tfconfig). For each Job or StatefulSet labelled muster.dev/tf-config: "true" it
+// writes the Secret <name>-tf-config and the headless Service its pods need, and never reads a
+// Secret. One replica at a time is active, elected through a Lease.
 package controllercmd
 
 import (
@@ -57,7 +57,7 @@ func Main(args []string) int {
 	flag := flag.NewFlagSet("tfconfig-controller", flag.ExitOnError)
 	klog.InitFlags(flag)
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty means in-cluster configuration.")
-	flag.StringVar(&o.namespace, "namespace", "", "Only serve Jobs in this namespace; empty means all namespaces.")
+	flag.StringVar(&o.namespace, "namespace", "", "Only serve Jobs and StatefulSets in this namespace; empty means all namespaces.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader through a Lease so that only one replica is active.")
 	flag.StringVar(&o.leaseNamespace, "leader-elect-namespace", "muster-system", "Namespace of the Lease "+tfconfig.ControllerName+".")
 	flag.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long standby replicas wait before taking over an unrenewed Lease.")
@@ -65,9 +65,9 @@ func Main(args []string) int {
 	flag.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the Lease.")
 	flag.StringVar(&o.healthAddr, "health-addr", ":8081", "Address for /healthz and /readyz; empty disables them.")
 	flag.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "Address for Prometheus /metrics; empty disables it.")
-	flag.IntVar(&o.workers, "workers", 2, "Jobs reconciled in parallel.")
-	flag.DurationVar(&o.resync, "resync-period", tfconfig.DefaultResyncPeriod, "How often every Job is reconciled without a change.")
-	flag.DurationVar(&o.conflictRecheck, "conflict-recheck", tfconfig.DefaultConflictRecheck, "How soon a Job blocked by a Secret or Service it does not own is retried.")
+	flag.IntVar(&o.workers, "workers", 2, "Jobs and StatefulSets reconciled in parallel.")
+	flag.DurationVar(&o.resync, "resync-period", tfconfig.DefaultResyncPeriod, "How often every Job and StatefulSet is reconciled without a change (this also re-creates a deleted Secret).")
+	flag.DurationVar(&o.conflictRecheck, "conflict-recheck", tfconfig.DefaultConflictRecheck, "How soon a Job or StatefulSet blocked by a Secret or Service it does not own is retried.")
 	_ = flag.Parse(args)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -2,14 +2,19 @@ package integration
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
@@ -18,7 +23,8 @@ import (
 
 // The scheduler and the controller, acting as their ServiceAccounts under
 // the RBAC in manifests/ on an API server that enforces RBAC, do their work;
-// what they must not do is denied.
+// what they must not do is denied. The controller cannot read any Secret,
+// not even its own.
 func TestLeastPrivilege(t *testing.T) {
 	admin := controlplane.Start(t, "--authorization-mode=RBAC")
 	applyManifests(t, admin)
@@ -54,6 +60,38 @@ func TestLeastPrivilege(t *testing.T) {
 	c.waitFor("TF_CONFIG Secret written by the controller", 30*time.Second, func() (bool, error) {
 		_, err := admin.Client.CoreV1().Secrets(c.ns).Get(ctx, "mnist-tf-config", metav1.GetOptions{})
 		return err == nil, nil
+	})
+
+	// The controller's StatefulSet path and its Secret writes without reading: the Secret and Service
+	// of a StatefulSet; someone else's Secret given back as it was; its own Secret deleted with the Job.
+	set := tfStatefulSet(c.ns, "tf", 2, func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.SchedulerName = "none" })
+	if _, err := admin.Client.AppsV1().StatefulSets(c.ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tfWaitForCluster(t, admin.Client, c.ns, "tf", tfWorkers(c.ns, "tf", "tf", 2, 2222))
+	tfWaitForService(t, admin.Client, c.ns, "tf")
+	theirs, err := admin.Client.CoreV1().Secrets(c.ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "other-tf-config"},
+		Data:       map[string][]byte{"password": []byte("hunter2")},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := tfStatefulSet(c.ns, "other", 1, func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.SchedulerName = "none" })
+	if _, err := admin.Client.AppsV1().StatefulSets(c.ns).Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tfWaitForEventOn(t, admin.Client, c.ns, "StatefulSet", "other", corev1.EventTypeWarning, tfconfig.ReasonSecretConflict)
+	if got, err := admin.Client.CoreV1().Secrets(c.ns).Get(ctx, "other-tf-config", metav1.GetOptions{}); err != nil ||
+		len(got.Data) != 1 || len(got.Labels) != 0 || len(got.OwnerReferences) != 0 {
+		t.Errorf("someone else's Secret: %v, data keys %d, labels %v, owners %+v; want it as it was", err, len(got.Data), got.Labels, got.OwnerReferences)
+	}
+	if err := admin.Client.AppsV1().StatefulSets(c.ns).Delete(ctx, "tf", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the StatefulSet's Secret deleted by the controller", 30*time.Second, func() (bool, error) {
+		_, err := admin.Client.CoreV1().Secrets(c.ns).Get(ctx, "tf-tf-config", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
 	})
 
 	// Leader election works only on muster's own lease.
@@ -98,6 +136,33 @@ func TestLeastPrivilege(t *testing.T) {
 			_, err = sched.Client.BatchV1().Jobs(c.ns).Update(ctx, j, metav1.UpdateOptions{})
 			return err
 		}},
+		{"controller", "get a Secret it did not create", func() error {
+			_, err := ctrl.Client.CoreV1().Secrets(c.ns).Get(ctx, theirs.Name, metav1.GetOptions{})
+			return err
+		}},
+		{"controller", "get even its own Secret", func() error {
+			_, err := ctrl.Client.CoreV1().Secrets(c.ns).Get(ctx, "mnist-tf-config", metav1.GetOptions{})
+			return err
+		}},
+		{"controller", "list Secrets in a namespace", func() error {
+			_, err := ctrl.Client.CoreV1().Secrets(c.ns).List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"controller", "list Secrets of the cluster", func() error {
+			_, err := ctrl.Client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"controller", "watch Secrets", func() error {
+			w, err := ctrl.Client.CoreV1().Secrets("").Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+		{"controller", "update a Secret (it only applies)", func() error {
+			_, err := ctrl.Client.CoreV1().Secrets(c.ns).Update(ctx, theirs, metav1.UpdateOptions{})
+			return err
+		}},
 		{"controller", "create pods", func() error {
 			_, err := ctrl.Client.CoreV1().Pods(c.ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
 				Spec: workerPodSpec("muster", 1)}, metav1.CreateOptions{})
@@ -124,5 +189,106 @@ func TestLeastPrivilege(t *testing.T) {
 		if err := d.do(); !apierrors.IsForbidden(err) {
 			t.Errorf("%s could %s (error %v), want Forbidden", d.who, d.what, err)
 		}
+	}
+}
+
+// TestTFConfigSecretApplyVerbs finds out, on a real API server that enforces RBAC, which verbs on
+// Secrets the controller's server-side apply needs: an apply is a PATCH, and one that creates the
+// Secret is also authorized as create. So the shipped ClusterRole grants create and patch (and delete,
+// for the cleanup), and no verb that reads.
+func TestTFConfigSecretApplyVerbs(t *testing.T) {
+	admin := controlplane.Start(t, "--authorization-mode=RBAC")
+	ctx := t.Context()
+	ns := admin.Namespace(t, "apply-verbs")
+	apply := func(cp *controlplane.ControlPlane, name, cluster string) error {
+		_, err := cp.Client.CoreV1().Secrets(ns).Apply(ctx, applycorev1.Secret(name, ns).
+			WithData(map[string][]byte{tfconfig.ClusterKey: []byte(cluster)}),
+			metav1.ApplyOptions{FieldManager: tfconfig.FieldManager})
+		return err
+	}
+	// as returns a ServiceAccount view granted exactly verbs on Secrets in ns, once the grant is in
+	// force: it can read ConfigMaps through the same Role.
+	as := func(name string, verbs ...string) *controlplane.ControlPlane {
+		t.Helper()
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: verbs},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list"}},
+		}}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}}}
+		if _, err := admin.Client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Client.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		view, err := admin.ServiceAccount(ns, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tfPoll(t, "the Role of "+name+" in force", func(ctx context.Context) (bool, error) {
+			_, err := view.Client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+			return err == nil, nil
+		})
+		return view
+	}
+	// An existing Secret the apply updates, made by the controller's field manager.
+	if err := apply(admin, "existing", "v1"); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		verbs               []string
+		create, update, get bool // whether an apply that creates, an apply that updates, a get is allowed
+	}{
+		{verbs: []string{"patch"}, create: false, update: true},
+		{verbs: []string{"create"}, create: false, update: false},
+		{verbs: []string{"create", "update"}, create: false, update: false},
+		{verbs: []string{"create", "patch"}, create: true, update: true},
+		{verbs: []string{"create", "patch", "delete"}, create: true, update: true}, // the shipped verbs
+		{verbs: []string{"get"}, get: true},                                        // a check of the check: what is allowed shows
+	} {
+		name := "probe-" + strings.Join(tc.verbs, "-")
+		t.Run(name, func(t *testing.T) {
+			view := as(name, tc.verbs...)
+			for _, step := range []struct {
+				what    string
+				allowed bool
+				err     error
+			}{
+				{"an apply that creates", tc.create, apply(view, "new-"+name, "v1")},
+				{"an apply that updates", tc.update, apply(view, "existing", name)},
+				{"a get", tc.get, func() error {
+					_, err := view.Client.CoreV1().Secrets(ns).Get(ctx, "existing", metav1.GetOptions{})
+					return err
+				}()},
+			} {
+				if step.allowed && step.err != nil {
+					t.Errorf("%s with %v: %v, want it allowed", step.what, tc.verbs, step.err)
+				}
+				if !step.allowed && !apierrors.IsForbidden(step.err) {
+					t.Errorf("%s with %v: %v, want Forbidden", step.what, tc.verbs, step.err)
+				}
+			}
+		})
+	}
+
+	// The shipped ClusterRole grants exactly these on Secrets.
+	var role rbacv1.ClusterRole
+	for _, o := range buildManifests(t) {
+		if o.GetKind() == "ClusterRole" && o.GetName() == "muster-tfconfig-controller" {
+			mustConvert(t, o, &role)
+		}
+	}
+	var secretVerbs []string
+	for _, r := range role.Rules {
+		if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "secrets") {
+			secretVerbs = append(secretVerbs, r.Verbs...)
+		}
+	}
+	slices.Sort(secretVerbs)
+	if want := []string{"create", "delete", "patch"}; !slices.Equal(secretVerbs, want) {
+		t.Errorf("the shipped ClusterRole grants %v on Secrets, want exactly %v", secretVerbs, want)
 	}
 }

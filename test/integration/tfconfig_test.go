@@ -1,13 +1,19 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,9 +23,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
+	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
 	"github.com/muster-sched/muster/pkg/controlplane"
 )
@@ -108,33 +117,88 @@ func TestTFConfigController(t *testing.T) {
 		}
 	})
 
+	// The controller applies its Secret without reading it first. Whatever already has that name and
+	// is not its own is left as it was: an apply that would change a field someone else set fails
+	// (409), and one that merged into someone else's Secret is taken back.
 	t.Run("foreign Secret", func(t *testing.T) {
-		ns := cp.Namespace(t, "tfconfig-foreign-secret")
+		for _, tc := range []struct {
+			name string
+			data map[string][]byte
+			why  string // in the event
+		}{
+			{"another cluster", map[string][]byte{"cluster": []byte("written by hand")}, "conflict"},
+			{"no cluster key", map[string][]byte{"password": []byte("hunter2")}, `holds the key "password"`},
+			{"the same cluster", map[string][]byte{"cluster": []byte(tfWorkers("", "mnist", "mnist", 2, 2222))}, "wrote its data"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ns := cp.Namespace(t, "tfconfig-foreign-secret")
+				if tc.name == "the same cluster" {
+					tc.data["cluster"] = []byte(tfWorkers(ns, "mnist", "mnist", 2, 2222))
+				}
+				tfStartController(t, client, ns)
+				foreign, err := client.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
+					ObjectMeta: metav1.ObjectMeta{Name: "mnist-tf-config", Labels: map[string]string{"team": "a"}},
+					Data:       tc.data,
+				}, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2))
+				if msg := tfWaitForEventOn(t, client, ns, "Job", "mnist", corev1.EventTypeWarning, tfconfig.ReasonSecretConflict); !strings.Contains(msg, tc.why) {
+					t.Errorf("%s event says %q, want it to say %q", tfconfig.ReasonSecretConflict, msg, tc.why)
+				}
+				tfWaitForService(t, client, ns, "mnist") // the Service does not depend on the Secret
+
+				got, err := client.CoreV1().Secrets(ns).Get(t.Context(), "mnist-tf-config", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !maps.EqualFunc(got.Data, foreign.Data, bytes.Equal) || !maps.Equal(got.Labels, foreign.Labels) || len(got.OwnerReferences) != 0 {
+					t.Errorf("foreign Secret changed: data %q labels %v owners %+v; was data %q labels %v",
+						got.Data, got.Labels, got.OwnerReferences, foreign.Data, foreign.Labels)
+				}
+				for _, e := range got.ManagedFields {
+					if e.Manager == tfconfig.FieldManager {
+						t.Errorf("the controller still owns fields of the foreign Secret: %s", e.FieldsV1.Raw)
+					}
+				}
+
+				// Once the user removes it, the controller writes its own.
+				if err := client.CoreV1().Secrets(ns).Delete(t.Context(), "mnist-tf-config", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
+			})
+		}
+	})
+
+	t.Run("a Secret replaced by the user is not deleted with the Job", func(t *testing.T) {
+		ns := cp.Namespace(t, "tfconfig-replaced")
 		tfStartController(t, client, ns)
-		foreign, err := client.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "mnist-tf-config"},
-			Data:       map[string][]byte{"cluster": []byte("written by hand")},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2))
-		tfWaitForEvent(t, client, ns, "mnist", corev1.EventTypeWarning, tfconfig.ReasonSecretConflict)
-		tfWaitForService(t, client, ns, "mnist") // the Service does not depend on the Secret
-
-		got, err := client.CoreV1().Secrets(ns).Get(t.Context(), "mnist-tf-config", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.ResourceVersion != foreign.ResourceVersion || string(got.Data["cluster"]) != "written by hand" {
-			t.Errorf("foreign Secret was modified: resourceVersion %s → %s, data %q", foreign.ResourceVersion, got.ResourceVersion, got.Data["cluster"])
-		}
-
-		// Once the user removes it, the controller writes its own.
+		tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
+		tfWaitForService(t, client, ns, "mnist")
 		if err := client.CoreV1().Secrets(ns).Delete(t.Context(), "mnist-tf-config", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
+		if _, err := client.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "mnist-tf-config"},
+			Data:       map[string][]byte{"cluster": []byte("mine")},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.BatchV1().Jobs(ns).Delete(t.Context(), "mnist", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
+			t.Fatal(err)
+		}
+		// The Service goes with the Job; once it has, the controller has run its cleanup.
+		tfPoll(t, "Service deleted", func(ctx context.Context) (bool, error) {
+			_, err := client.CoreV1().Services(ns).Get(ctx, "mnist", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		got, err := client.CoreV1().Secrets(ns).Get(t.Context(), "mnist-tf-config", metav1.GetOptions{})
+		if err != nil || string(got.Data["cluster"]) != "mine" {
+			t.Errorf("the user's Secret: %v, data %q; want it kept", err, got.Data)
+		}
 	})
 
 	t.Run("foreign Service", func(t *testing.T) {
@@ -387,18 +451,28 @@ func tfWaitForService(t *testing.T, client kubernetes.Interface, ns, name string
 // tfWaitForEvent waits for an Event of the given type and reason about the Job named job.
 func tfWaitForEvent(t *testing.T, client kubernetes.Interface, ns, job, eventType, reason string) {
 	t.Helper()
-	tfPoll(t, fmt.Sprintf("%s Event %s on Job %s", eventType, reason, job), func(ctx context.Context) (bool, error) {
-		events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + job})
+	tfWaitForEventOn(t, client, ns, "Job", job, eventType, reason)
+}
+
+// tfWaitForEventOn waits for an Event of the given type and reason about the object kind/name, and
+// returns its message.
+func tfWaitForEventOn(t *testing.T, client kubernetes.Interface, ns, kind, name, eventType, reason string) string {
+	t.Helper()
+	var message string
+	tfPoll(t, fmt.Sprintf("%s Event %s on %s %s", eventType, reason, kind, name), func(ctx context.Context) (bool, error) {
+		events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 		if err != nil {
 			return false, err
 		}
 		for _, e := range events.Items {
-			if e.InvolvedObject.Kind == "Job" && e.Type == eventType && e.Reason == reason {
+			if e.InvolvedObject.Kind == kind && e.Type == eventType && e.Reason == reason {
+				message = e.Message
 				return true, nil
 			}
 		}
 		return false, nil
 	})
+	return message
 }
 
 // tfReconcileCount reads muster_tfconfig_reconciles_total{result} from the process's registry.
@@ -421,4 +495,238 @@ func tfReconcileCount(t *testing.T, result string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestTFConfigControllerStatefulSet runs the TF_CONFIG controller against a real kube-apiserver and
+// the real StatefulSet controller, which makes the pods whose names the Secret lists.
+func TestTFConfigControllerStatefulSet(t *testing.T) {
+	cp := controlplane.Start(t)
+	client := cp.Client
+
+	t.Run("Secret content and scaling", func(t *testing.T) {
+		ns := cp.Namespace(t, "tfconfig-sts")
+		tfStartController(t, client, ns)
+		set := tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 3, func(s *appsv1.StatefulSet) {
+			s.Spec.ServiceName = "peers"
+			s.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort = 3333
+		}))
+		secret := tfWaitForCluster(t, client, ns, "tf", tfWorkers(ns, "tf", "peers", 3, 3333))
+		if !metav1.IsControlledBy(secret, set) || secret.Labels[tfconfig.JobLabel] != "tf" || len(secret.Data) != 1 || secret.Type != corev1.SecretTypeOpaque {
+			t.Errorf("Secret = labels %v, owners %+v, %d keys, type %s; want labelled, controlled by the StatefulSet, only %q, Opaque",
+				secret.Labels, secret.OwnerReferences, len(secret.Data), secret.Type, tfconfig.ClusterKey)
+		}
+		svc := tfWaitForService(t, client, ns, "peers")
+		if svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses || !maps.Equal(svc.Spec.Selector, set.Spec.Selector.MatchLabels) ||
+			!metav1.IsControlledBy(svc, set) || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 3333 {
+			t.Errorf("Service = %+v (owners %+v), want headless, publishing not-ready addresses, selecting %v on port 3333, controlled by the StatefulSet",
+				svc.Spec, svc.OwnerReferences, set.Spec.Selector.MatchLabels)
+		}
+		// The real StatefulSet controller's pods: pod i is task i, and its DNS name is task i's address.
+		tfCheckStatefulSetPods(t, client, set, svc, secret, 3)
+
+		for _, n := range []int32{5, 2} {
+			tfScaleStatefulSet(t, client, ns, "tf", n)
+			tfWaitForCluster(t, client, ns, "tf", tfWorkers(ns, "tf", "peers", n, 3333))
+		}
+		tfWaitForEventOn(t, client, ns, "StatefulSet", "tf", corev1.EventTypeNormal, tfconfig.ReasonSecretUpdated)
+
+		// Scaled to zero, the Secret is kept for the scale-up.
+		tfScaleStatefulSet(t, client, ns, "tf", 0)
+		tfWaitForEventOn(t, client, ns, "StatefulSet", "tf", corev1.EventTypeNormal, tfconfig.ReasonScaledToZero)
+		tfWaitForCluster(t, client, ns, "tf", tfWorkers(ns, "tf", "peers", 2, 3333))
+		tfScaleStatefulSet(t, client, ns, "tf", 4)
+		tfWaitForCluster(t, client, ns, "tf", tfWorkers(ns, "tf", "peers", 4, 3333))
+	})
+
+	t.Run("the shipped example", func(t *testing.T) {
+		ns := cp.Namespace(t, "tfconfig-sts-example")
+		tfStartController(t, client, ns)
+		data, err := manifests.FS.ReadFile("examples/mnist-mwms-statefulset.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := &appsv1.StatefulSet{}
+		if err := yaml.UnmarshalStrict(data, set); err != nil {
+			t.Fatal(err)
+		}
+		set.Namespace = ns
+		set = tfCreateStatefulSet(t, client, set)
+		n := *set.Spec.Replicas
+		secret := tfWaitForCluster(t, client, ns, set.Name, tfWorkers(ns, set.Name, set.Spec.ServiceName, n, 2222))
+		svc := tfWaitForService(t, client, ns, set.Spec.ServiceName)
+		tfCheckStatefulSetPods(t, client, set, svc, secret, n)
+	})
+
+	t.Run("foreign Service", func(t *testing.T) {
+		ns := cp.Namespace(t, "tfconfig-sts-foreign-service")
+		tfStartController(t, client, ns)
+		foreign, err := client.CoreV1().Services(ns).Create(t.Context(), &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "tf"},
+			Spec: corev1.ServiceSpec{ // not headless: pod hostnames would not resolve through it
+				Selector: map[string]string{"app": "tf"},
+				Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2))
+		tfWaitForEventOn(t, client, ns, "StatefulSet", "tf", corev1.EventTypeWarning, tfconfig.ReasonServiceConflict)
+		tfWaitForCluster(t, client, ns, "tf", tfWorkers(ns, "tf", "tf", 2, 2222))
+		got, err := client.CoreV1().Services(ns).Get(t.Context(), "tf", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ResourceVersion != foreign.ResourceVersion {
+			t.Errorf("foreign Service was modified: resourceVersion %s → %s", foreign.ResourceVersion, got.ResourceVersion)
+		}
+	})
+
+	t.Run("no serviceName", func(t *testing.T) {
+		ns := cp.Namespace(t, "tfconfig-sts-no-service")
+		tfStartController(t, client, ns)
+		tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2, func(s *appsv1.StatefulSet) { s.Spec.ServiceName = "" }))
+		msg := tfWaitForEventOn(t, client, ns, "StatefulSet", "tf", corev1.EventTypeWarning, tfconfig.ReasonMissingServiceName)
+		if !strings.Contains(msg, "spec.serviceName") {
+			t.Errorf("%s event says %q, want it to name spec.serviceName", tfconfig.ReasonMissingServiceName, msg)
+		}
+		// The Event is recorded by the reconcile that decided not to write anything.
+		if _, err := client.CoreV1().Secrets(ns).Get(t.Context(), "tf-tf-config", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("Secret tf-tf-config: err %v, want NotFound", err)
+		}
+		svcs, err := client.CoreV1().Services(ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(svcs.Items) != 0 {
+			t.Errorf("Services: %d, %v; want none", len(svcs.Items), err)
+		}
+	})
+
+	for _, leave := range []string{"deleted", "opted out"} {
+		t.Run(leave, func(t *testing.T) {
+			ns := cp.Namespace(t, "tfconfig-sts-cleanup")
+			tfStartController(t, client, ns)
+			tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2))
+			tfWaitForCluster(t, client, ns, "tf", tfWorkers(ns, "tf", "tf", 2, 2222))
+			tfWaitForService(t, client, ns, "tf")
+			var err error
+			if leave == "deleted" {
+				err = client.AppsV1().StatefulSets(ns).Delete(t.Context(), "tf", metav1.DeleteOptions{})
+			} else {
+				patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, tfconfig.OptInLabel)
+				_, err = client.AppsV1().StatefulSets(ns).Patch(t.Context(), "tf", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tfPoll(t, "Secret and Service deleted", func(ctx context.Context) (bool, error) {
+				_, errSecret := client.CoreV1().Secrets(ns).Get(ctx, "tf-tf-config", metav1.GetOptions{})
+				_, errSvc := client.CoreV1().Services(ns).Get(ctx, "tf", metav1.GetOptions{})
+				return apierrors.IsNotFound(errSecret) && apierrors.IsNotFound(errSvc), nil
+			})
+		})
+	}
+}
+
+// tfStatefulSet is an opted-in Parallel StatefulSet of n pods with serviceName name, selecting its pods
+// by app=name, with a tfjob-port 2222. No scheduler runs: its pods stay pending, which is all the
+// controller needs.
+func tfStatefulSet(ns, name string, n int32, mutate ...func(*appsv1.StatefulSet)) *appsv1.StatefulSet {
+	labels := map[string]string{"app": name}
+	set := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{tfconfig.OptInLabel: "true"}},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            ptr.To(n),
+			ServiceName:         name,
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			Selector:            &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name:  "tensorflow",
+					Image: "registry.k8s.io/pause:3.10",
+					Ports: []corev1.ContainerPort{{Name: tfconfig.PortName, ContainerPort: 2222}},
+				}}},
+			},
+		},
+	}
+	for _, m := range mutate {
+		m(set)
+	}
+	return set
+}
+
+func tfCreateStatefulSet(t *testing.T, client kubernetes.Interface, set *appsv1.StatefulSet) *appsv1.StatefulSet {
+	t.Helper()
+	created, err := client.AppsV1().StatefulSets(set.Namespace).Create(t.Context(), set, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating StatefulSet %s: %v", set.Name, err)
+	}
+	return created
+}
+
+func tfScaleStatefulSet(t *testing.T, client kubernetes.Interface, ns, name string, n int32) {
+	t.Helper()
+	// Through the scale subresource, as kubectl scale and the HorizontalPodAutoscaler do; the
+	// StatefulSet controller's status updates make a read-then-write conflict now and then.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := client.AppsV1().StatefulSets(ns).GetScale(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		scale.Spec.Replicas = n
+		_, err = client.AppsV1().StatefulSets(ns).UpdateScale(t.Context(), name, scale, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("scaling StatefulSet %s to %d: %v", name, n, err)
+	}
+}
+
+// tfCheckStatefulSetPods waits for the n pods the StatefulSet controller makes and checks each against
+// the Secret and the Service: the Service selects it, and the TF_CONFIG its container would get (the
+// kubelet's own expansion, over the pod as the API server holds it) makes it task i at its own address.
+func tfCheckStatefulSetPods(t *testing.T, client kubernetes.Interface, set *appsv1.StatefulSet, svc *corev1.Service, secret *corev1.Secret, n int32) {
+	t.Helper()
+	var pods []corev1.Pod
+	tfPoll(t, fmt.Sprintf("%d pods of StatefulSet %s", n, set.Name), func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Pods(set.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: labels.SelectorFromSet(set.Spec.Selector.MatchLabels).String()})
+		if err != nil {
+			return false, err
+		}
+		pods = list.Items
+		return len(pods) == int(n), nil
+	})
+	var cluster struct{ Worker []string }
+	if err := json.Unmarshal(secret.Data[tfconfig.ClusterKey], &cluster); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods {
+		pod := &pods[i]
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+			t.Errorf("Service %s (selector %v) does not select pod %s (labels %v)", svc.Name, svc.Spec.Selector, pod.Name, pod.Labels)
+		}
+		index, err := strconv.Atoi(pod.Labels[appsv1.PodIndexLabel])
+		if err != nil || index >= len(cluster.Worker) {
+			t.Errorf("pod %s: label %s = %q, want an index below %d", pod.Name, appsv1.PodIndexLabel, pod.Labels[appsv1.PodIndexLabel], len(cluster.Worker))
+			continue
+		}
+		self := fmt.Sprintf("%s.%s.%s.svc:", pod.Spec.Hostname, pod.Spec.Subdomain, pod.Namespace)
+		if !strings.HasPrefix(cluster.Worker[index], self) {
+			t.Errorf("pod %s (index %d) resolves as %s…, but the cluster lists %s for task %d", pod.Name, index, self, cluster.Worker[index], index)
+		}
+		if !slices.ContainsFunc(pod.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "TF_CONFIG" }) {
+			continue // a test StatefulSet without the env
+		}
+		tfConfig, err := tfconfig.TFConfigForPod(pod, pod.Spec.Containers[0].Name, secret.Data)
+		if err != nil {
+			t.Errorf("pod %s: %v", pod.Name, err)
+			continue
+		}
+		if err := tfconfig.ValidateTFConfig(tfConfig); err != nil {
+			t.Errorf("pod %s: TF_CONFIG %s: %v", pod.Name, tfConfig, err)
+		}
+		if want := fmt.Sprintf(`"task":{"type":"worker","index":%d}`, index); !strings.Contains(tfConfig, want) {
+			t.Errorf("pod %s: TF_CONFIG %s, want %s", pod.Name, tfConfig, want)
+		}
+	}
 }

@@ -39,14 +39,36 @@ func ParseRole(s string) (Role, error) {
 // collectives if a listed peer never answered.
 func (r Role) inCluster() bool { return r != RoleEvaluator }
 
-// TaskSet is one role of a TensorFlow cluster, served by one Indexed Job: its pods have hostnames
-// <JobName>-0 … <JobName>-<Replicas-1> and the addresses <hostname>.<Subdomain>.<namespace>.svc:<Port>.
+// TaskSet is one role of a TensorFlow cluster, served by one Indexed Job or StatefulSet: its pods have
+// hostnames <JobName>-0 … <JobName>-<Replicas-1> and the addresses
+// <hostname>.<Subdomain>.<namespace>.svc:<Port>.
 type TaskSet struct {
+	// Kind is the kind of the workload, "Job" (also when empty) or "StatefulSet"; it only changes
+	// how messages name the fields to fix.
+	Kind      string
 	Role      Role
-	JobName   string
-	Subdomain string // unused for the evaluator
+	JobName   string // the Job's or StatefulSet's name
+	Subdomain string // the Job's pod template subdomain or the StatefulSet's serviceName; unused for the evaluator
 	Port      int32  // unused for the evaluator
 	Replicas  int32
+}
+
+func (s TaskSet) isStatefulSet() bool { return s.Kind == string(kindStatefulSet) }
+
+// owner names the workload in messages.
+func (s TaskSet) owner() string {
+	if s.isStatefulSet() {
+		return fmt.Sprintf("StatefulSet %q", s.JobName)
+	}
+	return fmt.Sprintf("Job %q", s.JobName)
+}
+
+// sizeFields names the fields that set the number of tasks.
+func (s TaskSet) sizeFields() string {
+	if s.isStatefulSet() {
+		return "spec.replicas"
+	}
+	return "spec.parallelism and spec.completions"
 }
 
 // MaxClusterSpecBytes bounds the cluster spec. The kubelet passes TF_CONFIG (the spec plus ~60 bytes of
@@ -54,7 +76,7 @@ type TaskSet struct {
 // a larger spec would fail every container start. At ~40 bytes an address this is about 3,000 tasks.
 const MaxClusterSpecBytes = 128*1024 - 1024
 
-// InvalidError says why a Job (or group of Jobs) cannot be served, and how to fix it. Reason is one of
+// InvalidError says why a Job or StatefulSet (or a group of them) cannot be served, and how to fix it. Reason is one of
 // the Reason* constants and becomes the reason of the Warning Event.
 type InvalidError struct {
 	Reason  string
@@ -114,12 +136,12 @@ func BuildClusterSpec(namespace string, sets []TaskSet) ([]byte, error) {
 
 func validateTaskSets(namespace string, sets []TaskSet) error {
 	if len(sets) == 0 {
-		return invalidf(ReasonInvalidGroup, "no Jobs to build a cluster from")
+		return invalidf(ReasonInvalidGroup, "no Jobs or StatefulSets to build a cluster from")
 	}
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
 		return invalidf(ReasonInvalidName, "namespace %q is not a DNS label: %s", namespace, strings.Join(errs, "; "))
 	}
-	seenRole := map[Role]string{}
+	seenRole := map[Role]TaskSet{}
 	seenJob := map[string]bool{}
 	trainers := 0
 	for _, s := range sets {
@@ -127,11 +149,12 @@ func validateTaskSets(namespace string, sets []TaskSet) error {
 			return err
 		}
 		if other, dup := seenRole[s.Role]; dup {
-			return invalidf(ReasonInvalidGroup, "Jobs %q and %q both have role %s: give each role exactly one Job", other, s.JobName, s.Role)
+			return invalidf(ReasonInvalidGroup, "%s and %s both have role %s: give each role exactly one Job or StatefulSet", other.owner(), s.owner(), s.Role)
 		}
-		seenRole[s.Role] = s.JobName
+		seenRole[s.Role] = s
+		// Pod hostnames, and so addresses and Secret names, would collide.
 		if seenJob[s.JobName] {
-			return invalidf(ReasonInvalidGroup, "Job %q is listed twice", s.JobName)
+			return invalidf(ReasonInvalidGroup, "%q is listed twice: give every Job and StatefulSet of a group its own name", s.JobName)
 		}
 		seenJob[s.JobName] = true
 		if s.Role == RoleChief || s.Role == RoleWorker {
@@ -144,7 +167,7 @@ func validateTaskSets(namespace string, sets []TaskSet) error {
 			roles = append(roles, string(r))
 		}
 		sort.Strings(roles)
-		return invalidf(ReasonInvalidGroup, "the cluster has roles [%s] but no chief or worker: add a Job with role worker (or chief)", strings.Join(roles, ","))
+		return invalidf(ReasonInvalidGroup, "the cluster has roles [%s] but no chief or worker: add a Job or StatefulSet with role worker (or chief)", strings.Join(roles, ","))
 	}
 	return nil
 }
@@ -154,29 +177,41 @@ func validateTaskSet(s TaskSet) error {
 		return err
 	}
 	if s.Replicas < 1 {
-		return invalidf(ReasonInvalidReplicas, "Job %q has %d tasks: set spec.parallelism and spec.completions to at least 1", s.JobName, s.Replicas)
+		return invalidf(ReasonInvalidReplicas, "%s has %d tasks: set %s to at least 1", s.owner(), s.Replicas, s.sizeFields())
 	}
 	if (s.Role == RoleChief || s.Role == RoleEvaluator) && s.Replicas != 1 {
-		return invalidf(ReasonInvalidReplicas, "Job %q has role %s with %d tasks, but TensorFlow allows one %s: set spec.parallelism and spec.completions to 1", s.JobName, s.Role, s.Replicas, s.Role)
+		return invalidf(ReasonInvalidReplicas, "%s has role %s with %d tasks, but TensorFlow allows one %s: set %s to 1", s.owner(), s.Role, s.Replicas, s.Role, s.sizeFields())
 	}
-	// Every pod hostname is <job>-<index>; the longest is the last index.
+	// Every pod hostname is <name>-<index>; the longest is the last index.
 	lastHost := s.JobName + "-" + strconv.Itoa(int(s.Replicas-1))
 	if errs := validation.IsDNS1123Label(lastHost); len(errs) > 0 {
-		return invalidf(ReasonInvalidName, "pod hostname %q of Job %q is not a DNS label (%s): use a shorter Job name of lowercase letters, digits and '-'", lastHost, s.JobName, strings.Join(errs, "; "))
+		kind := "Job"
+		if s.isStatefulSet() {
+			kind = "StatefulSet"
+		}
+		return invalidf(ReasonInvalidName, "pod hostname %q of %s is not a DNS label (%s): use a shorter %s name of lowercase letters, digits and '-'", lastHost, s.owner(), strings.Join(errs, "; "), kind)
 	}
 	if !s.Role.inCluster() {
 		return nil
 	}
+	field := "subdomain"
+	if s.isStatefulSet() {
+		field = "serviceName"
+	}
 	if s.Subdomain == "" {
-		return invalidf(ReasonMissingSubdomain, "Job %q has no spec.template.spec.subdomain, so its pods get no DNS names: set it (for example to the Job's name); a headless Service of that name is created if none exists", s.JobName)
+		if s.isStatefulSet() {
+			// serviceName is immutable, so the fix is a new StatefulSet.
+			return invalidf(ReasonMissingServiceName, "%s has no spec.serviceName, so its pods get no DNS names: re-create it with one (for example its own name); a headless Service of that name is created if none exists", s.owner())
+		}
+		return invalidf(ReasonMissingSubdomain, "%s has no spec.template.spec.subdomain, so its pods get no DNS names: set it (for example to the Job's name); a headless Service of that name is created if none exists", s.owner())
 	}
 	// The headless Service that gives the pods their names is called like the subdomain, and Service
 	// names are DNS-1035 labels: a subdomain starting with a digit would never resolve.
 	if errs := validation.IsDNS1035Label(s.Subdomain); len(errs) > 0 {
-		return invalidf(ReasonInvalidName, "subdomain %q of Job %q cannot be a Service name (%s): use lowercase letters, digits and '-', starting with a letter", s.Subdomain, s.JobName, strings.Join(errs, "; "))
+		return invalidf(ReasonInvalidName, "%s %q of %s cannot be a Service name (%s): use lowercase letters, digits and '-', starting with a letter", field, s.Subdomain, s.owner(), strings.Join(errs, "; "))
 	}
 	if s.Port < 1 || s.Port > 65535 {
-		return invalidf(ReasonInvalidPort, "Job %q: port %d is out of range: give the container port named %s a number from 1 to 65535", s.JobName, s.Port, PortName)
+		return invalidf(ReasonInvalidPort, "%s: port %d is out of range: give the container port named %s a number from 1 to 65535", s.owner(), s.Port, PortName)
 	}
 	return nil
 }

@@ -1,29 +1,35 @@
-// Package tfconfig is muster's TF_CONFIG controller (DESIGN.md §5). For every batch/v1 Job labelled
-// muster.dev/tf-config: "true" it writes the Secret <job>-tf-config, whose key "cluster" lists the DNS
-// address of every TensorFlow task of the Job (or of its group of Jobs, one per role), and creates the
-// headless Service that makes those addresses resolve. Each pod composes its own TF_CONFIG from that
-// Secret and its completion index with the kubelet's $(VAR) expansion; TFConfigForPod shows the result.
+// Package tfconfig is muster's TF_CONFIG controller (DESIGN.md §5). For every batch/v1 Job and apps/v1
+// StatefulSet labelled muster.dev/tf-config: "true" it writes the Secret <name>-tf-config, whose key
+// "cluster" lists the DNS address of every TensorFlow task of the workload (or of its group, one
+// workload per role), and creates the headless Service that makes those addresses resolve. Each pod
+// composes its own TF_CONFIG from that Secret and its index with the kubelet's $(VAR) expansion;
+// TFConfigForPod shows the result.
+//
+// The controller never reads a Secret: it writes its own with server-side apply and tells them from
+// someone else's by what the apply returns (docs/tfconfig.md, "Least privilege").
 package tfconfig
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -33,19 +39,20 @@ import (
 )
 
 const (
-	groupIndex     = "tfGroup"   // namespace/group → Jobs of that group
-	subdomainIndex = "subdomain" // namespace/subdomain → Jobs whose pods use that subdomain
+	groupIndex   = "tfGroup"     // namespace/group → workloads of that group
+	serviceIndex = "serviceName" // namespace/service → workloads whose pods take their DNS names from it
 
-	// DefaultResyncPeriod re-reconciles every Job this often. Secrets and Services the controller does
-	// not own are not watched, so this is how a deleted user-made Service gets replaced.
+	// DefaultResyncPeriod re-reconciles every workload this often. Secrets are not watched at all and
+	// Services the controller does not own are not watched, so this is how a deleted Secret or
+	// user-made Service gets replaced.
 	DefaultResyncPeriod = 10 * time.Minute
-	// DefaultConflictRecheck is how soon a Job blocked by a Secret or Service it does not own is looked
-	// at again: that object is not watched either.
+	// DefaultConflictRecheck is how soon a workload blocked by a Secret or Service it does not own is
+	// looked at again: that object is not watched either.
 	DefaultConflictRecheck = time.Minute
 )
 
-// Controller writes the TF_CONFIG Secret and headless Service of opted-in Jobs. Create it with
-// NewController and start it once with Run.
+// Controller writes the TF_CONFIG Secret and headless Service of opted-in Jobs and StatefulSets.
+// Create it with NewController and start it once with Run.
 type Controller struct {
 	client          kubernetes.Interface
 	namespace       string
@@ -54,17 +61,30 @@ type Controller struct {
 	recorder        record.EventRecorder
 	ownRecorder     bool
 
-	jobFactory   informers.SharedInformerFactory
-	ownedFactory informers.SharedInformerFactory
-	jobIndexer   cache.Indexer
-	jobLister    batchlisters.JobLister
-	secrets      corelisters.SecretLister
-	services     corelisters.ServiceLister
-	cacheSyncs   []cache.InformerSynced
+	workloadFactory informers.SharedInformerFactory
+	serviceFactory  informers.SharedInformerFactory
+	jobIndexer      cache.Indexer
+	setIndexer      cache.Indexer
+	jobs            batchlisters.JobLister
+	sets            appslisters.StatefulSetLister
+	services        corelisters.ServiceLister
+	cacheSyncs      []cache.InformerSynced
 
-	queue   workqueue.TypedRateLimitingInterface[string]
+	// applied remembers the Secret this controller instance last applied for each workload. It cannot
+	// read Secrets, so this is how it deletes only its own (by UID) and knows whether an apply changed
+	// the cluster. It starts empty: a Secret left by a workload deleted while no controller ran is the
+	// garbage collector's, through the owner reference.
+	appliedMu sync.Mutex
+	applied   map[ownerKey]appliedSecret
+
+	queue   workqueue.TypedRateLimitingInterface[ownerKey]
 	started atomic.Bool
 	synced  atomic.Bool
+}
+
+type appliedSecret struct {
+	uid     types.UID
+	cluster [sha256.Size]byte // of the cluster spec, which may be 127 KiB
 }
 
 // Option configures a Controller.
@@ -73,11 +93,11 @@ type Option func(*Controller)
 // WithNamespace limits the controller to one namespace (default: all).
 func WithNamespace(namespace string) Option { return func(c *Controller) { c.namespace = namespace } }
 
-// WithResyncPeriod sets how often every Job is reconciled even without a change (default
+// WithResyncPeriod sets how often every workload is reconciled even without a change (default
 // DefaultResyncPeriod; 0 disables it).
 func WithResyncPeriod(d time.Duration) Option { return func(c *Controller) { c.resync = d } }
 
-// WithConflictRecheck sets how soon a Job blocked by a foreign Secret or Service is retried.
+// WithConflictRecheck sets how soon a workload blocked by a foreign Secret or Service is retried.
 func WithConflictRecheck(d time.Duration) Option {
 	return func(c *Controller) { c.conflictRecheck = d }
 }
@@ -85,18 +105,18 @@ func WithConflictRecheck(d time.Duration) Option {
 // WithEventRecorder makes the controller record its Events there instead of to the API server.
 func WithEventRecorder(r record.EventRecorder) Option { return func(c *Controller) { c.recorder = r } }
 
-// NewController builds a controller on client. Its informers watch only Jobs labelled
-// muster.dev/tf-config=true and the Secrets and Services labelled muster.dev/tf-config-job; they
-// start in Run.
+// NewController builds a controller on client. Its informers watch only Jobs and StatefulSets labelled
+// muster.dev/tf-config=true and the Services labelled muster.dev/tf-config-job; they start in Run.
 func NewController(client kubernetes.Interface, opts ...Option) *Controller {
 	RegisterMetrics()
 	c := &Controller{
 		client:          client,
 		resync:          DefaultResyncPeriod,
 		conflictRecheck: DefaultConflictRecheck,
+		applied:         map[ownerKey]appliedSecret{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "tfconfig"}),
+			workqueue.DefaultTypedControllerRateLimiter[ownerKey](),
+			workqueue.TypedRateLimitingQueueConfig[ownerKey]{Name: "tfconfig"}),
 	}
 	for _, o := range opts {
 		o(c)
@@ -107,54 +127,39 @@ func NewController(client kubernetes.Interface, opts ...Option) *Controller {
 		c.ownRecorder = true
 	}
 
-	c.jobFactory = informers.NewSharedInformerFactoryWithOptions(client, c.resync,
+	c.workloadFactory = informers.NewSharedInformerFactoryWithOptions(client, c.resync,
 		informers.WithNamespace(c.namespace),
 		informers.WithTransform(stripManagedFields),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = labels.SelectorFromSet(labels.Set{OptInLabel: "true"}).String()
 		}))
-	// Only what the controller labelled: an unfiltered Secret informer would cache every Secret of
-	// the cluster. No resync: Jobs resync, and the owner of each object is found through its label.
-	c.ownedFactory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+	// Only the Services the controller labelled. No resync: workloads resync, and the owner of each
+	// Service is found through its label.
+	c.serviceFactory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(c.namespace),
 		informers.WithTransform(stripManagedFields),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = JobLabel }))
 
-	jobs := c.jobFactory.Batch().V1().Jobs()
-	utilruntime.Must(jobs.Informer().AddIndexers(cache.Indexers{
-		groupIndex: func(obj any) ([]string, error) {
-			job, ok := obj.(*batchv1.Job)
-			if !ok || groupOf(job) == "" {
-				return nil, nil
-			}
-			return []string{job.Namespace + "/" + groupOf(job)}, nil
-		},
-		subdomainIndex: func(obj any) ([]string, error) {
-			job, ok := obj.(*batchv1.Job)
-			if !ok || job.Spec.Template.Spec.Subdomain == "" {
-				return nil, nil
-			}
-			return []string{job.Namespace + "/" + job.Spec.Template.Spec.Subdomain}, nil
-		},
-	}))
-	c.jobIndexer = jobs.Informer().GetIndexer()
-	c.jobLister = jobs.Lister()
-	secrets := c.ownedFactory.Core().V1().Secrets()
-	services := c.ownedFactory.Core().V1().Services()
-	c.secrets = secrets.Lister()
-	c.services = services.Lister()
+	indexers := cache.Indexers{
+		groupIndex:   indexWorkload(func(w workload) string { return groupOf(w) }),
+		serviceIndex: indexWorkload(func(w workload) string { return w.serviceName() }),
+	}
+	jobs := c.workloadFactory.Batch().V1().Jobs()
+	sets := c.workloadFactory.Apps().V1().StatefulSets()
+	services := c.serviceFactory.Core().V1().Services()
+	utilruntime.Must(jobs.Informer().AddIndexers(indexers))
+	utilruntime.Must(sets.Informer().AddIndexers(indexers))
+	c.jobIndexer, c.setIndexer = jobs.Informer().GetIndexer(), sets.Informer().GetIndexer()
+	c.jobs, c.sets, c.services = jobs.Lister(), sets.Lister(), services.Lister()
 
-	jobReg, err := jobs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueueJobAndGroup(obj) },
-		UpdateFunc: c.onJobUpdate,
-		DeleteFunc: func(obj any) { c.enqueueJobAndGroup(obj) },
-	})
+	workloadHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onWorkload,
+		UpdateFunc: c.onWorkloadUpdate,
+		DeleteFunc: c.onWorkloadDeleted,
+	}
+	jobReg, err := jobs.Informer().AddEventHandler(workloadHandler)
 	utilruntime.Must(err)
-	secretReg, err := secrets.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueOwner,
-		UpdateFunc: func(_, cur any) { c.enqueueOwner(cur) },
-		DeleteFunc: c.enqueueOwner,
-	})
+	setReg, err := sets.Informer().AddEventHandler(workloadHandler)
 	utilruntime.Must(err)
 	serviceReg, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onService,
@@ -163,10 +168,21 @@ func NewController(client kubernetes.Interface, opts ...Option) *Controller {
 	})
 	utilruntime.Must(err)
 	c.cacheSyncs = []cache.InformerSynced{
-		jobs.Informer().HasSynced, secrets.Informer().HasSynced, services.Informer().HasSynced,
-		jobReg.HasSynced, secretReg.HasSynced, serviceReg.HasSynced,
+		jobs.Informer().HasSynced, sets.Informer().HasSynced, services.Informer().HasSynced,
+		jobReg.HasSynced, setReg.HasSynced, serviceReg.HasSynced,
 	}
 	return c
+}
+
+// indexWorkload indexes workloads by namespace and the value of field, skipping empty values.
+func indexWorkload(field func(workload) string) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		w, ok := asWorkload(obj)
+		if !ok || field(w) == "" {
+			return nil, nil
+		}
+		return []string{w.GetNamespace() + "/" + field(w)}, nil
+	}
 }
 
 func stripManagedFields(obj any) (any, error) {
@@ -203,13 +219,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer func() {
 		c.queue.ShutDown()
 		wg.Wait()
-		c.jobFactory.Shutdown()
-		c.ownedFactory.Shutdown()
+		c.workloadFactory.Shutdown()
+		c.serviceFactory.Shutdown()
 		c.synced.Store(false)
 		logger.Info("Stopped")
 	}()
-	c.jobFactory.Start(ctx.Done())
-	c.ownedFactory.Start(ctx.Done())
+	c.workloadFactory.Start(ctx.Done())
+	c.serviceFactory.Start(ctx.Done())
 
 	logger.Info("Starting", "namespace", c.namespace, "workers", workers)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.cacheSyncs...) {
@@ -245,87 +261,92 @@ func (c *Controller) processNextItem(ctx context.Context) bool {
 	if ctx.Err() != nil { // stopping: the error is the cancellation
 		return true
 	}
-	utilruntime.HandleErrorWithContext(ctx, err, "Reconciling TF_CONFIG failed, will retry", "job", key)
+	utilruntime.HandleErrorWithContext(ctx, err, "Reconciling TF_CONFIG failed, will retry", "workload", key)
 	c.queue.AddRateLimited(key)
 	return true
 }
 
-// Event handlers. Work items are Job keys (namespace/name).
-
-func (c *Controller) enqueue(namespace, name string) {
-	c.queue.Add(namespace + "/" + name)
-}
+// Event handlers. Work items are workload keys.
 
 func (c *Controller) enqueueGroup(namespace, group string) {
 	if group == "" {
 		return
 	}
-	objs, err := c.jobIndexer.ByIndex(groupIndex, namespace+"/"+group)
-	if err != nil {
-		return
-	}
-	for _, o := range objs {
-		if job, ok := o.(*batchv1.Job); ok {
-			c.enqueue(job.Namespace, job.Name)
+	c.enqueueIndexed(groupIndex, namespace+"/"+group)
+}
+
+// enqueueIndexed queues the workloads of both kinds under value in the named index.
+func (c *Controller) enqueueIndexed(index, value string) {
+	for _, indexer := range []cache.Indexer{c.jobIndexer, c.setIndexer} {
+		objs, err := indexer.ByIndex(index, value)
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			if w, ok := asWorkload(o); ok {
+				c.queue.Add(keyOf(w))
+			}
 		}
 	}
 }
 
-// enqueueJobAndGroup queues a Job and, since every member's Secret holds the whole group's cluster,
-// the rest of its group.
-func (c *Controller) enqueueJobAndGroup(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	job, ok := obj.(*batchv1.Job)
+// onWorkload queues a workload and, since every member's Secret holds the whole group's cluster, the
+// rest of its group.
+func (c *Controller) onWorkload(obj any) {
+	w, ok := asWorkload(obj)
 	if !ok {
 		return
 	}
-	c.enqueue(job.Namespace, job.Name)
-	c.enqueueGroup(job.Namespace, groupOf(job))
+	c.queue.Add(keyOf(w))
+	c.enqueueGroup(w.GetNamespace(), groupOf(w))
 }
 
-func (c *Controller) onJobUpdate(oldObj, curObj any) {
-	old, okOld := oldObj.(*batchv1.Job)
-	cur, okCur := curObj.(*batchv1.Job)
+// onWorkloadDeleted also queues a workload of the other kind and the same name, which may be waiting
+// for the Secret name to become free. A workload that opts out is deleted from the filtered cache too.
+func (c *Controller) onWorkloadDeleted(obj any) {
+	c.onWorkload(obj)
+	w, ok := asWorkload(obj)
+	if !ok {
+		return
+	}
+	for _, k := range workloadKinds {
+		if k == w.kind() {
+			continue
+		}
+		key := ownerKey{k, w.GetNamespace(), w.GetName()}
+		if _, err := c.lookup(key); err == nil {
+			c.queue.Add(key)
+		}
+	}
+}
+
+func (c *Controller) onWorkloadUpdate(oldObj, curObj any) {
+	old, okOld := asWorkload(oldObj)
+	cur, okCur := asWorkload(curObj)
 	if !okOld || !okCur {
 		return
 	}
-	if old.ResourceVersion == cur.ResourceVersion { // periodic resync
-		c.enqueue(cur.Namespace, cur.Name)
+	if old.GetResourceVersion() == cur.GetResourceVersion() { // periodic resync
+		c.queue.Add(keyOf(cur))
 		return
 	}
-	// The Job controller updates status all the time; only spec and metadata matter here.
-	if old.Generation == cur.Generation &&
-		labels.Equals(old.Labels, cur.Labels) &&
-		labels.Equals(old.Annotations, cur.Annotations) &&
-		(old.DeletionTimestamp == nil) == (cur.DeletionTimestamp == nil) {
+	// The Job and StatefulSet controllers update status all the time; only spec and metadata matter.
+	if old.GetGeneration() == cur.GetGeneration() &&
+		labels.Equals(old.GetLabels(), cur.GetLabels()) &&
+		labels.Equals(old.GetAnnotations(), cur.GetAnnotations()) &&
+		(old.GetDeletionTimestamp() == nil) == (cur.GetDeletionTimestamp() == nil) {
 		return
 	}
-	c.enqueueJobAndGroup(cur)
+	c.onWorkload(curObj)
 	if groupOf(old) != groupOf(cur) {
-		c.enqueueGroup(old.Namespace, groupOf(old))
+		c.enqueueGroup(old.GetNamespace(), groupOf(old))
 	}
 }
 
-// enqueueOwner queues the Job named by an owned object's label.
-func (c *Controller) enqueueOwner(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return
-	}
-	if name := m.GetLabels()[JobLabel]; name != "" {
-		c.enqueue(m.GetNamespace(), name)
-	}
-}
-
-// onService also queues every Job whose subdomain is the Service's name: when one Job's Service goes,
-// another Job using the same subdomain may now need its own.
+// onService queues the workload a Service was made for (named by its label; the kind comes from its
+// controller reference, both kinds when it has none) and every workload whose pods use a Service of
+// that name: when one workload's Service goes, another may now need its own.
 func (c *Controller) onService(obj any) {
-	c.enqueueOwner(obj)
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
@@ -333,66 +354,145 @@ func (c *Controller) onService(obj any) {
 	if !ok {
 		return
 	}
-	objs, err := c.jobIndexer.ByIndex(subdomainIndex, svc.Namespace+"/"+svc.Name)
-	if err != nil {
-		return
-	}
-	for _, o := range objs {
-		if job, ok := o.(*batchv1.Job); ok {
-			c.enqueue(job.Namespace, job.Name)
+	if name := svc.Labels[JobLabel]; name != "" {
+		kinds := workloadKinds
+		if ref := metav1.GetControllerOf(svc); ref != nil {
+			if k, ok := kindOfRef(ref); ok {
+				kinds = []workloadKind{k}
+			}
+		}
+		for _, k := range kinds {
+			c.queue.Add(ownerKey{k, svc.Namespace, name})
 		}
 	}
+	c.enqueueIndexed(serviceIndex, svc.Namespace+"/"+svc.Name)
 }
 
-// sync reconciles one Job key and returns the result label for the metrics.
-func (c *Controller) sync(ctx context.Context, key string) (string, error) {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return resultError, err
-	}
-	logger := klog.FromContext(ctx).WithValues("job", klog.KRef(namespace, name))
-	ctx = klog.NewContext(ctx, logger)
-
-	job, err := c.jobLister.Jobs(namespace).Get(name)
-	switch {
-	case apierrors.IsNotFound(err):
-		return c.cleanup(ctx, namespace, name)
-	case err != nil:
-		return resultError, err
-	case !optedIn(job):
-		return c.cleanup(ctx, namespace, name)
-	}
-
-	var members []*batchv1.Job
-	if g := groupOf(job); g != "" {
-		objs, err := c.jobIndexer.ByIndex(groupIndex, namespace+"/"+g)
+// lookup returns the workload of key from the informer cache.
+func (c *Controller) lookup(key ownerKey) (workload, error) {
+	switch key.kind {
+	case kindJob:
+		job, err := c.jobs.Jobs(key.namespace).Get(key.name)
 		if err != nil {
-			return resultError, err
+			return nil, err
+		}
+		return jobWorkload{job}, nil
+	case kindStatefulSet:
+		set, err := c.sets.StatefulSets(key.namespace).Get(key.name)
+		if err != nil {
+			return nil, err
+		}
+		return statefulSetWorkload{set}, nil
+	}
+	return nil, fmt.Errorf("unknown workload kind %q", key.kind)
+}
+
+// lookupLive reads the workload of key from the API server.
+func (c *Controller) lookupLive(ctx context.Context, key ownerKey) (workload, error) {
+	switch key.kind {
+	case kindJob:
+		job, err := c.client.BatchV1().Jobs(key.namespace).Get(ctx, key.name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return jobWorkload{job}, nil
+	case kindStatefulSet:
+		set, err := c.client.AppsV1().StatefulSets(key.namespace).Get(ctx, key.name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return statefulSetWorkload{set}, nil
+	}
+	return nil, fmt.Errorf("unknown workload kind %q", key.kind)
+}
+
+// groupMembers returns the cached workloads of both kinds in the group.
+func (c *Controller) groupMembers(namespace, group string) ([]workload, error) {
+	var members []workload
+	for _, indexer := range []cache.Indexer{c.jobIndexer, c.setIndexer} {
+		objs, err := indexer.ByIndex(groupIndex, namespace+"/"+group)
+		if err != nil {
+			return nil, err
 		}
 		for _, o := range objs {
-			members = append(members, o.(*batchv1.Job))
+			if w, ok := asWorkload(o); ok {
+				members = append(members, w)
+			}
 		}
 	}
-	p := planFor(job, members)
+	return members, nil
+}
+
+// namesakeFirst returns the opted-in workload of the other kind and the same name if it was created
+// before w (a Job before a StatefulSet of the same age): both would use the Secret <name>-tf-config,
+// and the first one keeps it.
+func (c *Controller) namesakeFirst(w workload) workload {
+	for _, k := range workloadKinds {
+		if k == w.kind() {
+			continue
+		}
+		other, err := c.lookup(ownerKey{k, w.GetNamespace(), w.GetName()})
+		if err != nil || !optedIn(other) {
+			continue
+		}
+		a, b := other.GetCreationTimestamp(), w.GetCreationTimestamp()
+		if a.Before(&b) || (a.Equal(&b) && other.kind() == kindJob) {
+			return other
+		}
+	}
+	return nil
+}
+
+// sync reconciles one workload and returns the result label for the metrics.
+func (c *Controller) sync(ctx context.Context, key ownerKey) (string, error) {
+	logger := klog.FromContext(ctx).WithValues("workload", klog.KRef(key.namespace, key.name), "kind", key.kind)
+	ctx = klog.NewContext(ctx, logger)
+
+	w, err := c.lookup(key)
+	switch {
+	case apierrors.IsNotFound(err):
+		return c.cleanup(ctx, key)
+	case err != nil:
+		return resultError, err
+	case !optedIn(w):
+		return c.cleanup(ctx, key)
+	}
+
+	if first := c.namesakeFirst(w); first != nil {
+		logger.V(2).Info("Secret name taken by a namesake", "other", first.kind())
+		c.recorder.Eventf(w.object(), corev1.EventTypeWarning, ReasonSecretConflict,
+			"%s %s was created first and has the Secret %s, which this %s would need too; nothing is written for this %s: rename one of them",
+			first.kind(), first.GetName(), SecretName(w.GetName()), w.kind(), w.kind())
+		c.queue.AddAfter(key, c.conflictRecheck)
+		return resultConflict, nil
+	}
+
+	var members []workload
+	if g := groupOf(w); g != "" {
+		if members, err = c.groupMembers(key.namespace, g); err != nil {
+			return resultError, err
+		}
+	}
+	p := planFor(w, members)
 	if p.problem != nil {
 		if p.waiting {
-			logger.V(2).Info("Waiting for the rest of the group", "reason", p.problem.Reason, "message", p.problem.Message)
-			c.recorder.Event(job, corev1.EventTypeNormal, p.problem.Reason, p.problem.Message)
+			logger.V(2).Info("Waiting", "reason", p.problem.Reason, "message", p.problem.Message)
+			c.recorder.Event(w.object(), corev1.EventTypeNormal, p.problem.Reason, p.problem.Message)
 			return resultWaiting, nil
 		}
-		logger.V(2).Info("Job cannot be served", "reason", p.problem.Reason, "message", p.problem.Message)
-		c.recorder.Event(job, corev1.EventTypeWarning, p.problem.Reason, p.problem.Message)
+		logger.Info("Cannot be served", "reason", p.problem.Reason, "message", p.problem.Message)
+		c.recorder.Event(w.object(), corev1.EventTypeWarning, p.problem.Reason, p.problem.Message)
 		return resultInvalid, nil
 	}
 
 	// The Secret first: pods wait for it in CreateContainerConfigError.
-	secretConflict, err := c.ensureSecret(ctx, job, p)
+	secretConflict, err := c.ensureSecret(ctx, w, p)
 	if err != nil {
 		return resultError, err
 	}
 	serviceConflict := false
 	if p.self.Role.inCluster() {
-		if serviceConflict, err = c.ensureService(ctx, job, p.self); err != nil {
+		if serviceConflict, err = c.ensureService(ctx, w, p.self); err != nil {
 			return resultError, err
 		}
 	}
@@ -404,159 +504,210 @@ func (c *Controller) sync(ctx context.Context, key string) (string, error) {
 	return resultSynced, nil
 }
 
-// ensureSecret makes the Job's Secret hold p.cluster. It reports true when a Secret of that name
-// belongs to someone else.
-func (c *Controller) ensureSecret(ctx context.Context, job *batchv1.Job, p plan) (bool, error) {
+// ensureSecret applies w's Secret so that it holds p.cluster, without reading it first. It reports
+// true when a Secret of that name belongs to someone else.
+func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool, error) {
 	logger := klog.FromContext(ctx)
-	name := SecretName(job.Name)
-	existing, err := c.secrets.Secrets(job.Namespace).Get(name)
-	if apierrors.IsNotFound(err) {
-		// The cache holds only labelled Secrets: a foreign one of this name shows only in a live read.
-		existing, err = c.client.CoreV1().Secrets(job.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			if _, err := c.client.CoreV1().Secrets(job.Namespace).Create(ctx, desiredSecret(job, p.cluster), metav1.CreateOptions{}); err != nil {
-				return false, fmt.Errorf("creating Secret %s/%s: %w", job.Namespace, name, err)
-			}
-			secretWritesTotal.WithLabelValues("create").Inc()
-			logger.V(2).Info("Created TF_CONFIG Secret", "secret", name, "tasks", p.tasks)
-			c.recorder.Eventf(job, corev1.EventTypeNormal, ReasonSecretCreated, "Created Secret %s with a cluster of %d tasks", name, p.tasks)
-			return false, nil
-		}
+	key, name := keyOf(w), SecretName(w.GetName())
+	secrets := c.client.CoreV1().Secrets(w.GetNamespace())
+	want := secretApply(w, p.cluster)
+
+	// No force: a field another manager set to another value is a conflict, never overwritten.
+	applied, err := secrets.Apply(ctx, want, metav1.ApplyOptions{FieldManager: FieldManager})
+	if err != nil && conflictsOnlyWithItself(err) {
+		applied, err = secrets.Apply(ctx, want, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	}
-	if err != nil {
-		return false, fmt.Errorf("reading Secret %s/%s: %w", job.Namespace, name, err)
-	}
-	if !belongsTo(existing, job) {
-		c.recorder.Eventf(job, corev1.EventTypeWarning, ReasonSecretConflict,
-			"Secret %s exists and is not controlled by this Job, so it is left alone and the Job's pods will not get this controller's TF_CONFIG: delete or rename that Secret", name)
+	// Conflict: someone else's value in a field the apply sets. Invalid: a Secret that cannot take it
+	// (another controller reference, immutable).
+	if apierrors.IsConflict(err) || apierrors.IsInvalid(err) {
+		c.forgetSecret(key)
+		logger.V(2).Info("TF_CONFIG Secret belongs to someone else", "secret", name, "err", err)
+		c.reportForeignSecret(w, name, err.Error())
 		return true, nil
 	}
-	if secretUpToDate(existing, job, p.cluster) {
-		return false, nil
+	if err != nil {
+		return false, fmt.Errorf("applying Secret %s/%s: %w", w.GetNamespace(), name, err)
 	}
-	updated := existing.DeepCopy()
-	claim(updated, job)
-	updated.Data = map[string][]byte{ClusterKey: p.cluster}
-	if _, err := c.client.CoreV1().Secrets(job.Namespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
-		return false, fmt.Errorf("updating Secret %s/%s: %w", job.Namespace, name, err)
+	secretWritesTotal.WithLabelValues("apply").Inc()
+
+	if why := foreignSecret(applied, w); why != "" {
+		// The apply merged into a Secret someone else made: take back everything it added.
+		c.forgetSecret(key)
+		_, err := secrets.Apply(ctx, secretRelease(w.GetNamespace(), name), metav1.ApplyOptions{FieldManager: FieldManager})
+		switch {
+		case apierrors.IsInvalid(err): // an immutable Secret: nothing can be taken back, or was added
+			logger.Info("Could not give back the fields applied to a foreign Secret", "secret", name, "err", err)
+		case err != nil:
+			// Retried: the next apply finds the Secret foreign again and releases it then.
+			return false, fmt.Errorf("giving back Secret %s/%s: %w", w.GetNamespace(), name, err)
+		default:
+			secretWritesTotal.WithLabelValues("release").Inc()
+		}
+		logger.V(2).Info("TF_CONFIG Secret belongs to someone else; gave back what was applied", "secret", name, "why", why)
+		c.reportForeignSecret(w, name, why)
+		return true, nil
 	}
-	secretWritesTotal.WithLabelValues("update").Inc()
-	logger.V(2).Info("Updated TF_CONFIG Secret", "secret", name, "tasks", p.tasks)
-	c.recorder.Eventf(job, corev1.EventTypeNormal, ReasonSecretUpdated,
-		"Updated Secret %s to a cluster of %d tasks; running containers keep the cluster they started with", name, p.tasks)
+
+	before, known := c.rememberSecret(key, appliedSecret{uid: applied.UID, cluster: sha256.Sum256(p.cluster)})
+	switch {
+	case !known || before.uid != applied.UID:
+		logger.V(2).Info("Applied TF_CONFIG Secret", "secret", name, "tasks", p.tasks)
+		c.recorder.Eventf(w.object(), corev1.EventTypeNormal, ReasonSecretApplied, "Secret %s holds a cluster of %d tasks", name, p.tasks)
+	case before.cluster != sha256.Sum256(p.cluster):
+		logger.V(2).Info("Updated TF_CONFIG Secret", "secret", name, "tasks", p.tasks)
+		c.recorder.Eventf(w.object(), corev1.EventTypeNormal, ReasonSecretUpdated,
+			"Updated Secret %s to a cluster of %d tasks; running containers keep the cluster they started with", name, p.tasks)
+	}
 	return false, nil
 }
 
-// ensureService makes sure a headless Service named like the Job's subdomain exists. A Service of that
-// name that the controller does not own is fine if it is headless and selects the Job's pods; otherwise
-// it reports true with a Warning Event.
-func (c *Controller) ensureService(ctx context.Context, job *batchv1.Job, ts TaskSet) (bool, error) {
+func (c *Controller) reportForeignSecret(w workload, name, why string) {
+	c.recorder.Eventf(w.object(), corev1.EventTypeWarning, ReasonSecretConflict,
+		"Secret %s exists and is not this %s's (%s), so it is left as it was and the pods will not get this controller's TF_CONFIG: delete or rename that Secret",
+		name, w.kind(), why)
+}
+
+// rememberSecret records what was applied for key and returns what was recorded before.
+func (c *Controller) rememberSecret(key ownerKey, s appliedSecret) (appliedSecret, bool) {
+	c.appliedMu.Lock()
+	defer c.appliedMu.Unlock()
+	before, known := c.applied[key]
+	c.applied[key] = s
+	return before, known
+}
+
+func (c *Controller) appliedSecretOf(key ownerKey) (appliedSecret, bool) {
+	c.appliedMu.Lock()
+	defer c.appliedMu.Unlock()
+	s, ok := c.applied[key]
+	return s, ok
+}
+
+func (c *Controller) forgetSecret(key ownerKey) {
+	c.appliedMu.Lock()
+	defer c.appliedMu.Unlock()
+	delete(c.applied, key)
+}
+
+// ensureService makes sure a headless Service of the workload's service name exists. A Service of that
+// name that the controller does not own is fine if it is headless and selects the workload's pods;
+// otherwise it reports true with a Warning Event.
+func (c *Controller) ensureService(ctx context.Context, w workload, ts TaskSet) (bool, error) {
 	logger := klog.FromContext(ctx)
-	name := ts.Subdomain
-	existing, err := c.services.Services(job.Namespace).Get(name)
+	ns, name := w.GetNamespace(), ts.Subdomain
+	existing, err := c.services.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		existing, err = c.client.CoreV1().Services(job.Namespace).Get(ctx, name, metav1.GetOptions{})
+		existing, err = c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			if _, err := c.client.CoreV1().Services(job.Namespace).Create(ctx, desiredService(job, ts), metav1.CreateOptions{}); err != nil {
-				return false, fmt.Errorf("creating Service %s/%s: %w", job.Namespace, name, err)
+			if _, err := c.client.CoreV1().Services(ns).Create(ctx, desiredService(w, ts), metav1.CreateOptions{}); err != nil {
+				return false, fmt.Errorf("creating Service %s/%s: %w", ns, name, err)
 			}
 			serviceWritesTotal.WithLabelValues("create").Inc()
 			logger.V(2).Info("Created headless Service", "service", name)
-			c.recorder.Eventf(job, corev1.EventTypeNormal, ReasonServiceCreated, "Created headless Service %s for the pods' DNS names", name)
+			c.recorder.Eventf(w.object(), corev1.EventTypeNormal, ReasonServiceCreated, "Created headless Service %s for the pods' DNS names", name)
 			return false, nil
 		}
 	}
 	if err != nil {
-		return false, fmt.Errorf("reading Service %s/%s: %w", job.Namespace, name, err)
+		return false, fmt.Errorf("reading Service %s/%s: %w", ns, name, err)
 	}
-	if !belongsTo(existing, job) {
-		if ok, why := serviceServes(existing, job); !ok {
-			c.recorder.Eventf(job, corev1.EventTypeWarning, ReasonServiceConflict,
-				"Service %s is not controlled by this Job and %s, so the addresses in the cluster spec will not resolve; it is left alone: make it a headless Service selecting %s=%s, or delete it, or give the Job a subdomain of its own",
-				name, why, batchv1.JobNameLabel, job.Name)
+	if !belongsTo(existing, w) {
+		if ok, why := serviceServes(existing, w); !ok {
+			logger.V(2).Info("Service of that name does not serve the pods", "service", name, "why", why)
+			c.recorder.Eventf(w.object(), corev1.EventTypeWarning, ReasonServiceConflict,
+				"Service %s is not controlled by this %s and %s, so the addresses in the cluster spec will not resolve; it is left alone: make it a headless Service selecting %v, or delete it, or give the %s a service name of its own",
+				name, w.kind(), why, labels.Set(w.podSelector()), w.kind())
 			return true, nil
 		}
 		return false, nil
 	}
-	if serviceUpToDate(existing, job, ts) {
+	if serviceUpToDate(existing, w, ts) {
 		return false, nil
 	}
 	updated := existing.DeepCopy()
-	claim(updated, job)
+	claim(updated, w)
 	updated.Spec.PublishNotReadyAddresses = true
-	updated.Spec.Selector = podSelector(job)
+	updated.Spec.Selector = w.podSelector()
 	updated.Spec.Ports = desiredPorts(ts.Port)
-	if _, err := c.client.CoreV1().Services(job.Namespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
-		return false, fmt.Errorf("updating Service %s/%s: %w", job.Namespace, name, err)
+	if _, err := c.client.CoreV1().Services(ns).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		return false, fmt.Errorf("updating Service %s/%s: %w", ns, name, err)
 	}
 	serviceWritesTotal.WithLabelValues("update").Inc()
 	logger.V(2).Info("Updated headless Service", "service", name)
 	return false, nil
 }
 
-// cleanup deletes the Secrets and Services made for the Job named name, which is gone, being deleted
-// or no longer opted in. Owner references alone are not enough: a Job deleted with orphan propagation
-// leaves its dependents behind, and so does a cluster without a garbage collector.
-func (c *Controller) cleanup(ctx context.Context, namespace, name string) (string, error) {
+// cleanup deletes what was made for the workload of key, which is gone, being deleted or no longer
+// opted in. Owner references alone are not enough: a workload deleted with orphan propagation leaves
+// its dependents behind, and so does a cluster without a garbage collector. The Secret is deleted by
+// name with the UID this controller applied, so a Secret someone else has since put under that name is
+// never touched.
+func (c *Controller) cleanup(ctx context.Context, key ownerKey) (string, error) {
 	logger := klog.FromContext(ctx)
-	sel := labels.SelectorFromSet(labels.Set{JobLabel: name})
-	secrets, err := c.secrets.Secrets(namespace).List(sel)
+	secret, haveSecret := c.appliedSecretOf(key)
+	services, err := c.services.Services(key.namespace).List(labels.SelectorFromSet(labels.Set{JobLabel: key.name}))
 	if err != nil {
 		return resultError, err
 	}
-	services, err := c.services.Services(namespace).List(sel)
-	if err != nil {
-		return resultError, err
-	}
-	type victim struct {
-		kind string
-		obj  metav1.Object
-	}
-	var victims []victim
-	for _, s := range secrets {
-		if labelledFor(s, name) {
-			victims = append(victims, victim{"Secret", s})
-		}
-	}
+	var victims []*corev1.Service
 	for _, s := range services {
-		if labelledFor(s, name) {
-			victims = append(victims, victim{"Service", s})
+		if !labelledFor(s, key) {
+			continue
 		}
+		// A Service without a controller may be adopted by a namesake of the other kind that is served.
+		if metav1.GetControllerOf(s) == nil && c.servesName(key.namespace, key.name) {
+			continue
+		}
+		victims = append(victims, s)
 	}
-	if len(victims) == 0 {
+	if !haveSecret && len(victims) == 0 {
 		return resultCleaned, nil
 	}
 
 	// Running pods may still read the Secret: check the API server before trusting a cache that says
-	// the Job is gone.
-	live, err := c.client.BatchV1().Jobs(namespace).Get(ctx, name, metav1.GetOptions{})
+	// the workload is gone.
+	live, err := c.lookupLive(ctx, key)
 	switch {
 	case err == nil && optedIn(live):
-		return resultError, fmt.Errorf("job %s/%s exists but is not in the cache yet", namespace, name)
+		return resultError, fmt.Errorf("%s %s/%s exists but is not in the cache yet", key.kind, key.namespace, key.name)
 	case err != nil && !apierrors.IsNotFound(err):
 		return resultError, err
 	}
 
-	for _, v := range victims {
-		uid := v.obj.GetUID()
-		opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
-		if v.kind == "Secret" {
-			err = c.client.CoreV1().Secrets(namespace).Delete(ctx, v.obj.GetName(), opts)
-		} else {
-			err = c.client.CoreV1().Services(namespace).Delete(ctx, v.obj.GetName(), opts)
+	// NotFound: already gone. Conflict: another object under that name now, which is left alone.
+	gone := func(err error) bool { return err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) }
+	if haveSecret {
+		name := SecretName(key.name)
+		err := c.client.CoreV1().Secrets(key.namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &secret.uid}})
+		if !gone(err) {
+			return resultError, fmt.Errorf("deleting Secret %s/%s: %w", key.namespace, name, err)
 		}
-		// NotFound: already gone. Conflict: replaced by a new object, which its own event will bring back.
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return resultError, fmt.Errorf("deleting %s %s/%s: %w", v.kind, namespace, v.obj.GetName(), err)
+		c.forgetSecret(key)
+		if err == nil {
+			secretWritesTotal.WithLabelValues("delete").Inc()
+			logger.V(2).Info("Deleted the Secret of a workload that is gone", "secret", name, "uid", secret.uid)
+		}
+	}
+	for _, s := range victims {
+		uid := s.UID
+		err := c.client.CoreV1().Services(key.namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if !gone(err) {
+			return resultError, fmt.Errorf("deleting Service %s/%s: %w", key.namespace, s.Name, err)
 		}
 		if err == nil {
-			if v.kind == "Secret" {
-				secretWritesTotal.WithLabelValues("delete").Inc()
-			} else {
-				serviceWritesTotal.WithLabelValues("delete").Inc()
-			}
-			logger.V(2).Info("Deleted object of a deleted Job", "kind", v.kind, "name", v.obj.GetName(), "uid", uid)
+			serviceWritesTotal.WithLabelValues("delete").Inc()
+			logger.V(2).Info("Deleted the Service of a workload that is gone", "service", s.Name, "uid", uid)
 		}
 	}
 	return resultCleaned, nil
+}
+
+// servesName reports whether an opted-in workload of any kind named name is in the cache.
+func (c *Controller) servesName(namespace, name string) bool {
+	for _, k := range workloadKinds {
+		if w, err := c.lookup(ownerKey{k, namespace, name}); err == nil && optedIn(w) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,81 +1,124 @@
 package tfconfig
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 )
 
 // fixture drives Controller.sync directly against a fake clientset, with the informer caches filled
 // from it the way the label-filtered informers would fill them. No informer runs, so nothing races.
+// The fake does server-side apply with real field management (conflicts, managedFields); the fixture
+// adds what the API server does that the controller relies on: a UID for every created Secret and the
+// UID precondition of a delete.
 type fixture struct {
 	t      *testing.T
 	ctx    context.Context
 	client *fake.Clientset
 	c      *Controller
 	events *record.FakeRecorder
+	logger klog.Logger
 }
+
+var secretsResource = corev1.SchemeGroupVersion.WithResource("secrets")
 
 func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	t.Helper()
 	client := fake.NewClientset(objs...)
 	events := record.NewFakeRecorder(1000)
-	f := &fixture{t: t, ctx: t.Context(), client: client, events: events,
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	f := &fixture{t: t, ctx: klog.NewContext(t.Context(), logger), client: client, events: events, logger: logger,
 		c: NewController(client, WithEventRecorder(events))}
+	tracker := client.Tracker()
+	created := 0
+	client.PrependReactor("patch", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ns, name := a.GetNamespace(), a.(k8stesting.PatchAction).GetName()
+		_, err := tracker.Get(secretsResource, ns, name)
+		existed := err == nil
+		handled, obj, err := k8stesting.ObjectReaction(tracker)(a)
+		if err != nil || existed {
+			return handled, obj, err
+		}
+		s := obj.(*corev1.Secret)
+		created++
+		s.UID = types.UID(fmt.Sprintf("uid-applied-%s-%d", name, created))
+		if s.Type == "" {
+			s.Type = corev1.SecretTypeOpaque
+		}
+		must(t, tracker.Delete(secretsResource, ns, name))
+		must(t, tracker.Add(s))
+		return true, s, nil
+	})
+	client.PrependReactor("delete", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		d := a.(k8stesting.DeleteAction)
+		pre := d.GetDeleteOptions().Preconditions
+		if pre == nil || pre.UID == nil {
+			return false, nil, nil
+		}
+		obj, err := tracker.Get(a.GetResource(), a.GetNamespace(), d.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		if m, _ := meta.Accessor(obj); m.GetUID() != *pre.UID {
+			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), d.GetName(),
+				fmt.Errorf("precondition failed: UID in precondition: %v, UID in object meta: %v", *pre.UID, m.GetUID()))
+		}
+		return false, nil, nil
+	})
 	f.refreshCaches()
 	return f
 }
 
 // refreshCaches replaces the cache contents with what the API server holds, filtered like the
-// informers: opted-in Jobs, and Secrets and Services carrying JobLabel.
+// informers: opted-in Jobs and StatefulSets, and Services carrying JobLabel.
 func (f *fixture) refreshCaches() {
 	f.t.Helper()
-	var jobs, secrets, services []any
+	var jobs, sets, services []any
 	jl, err := f.client.BatchV1().Jobs("").List(f.ctx, metav1.ListOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	must(f.t, err)
 	for i := range jl.Items {
 		if jl.Items[i].Labels[OptInLabel] == "true" {
 			jobs = append(jobs, &jl.Items[i])
 		}
 	}
-	sl, err := f.client.CoreV1().Secrets("").List(f.ctx, metav1.ListOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	sl, err := f.client.AppsV1().StatefulSets("").List(f.ctx, metav1.ListOptions{})
+	must(f.t, err)
 	for i := range sl.Items {
-		if _, ok := sl.Items[i].Labels[JobLabel]; ok {
-			secrets = append(secrets, &sl.Items[i])
+		if sl.Items[i].Labels[OptInLabel] == "true" {
+			sets = append(sets, &sl.Items[i])
 		}
 	}
 	svl, err := f.client.CoreV1().Services("").List(f.ctx, metav1.ListOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	must(f.t, err)
 	for i := range svl.Items {
 		if _, ok := svl.Items[i].Labels[JobLabel]; ok {
 			services = append(services, &svl.Items[i])
 		}
 	}
 	must(f.t, f.c.jobIndexer.Replace(jobs, ""))
-	must(f.t, f.c.ownedFactory.Core().V1().Secrets().Informer().GetIndexer().Replace(secrets, ""))
-	must(f.t, f.c.ownedFactory.Core().V1().Services().Informer().GetIndexer().Replace(services, ""))
+	must(f.t, f.c.setIndexer.Replace(sets, ""))
+	must(f.t, f.c.serviceFactory.Core().V1().Services().Informer().GetIndexer().Replace(services, ""))
 	f.client.ClearActions()
 }
 
@@ -86,16 +129,34 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// sync reconciles the Job key ns/name, fails the test on an error, and refreshes the caches. It
-// returns the result and the API writes made, as "verb resource name".
+// sync reconciles the Job ns/name; see syncKey.
 func (f *fixture) sync(ns, name string) (string, []string) {
 	f.t.Helper()
-	result, err := f.c.sync(f.ctx, ns+"/"+name)
+	return f.syncKey(ownerKey{kindJob, ns, name})
+}
+
+// syncSet reconciles the StatefulSet ns/name; see syncKey.
+func (f *fixture) syncSet(ns, name string) (string, []string) {
+	f.t.Helper()
+	return f.syncKey(ownerKey{kindStatefulSet, ns, name})
+}
+
+// syncKey reconciles one workload, fails the test on an error, and refreshes the caches. It returns the
+// result and the API writes made, as "verb resource name" ("apply" for a server-side apply).
+func (f *fixture) syncKey(key ownerKey) (string, []string) {
+	f.t.Helper()
+	result, err := f.c.sync(f.ctx, key)
 	if err != nil {
-		f.t.Fatalf("sync %s/%s: %v", ns, name, err)
+		f.t.Fatalf("sync %s: %v", key, err)
 	}
+	writes := writesOf(f.client.Actions())
+	f.refreshCaches()
+	return result, writes
+}
+
+func writesOf(actions []k8stesting.Action) []string {
 	var writes []string
-	for _, a := range f.client.Actions() {
+	for _, a := range actions {
 		// Switch on the verb: an UpdateAction also satisfies CreateAction.
 		switch a.GetVerb() {
 		case "create", "update":
@@ -104,11 +165,15 @@ func (f *fixture) sync(ns, name string) (string, []string) {
 		case "delete":
 			writes = append(writes, fmt.Sprintf("delete %s %s", a.GetResource().Resource, a.(k8stesting.DeleteAction).GetName()))
 		case "patch":
-			writes = append(writes, fmt.Sprintf("patch %s", a.GetResource().Resource))
+			p := a.(k8stesting.PatchAction)
+			verb := "patch"
+			if p.GetPatchType() == types.ApplyPatchType {
+				verb = "apply"
+			}
+			writes = append(writes, fmt.Sprintf("%s %s %s", verb, a.GetResource().Resource, p.GetName()))
 		}
 	}
-	f.refreshCaches()
-	return result, writes
+	return writes
 }
 
 // drainEvents returns the events recorded since the last call, as "Type Reason message".
@@ -122,6 +187,10 @@ func (f *fixture) drainEvents() []string {
 			return out
 		}
 	}
+}
+
+func (f *fixture) logs() string {
+	return f.logger.GetSink().(ktesting.Underlier).GetBuffer().String()
 }
 
 func (f *fixture) secret(ns, name string) *corev1.Secret {
@@ -142,23 +211,53 @@ func (f *fixture) service(ns, name string) *corev1.Service {
 	return s
 }
 
-func (f *fixture) absent(get func() error, what string) {
+func (f *fixture) secretAbsent(ns, name string) {
 	f.t.Helper()
-	if err := get(); !apierrors.IsNotFound(err) {
-		f.t.Errorf("%s: got err %v, want NotFound", what, err)
+	if _, err := f.client.CoreV1().Secrets(ns).Get(f.ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		f.t.Errorf("Secret %s/%s: got err %v, want NotFound", ns, name, err)
 	}
+}
+
+func (f *fixture) serviceAbsent(ns, name string) {
+	f.t.Helper()
+	if _, err := f.client.CoreV1().Services(ns).Get(f.ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		f.t.Errorf("Service %s/%s: got err %v, want NotFound", ns, name, err)
+	}
+}
+
+// createSecret creates s as the named field manager would (kubectl create uses "kubectl-create").
+func (f *fixture) createSecret(s *corev1.Secret, manager string) *corev1.Secret {
+	f.t.Helper()
+	created, err := f.client.CoreV1().Secrets(s.Namespace).Create(f.ctx, s, metav1.CreateOptions{FieldManager: manager})
+	must(f.t, err)
+	f.refreshCaches()
+	return created
 }
 
 func (f *fixture) updateJob(job *batchv1.Job) {
 	f.t.Helper()
-	if _, err := f.client.BatchV1().Jobs(job.Namespace).Update(f.ctx, job, metav1.UpdateOptions{}); err != nil {
-		f.t.Fatal(err)
-	}
+	_, err := f.client.BatchV1().Jobs(job.Namespace).Update(f.ctx, job, metav1.UpdateOptions{})
+	must(f.t, err)
+	f.refreshCaches()
+}
+
+func (f *fixture) updateSet(set *appsv1.StatefulSet) {
+	f.t.Helper()
+	_, err := f.client.AppsV1().StatefulSets(set.Namespace).Update(f.ctx, set, metav1.UpdateOptions{})
+	must(f.t, err)
 	f.refreshCaches()
 }
 
 func hasEvent(events []string, prefix string) bool {
 	return slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, prefix) })
+}
+
+// onlyAppliedByController checks that the controller's apply is the only writer of s.
+func onlyAppliedByController(t *testing.T, s *corev1.Secret) {
+	t.Helper()
+	if len(s.ManagedFields) != 1 || s.ManagedFields[0].Manager != FieldManager || s.ManagedFields[0].Operation != metav1.ManagedFieldsOperationApply {
+		t.Errorf("Secret managedFields = %+v, want one Apply entry of %s", s.ManagedFields, FieldManager)
+	}
 }
 
 func TestSyncCreatesSecretAndService(t *testing.T) {
@@ -169,7 +268,7 @@ func TestSyncCreatesSecretAndService(t *testing.T) {
 	if result != resultSynced {
 		t.Errorf("result = %s, want %s", result, resultSynced)
 	}
-	if want := []string{"create secrets mnist-tf-config", "create services mnist"}; !slices.Equal(writes, want) {
+	if want := []string{"apply secrets mnist-tf-config", "create services mnist"}; !slices.Equal(writes, want) {
 		t.Errorf("writes = %v, want %v", writes, want)
 	}
 
@@ -177,8 +276,8 @@ func TestSyncCreatesSecretAndService(t *testing.T) {
 	if got, want := string(s.Data[ClusterKey]), `{"worker":`+workers("team-a", "mnist", 3, 2222)+`}`; got != want {
 		t.Errorf("cluster = %s, want %s", got, want)
 	}
-	if len(s.Data) != 1 || s.Type != corev1.SecretTypeOpaque {
-		t.Errorf("Secret has keys %v and type %s, want only %q and Opaque", keys(s.Data), s.Type, ClusterKey)
+	if len(s.Data) != 1 {
+		t.Errorf("Secret has keys %v, want only %q", keys(s.Data), ClusterKey)
 	}
 	if s.Labels[JobLabel] != "mnist" {
 		t.Errorf("Secret labels = %v, want %s=mnist", s.Labels, JobLabel)
@@ -187,6 +286,7 @@ func TestSyncCreatesSecretAndService(t *testing.T) {
 	if ref == nil || ref.UID != job.UID || ref.Kind != "Job" || ref.APIVersion != "batch/v1" || ref.BlockOwnerDeletion == nil || *ref.BlockOwnerDeletion {
 		t.Errorf("Secret controller reference = %+v, want Job mnist %s without blockOwnerDeletion", ref, job.UID)
 	}
+	onlyAppliedByController(t, s)
 
 	svc := f.service("team-a", "mnist")
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses ||
@@ -200,15 +300,19 @@ func TestSyncCreatesSecretAndService(t *testing.T) {
 		t.Errorf("Service is not controlled by the Job: %+v", svc.OwnerReferences)
 	}
 	events := f.drainEvents()
-	if !hasEvent(events, "Normal "+ReasonSecretCreated) || !hasEvent(events, "Normal "+ReasonServiceCreated) {
-		t.Errorf("events = %v, want %s and %s", events, ReasonSecretCreated, ReasonServiceCreated)
+	if !hasEvent(events, "Normal "+ReasonSecretApplied) || !hasEvent(events, "Normal "+ReasonServiceCreated) {
+		t.Errorf("events = %v, want %s and %s", events, ReasonSecretApplied, ReasonServiceCreated)
 	}
 
-	// Level-based: nothing changed, nothing is written.
+	// Level-based: nothing changed. The Secret is applied again (the controller cannot read it to
+	// compare), which changes nothing; the Service is left alone and no event is recorded.
 	for range 2 {
-		if result, writes := f.sync("team-a", "mnist"); result != resultSynced || len(writes) != 0 {
-			t.Errorf("second sync: result %s, writes %v; want synced and none", result, writes)
+		if result, writes := f.sync("team-a", "mnist"); result != resultSynced || !slices.Equal(writes, []string{"apply secrets mnist-tf-config"}) {
+			t.Errorf("second sync: result %s, writes %v; want synced and only the Secret applied", result, writes)
 		}
+	}
+	if again := f.secret("team-a", "mnist-tf-config"); again.UID != s.UID || string(again.Data[ClusterKey]) != string(s.Data[ClusterKey]) {
+		t.Errorf("Secret changed on a sync without change: %+v", again)
 	}
 	if events := f.drainEvents(); len(events) != 0 {
 		t.Errorf("second sync recorded %v, want nothing", events)
@@ -243,11 +347,12 @@ func TestSyncResize(t *testing.T) {
 	f := newFixture(t, w.obj())
 	f.sync("ns", "mnist")
 	before := f.secret("ns", "mnist-tf-config")
+	f.drainEvents()
 
 	f.updateJob(w.size(5).obj())
 	result, writes := f.sync("ns", "mnist")
-	if result != resultSynced || !slices.Equal(writes, []string{"update secrets mnist-tf-config"}) {
-		t.Errorf("resize: result %s, writes %v; want synced and one Secret update", result, writes)
+	if result != resultSynced || !slices.Equal(writes, []string{"apply secrets mnist-tf-config"}) {
+		t.Errorf("resize: result %s, writes %v; want synced and one Secret apply", result, writes)
 	}
 	after := f.secret("ns", "mnist-tf-config")
 	if got, want := string(after.Data[ClusterKey]), `{"worker":`+workers("ns", "mnist", 5, 2222)+`}`; got != want {
@@ -256,8 +361,8 @@ func TestSyncResize(t *testing.T) {
 	if after.UID != before.UID {
 		t.Errorf("Secret was replaced (uid %s → %s), want it updated in place", before.UID, after.UID)
 	}
-	if events := f.drainEvents(); !hasEvent(events, "Normal "+ReasonSecretUpdated) {
-		t.Errorf("events = %v, want %s", events, ReasonSecretUpdated)
+	if events := f.drainEvents(); len(events) != 1 || !hasEvent(events, "Normal "+ReasonSecretUpdated) {
+		t.Errorf("events = %v, want one %s", events, ReasonSecretUpdated)
 	}
 
 	// Parallelism alone changes (allowed by the API): the Job is reported, the Secret stays as it was.
@@ -286,11 +391,12 @@ func TestSyncBadJobs(t *testing.T) {
 		{"unknown role", makeJob("ns", "bad", 2).role("master").obj(), ReasonInvalidRole, "chief, worker, ps, evaluator"},
 		{"two chiefs", makeJob("ns", "bad", 2).role(RoleChief).obj(), ReasonInvalidReplicas, "set spec.parallelism and spec.completions to 1"},
 		{"zero tasks", makeJob("ns", "bad", 0).obj(), ReasonInvalidReplicas, "at least 1"},
+		{"hostname too long", makeJob("ns", strings.Repeat("x", 62), 11).obj(), ReasonInvalidName, "shorter Job name"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, tc.job)
-			result, writes := f.sync("ns", "bad")
+			result, writes := f.sync("ns", tc.job.Name)
 			if result != resultInvalid || len(writes) != 0 {
 				t.Errorf("result %s, writes %v; want invalid and no writes", result, writes)
 			}
@@ -300,52 +406,220 @@ func TestSyncBadJobs(t *testing.T) {
 			}
 		})
 	}
-
-	t.Run("hostname too long", func(t *testing.T) {
-		// The API server rejects such a Job; the controller must still not write a Secret for it.
-		name := strings.Repeat("x", 62)
-		f := newFixture(t, makeJob("ns", name, 11).obj())
-		if result, writes := f.sync("ns", name); result != resultInvalid || len(writes) != 0 {
-			t.Errorf("result %s, writes %v; want invalid and no writes", result, writes)
-		}
-		if events := f.drainEvents(); !hasEvent(events, "Warning "+ReasonInvalidName) {
-			t.Errorf("events = %v, want %s", events, ReasonInvalidName)
-		}
-	})
 }
 
+func TestSyncStatefulSet(t *testing.T) {
+	set := makeSet("ns", "tf", 3).serviceName("peers").port(3333, "")
+	f := newFixture(t, set.obj())
+
+	result, writes := f.syncSet("ns", "tf")
+	if want := []string{"apply secrets tf-tf-config", "create services peers"}; result != resultSynced || !slices.Equal(writes, want) {
+		t.Errorf("result %s, writes %v; want synced, %v", result, writes, want)
+	}
+	s := f.secret("ns", "tf-tf-config")
+	if got, want := string(s.Data[ClusterKey]), `{"worker":`+addrs("ns", "tf", "peers", 3, 3333)+`}`; got != want {
+		t.Errorf("cluster = %s, want %s", got, want)
+	}
+	ref := metav1.GetControllerOf(s)
+	if ref == nil || ref.Kind != "StatefulSet" || ref.APIVersion != "apps/v1" || ref.Name != "tf" || ref.UID != set.UID || *ref.BlockOwnerDeletion {
+		t.Errorf("Secret controller reference = %+v, want StatefulSet tf %s without blockOwnerDeletion", ref, set.UID)
+	}
+	if s.Labels[JobLabel] != "tf" {
+		t.Errorf("Secret labels = %v, want %s=tf", s.Labels, JobLabel)
+	}
+	svc := f.service("ns", "peers")
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses ||
+		!slices.Equal(keys(svc.Spec.Selector), []string{"app"}) || svc.Spec.Selector["app"] != "tf" ||
+		len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 3333 || !metav1.IsControlledBy(svc, set) {
+		t.Errorf("Service = %+v (owners %+v), want headless, publishing not-ready addresses, selecting app=tf on port 3333, controlled by the StatefulSet",
+			svc.Spec, svc.OwnerReferences)
+	}
+	if events := f.drainEvents(); !hasEvent(events, "Normal "+ReasonSecretApplied) || !hasEvent(events, "Normal "+ReasonServiceCreated) {
+		t.Errorf("events = %v, want %s and %s", events, ReasonSecretApplied, ReasonServiceCreated)
+	}
+
+	for _, n := range []int32{5, 2} {
+		f.updateSet(set.scale(n).obj())
+		if result, writes := f.syncSet("ns", "tf"); result != resultSynced || !slices.Equal(writes, []string{"apply secrets tf-tf-config"}) {
+			t.Errorf("scale to %d: result %s, writes %v; want synced, the Secret applied", n, result, writes)
+		}
+		if got, want := string(f.secret("ns", "tf-tf-config").Data[ClusterKey]), `{"worker":`+addrs("ns", "tf", "peers", int(n), 3333)+`}`; got != want {
+			t.Errorf("scale to %d: cluster = %s, want %s", n, got, want)
+		}
+		if events := f.drainEvents(); !hasEvent(events, "Normal "+ReasonSecretUpdated) {
+			t.Errorf("scale to %d: events = %v, want %s", n, events, ReasonSecretUpdated)
+		}
+	}
+
+	// Scaled to zero: no pod needs the Secret, which is kept for the scale-up.
+	f.updateSet(set.scale(0).obj())
+	if result, writes := f.syncSet("ns", "tf"); result != resultWaiting || len(writes) != 0 {
+		t.Errorf("scale to 0: result %s, writes %v; want waiting and no writes", result, writes)
+	}
+	if events := f.drainEvents(); len(events) != 1 || !strings.HasPrefix(events[0], "Normal "+ReasonScaledToZero) {
+		t.Errorf("scale to 0: events = %v, want one Normal %s", events, ReasonScaledToZero)
+	}
+	if got := string(f.secret("ns", "tf-tf-config").Data[ClusterKey]); got != `{"worker":`+addrs("ns", "tf", "peers", 2, 3333)+`}` {
+		t.Errorf("scale to 0: cluster = %s, want the 2-task cluster kept", got)
+	}
+}
+
+func TestStatefulSetServiceSelector(t *testing.T) {
+	set := makeSet("ns", "tf", 2)
+	set.Spec.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"tf"}}}}
+	set.Spec.Template.Labels = map[string]string{"app": "tf", "tier": "train"}
+	f := newFixture(t, set.obj())
+	f.syncSet("ns", "tf")
+	if got := f.service("ns", "tf").Spec.Selector; len(got) != 2 || got["app"] != "tf" || got["tier"] != "train" {
+		t.Errorf("Service selector = %v, want the template's labels when the StatefulSet selects by expressions", got)
+	}
+}
+
+func TestSyncBadStatefulSets(t *testing.T) {
+	tests := []struct {
+		name   string
+		set    *appsv1.StatefulSet
+		reason string
+		hint   string
+	}{
+		{"no serviceName", makeSet("ns", "bad", 2).serviceName("").obj(), ReasonMissingServiceName, "re-create it with one"},
+		{"serviceName not a Service name", makeSet("ns", "bad", 2).serviceName("9net").obj(), ReasonInvalidName, "serviceName \"9net\""},
+		{"ordinals not from 0", func() *appsv1.StatefulSet {
+			s := makeSet("ns", "bad", 2).obj()
+			s.Spec.Ordinals = &appsv1.StatefulSetOrdinals{Start: 1}
+			return s
+		}(), ReasonInvalidOrdinals, "remove spec.ordinals"},
+		{"UDP port", makeSet("ns", "bad", 2).port(2222, corev1.ProtocolUDP).obj(), ReasonInvalidPort, "TCP"},
+		{"two chiefs", makeSet("ns", "bad", 2).role(RoleChief).obj(), ReasonInvalidReplicas, "set spec.replicas to 1"},
+		{"hostname too long", makeSet("ns", strings.Repeat("x", 62), 11).obj(), ReasonInvalidName, "shorter StatefulSet name"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.set)
+			result, writes := f.syncSet("ns", tc.set.Name)
+			if result != resultInvalid || len(writes) != 0 {
+				t.Errorf("result %s, writes %v; want invalid and no writes", result, writes)
+			}
+			events := f.drainEvents()
+			if len(events) != 1 || !strings.HasPrefix(events[0], "Warning "+tc.reason+" ") || !strings.Contains(events[0], tc.hint) {
+				t.Errorf("events = %q, want one Warning %s saying %q", events, tc.reason, tc.hint)
+			}
+			// The operator reads the logs too.
+			if logs := f.logs(); !strings.Contains(logs, "Cannot be served") || !strings.Contains(logs, tc.reason) {
+				t.Errorf("logs = %s, want a line saying the StatefulSet cannot be served, with reason %s", logs, tc.reason)
+			}
+		})
+	}
+}
+
+// TestSyncForeignSecret: whatever is under the Secret's name and was not made by the controller is
+// left as it was, with a SecretConflict event, and the controller never reads it.
 func TestSyncForeignSecret(t *testing.T) {
-	foreign := makeSecret("ns", "mnist-tf-config", "mine")
-	f := newFixture(t, makeJob("ns", "mnist", 2).obj(), foreign)
+	const want = `{"worker":["mnist-0.mnist.ns.svc:2222","mnist-1.mnist.ns.svc:2222"]}`
+	secret := func(data map[string]string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "mnist-tf-config"}, Type: corev1.SecretTypeOpaque}
+		for k, v := range data {
+			if s.Data == nil {
+				s.Data = map[string][]byte{}
+			}
+			s.Data[k] = []byte(v)
+		}
+		return s
+	}
+	controlledByConfigMap := secret(map[string]string{ClusterKey: want})
+	controlledByConfigMap.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "u", Controller: ptrTrue()}}
 
-	result, writes := f.sync("ns", "mnist")
-	if result != resultConflict {
-		t.Errorf("result = %s, want %s", result, resultConflict)
+	tests := []struct {
+		name       string
+		foreign    *corev1.Secret
+		wantWrites []string
+		why        string // in the event
+	}{
+		// The apply would change a field another manager set: a conflict, nothing written.
+		{"its own cluster key", secret(map[string]string{ClusterKey: "written by hand"}), []string{"apply secrets mnist-tf-config"}, `conflict with "kubectl-create"`},
+		// The apply merges into these; the controller sees whose they are in the response and gives
+		// back what it added.
+		{"no cluster key", secret(map[string]string{"password": "hunter2"}), []string{"apply secrets mnist-tf-config", "apply secrets mnist-tf-config"}, `holds the key "password"`},
+		{"the same cluster", secret(map[string]string{ClusterKey: want}), []string{"apply secrets mnist-tf-config", "apply secrets mnist-tf-config"}, `"kubectl-create" wrote its data`},
+		{"empty", secret(nil), []string{"apply secrets mnist-tf-config", "apply secrets mnist-tf-config"}, `"kubectl-create" wrote its type`},
+		{"controlled by another object", controlledByConfigMap, []string{"apply secrets mnist-tf-config", "apply secrets mnist-tf-config"}, "not controlled by Job mnist"},
 	}
-	// The Service is independent of the Secret and still made.
-	if !slices.Equal(writes, []string{"create services mnist"}) {
-		t.Errorf("writes = %v, want only the Service created", writes)
-	}
-	if got := f.secret("ns", "mnist-tf-config"); string(got.Data[ClusterKey]) != "mine" || got.ResourceVersion != "1" {
-		t.Errorf("foreign Secret was modified: %+v", got)
-	}
-	if events := f.drainEvents(); !hasEvent(events, "Warning "+ReasonSecretConflict) {
-		t.Errorf("events = %v, want %s", events, ReasonSecretConflict)
-	}
-	if f.c.queue.Len() != 0 {
-		t.Errorf("conflict recheck should be delayed, queue has %d items now", f.c.queue.Len())
-	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, makeJob("ns", "mnist", 2).obj())
+			before := f.createSecret(tc.foreign, "kubectl-create")
 
-	// A Secret labelled for the Job but controlled by something else is foreign too.
-	other := makeSecret("ns", "other-tf-config", "theirs")
-	other.Labels = map[string]string{JobLabel: "other"}
-	other.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "u", Controller: ptrTrue()}}
-	f = newFixture(t, makeJob("ns", "other", 1).obj(), other)
-	if result, _ := f.sync("ns", "other"); result != resultConflict {
-		t.Errorf("Secret controlled by a ConfigMap: result = %s, want %s", result, resultConflict)
+			result, writes := f.sync("ns", "mnist")
+			if result != resultConflict {
+				t.Errorf("result = %s, want %s", result, resultConflict)
+			}
+			// The Service does not depend on the Secret and is still made.
+			if wantWrites := append(tc.wantWrites, "create services mnist"); !slices.Equal(writes, wantWrites) {
+				t.Errorf("writes = %v, want %v", writes, wantWrites)
+			}
+			after := f.secret("ns", "mnist-tf-config")
+			if !maps.EqualFunc(after.Data, before.Data, bytes.Equal) || !maps.Equal(after.Labels, before.Labels) || len(after.OwnerReferences) != len(before.OwnerReferences) {
+				t.Errorf("foreign Secret changed: data %q labels %v owners %+v; was data %q labels %v owners %+v",
+					after.Data, after.Labels, after.OwnerReferences, before.Data, before.Labels, before.OwnerReferences)
+			}
+			for _, e := range after.ManagedFields {
+				if e.Manager == FieldManager {
+					t.Errorf("the controller still owns fields of the foreign Secret: %s", e.FieldsV1.Raw)
+				}
+			}
+			events := f.drainEvents()
+			if !hasEvent(events, "Warning "+ReasonSecretConflict) || !strings.Contains(strings.Join(events, "\n"), tc.why) {
+				t.Errorf("events = %v, want %s saying %q", events, ReasonSecretConflict, tc.why)
+			}
+			if f.c.queue.Len() != 0 {
+				t.Errorf("conflict recheck should be delayed, queue has %d items now", f.c.queue.Len())
+			}
+			// Not the controller's, so never deleted with the Job.
+			if _, ok := f.c.appliedSecretOf(ownerKey{kindJob, "ns", "mnist"}); ok {
+				t.Errorf("the controller remembers the foreign Secret as its own")
+			}
+
+			// Once the user deletes it, the controller writes its own.
+			must(t, f.client.CoreV1().Secrets("ns").Delete(f.ctx, "mnist-tf-config", metav1.DeleteOptions{}))
+			if result, _ := f.sync("ns", "mnist"); result != resultSynced {
+				t.Errorf("after the foreign Secret was deleted: result %s, want synced", result)
+			}
+			if got := f.secret("ns", "mnist-tf-config"); string(got.Data[ClusterKey]) != want {
+				t.Errorf("cluster = %s, want %s", got.Data[ClusterKey], want)
+			}
+		})
 	}
-	if got := f.secret("ns", "other-tf-config"); string(got.Data[ClusterKey]) != "theirs" {
-		t.Errorf("Secret controlled by someone else was modified: %+v", got)
+}
+
+// A Secret the controller wrote by update (before it used server-side apply) is still its own: the
+// apply takes its fields over, even when the cluster changed.
+func TestSyncTakesOverSecretWrittenByUpdate(t *testing.T) {
+	job := makeJob("ns", "mnist", 3).obj()
+	f := newFixture(t, job)
+	old := desiredSecretByUpdate(jobWorkload{job}, []byte(`{"worker":["old"]}`))
+	f.createSecret(old, FieldManager)
+
+	if result, writes := f.sync("ns", "mnist"); result != resultSynced || !slices.Equal(writes, []string{"apply secrets mnist-tf-config", "apply secrets mnist-tf-config", "create services mnist"}) {
+		t.Errorf("result %s, writes %v; want synced after a forced second apply", result, writes)
+	}
+	s := f.secret("ns", "mnist-tf-config")
+	if got, want := string(s.Data[ClusterKey]), `{"worker":`+workers("ns", "mnist", 3, 2222)+`}`; got != want {
+		t.Errorf("cluster = %s, want %s", got, want)
+	}
+}
+
+// desiredSecretByUpdate is the Secret as versions before server-side apply created it.
+func desiredSecretByUpdate(w workload, cluster []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            SecretName(w.GetName()),
+			Namespace:       w.GetNamespace(),
+			Labels:          ownedLabels(w),
+			OwnerReferences: []metav1.OwnerReference{controllerRef(w)},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{ClusterKey: cluster},
 	}
 }
 
@@ -367,8 +641,43 @@ func TestSyncForeignService(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, makeJob("ns", "mnist", 2).obj(), tc.svc)
 			result, writes := f.sync("ns", "mnist")
-			if !slices.Equal(writes, []string{"create secrets mnist-tf-config"}) {
-				t.Errorf("writes = %v, want the Secret created and the Service left alone", writes)
+			if !slices.Equal(writes, []string{"apply secrets mnist-tf-config"}) {
+				t.Errorf("writes = %v, want the Secret applied and the Service left alone", writes)
+			}
+			events := f.drainEvents()
+			if got := hasEvent(events, "Warning "+ReasonServiceConflict); got != tc.wantEvent {
+				t.Errorf("events = %v, want a %s event: %v", events, ReasonServiceConflict, tc.wantEvent)
+			}
+			if wantResult := map[bool]string{true: resultConflict, false: resultSynced}[tc.wantEvent]; result != wantResult {
+				t.Errorf("result = %s, want %s", result, wantResult)
+			}
+		})
+	}
+
+	setTests := []struct {
+		name      string
+		svc       *corev1.Service
+		wantEvent bool
+	}{
+		{"headless, selecting the pods", makeService("ns", "tf", true, map[string]string{"app": "tf"}), false},
+		{"not headless", makeService("ns", "tf", false, map[string]string{"app": "tf"}), true},
+		{"selecting other pods", makeService("ns", "tf", true, map[string]string{"app": "web"}), true},
+		{"controlled by a Job of that name", func() *corev1.Service {
+			s := desiredService(jobWorkload{makeJob("ns", "tf", 2).obj()}, TaskSet{Subdomain: "tf", Port: 2222})
+			s.Spec.ClusterIP = corev1.ClusterIPNone
+			return s
+		}(), true},
+	}
+	for _, tc := range setTests {
+		t.Run("StatefulSet: "+tc.name, func(t *testing.T) {
+			f := newFixture(t, makeSet("ns", "tf", 2).obj(), tc.svc)
+			before := f.service("ns", "tf")
+			result, writes := f.syncSet("ns", "tf")
+			if !slices.Equal(writes, []string{"apply secrets tf-tf-config"}) {
+				t.Errorf("writes = %v, want the Secret applied and the Service left alone", writes)
+			}
+			if after := f.service("ns", "tf"); !maps.Equal(after.Spec.Selector, before.Spec.Selector) || after.Spec.ClusterIP != before.Spec.ClusterIP {
+				t.Errorf("foreign Service changed: %+v", after.Spec)
 			}
 			events := f.drainEvents()
 			if got := hasEvent(events, "Warning "+ReasonServiceConflict); got != tc.wantEvent {
@@ -383,16 +692,24 @@ func TestSyncForeignService(t *testing.T) {
 
 func TestSyncAdoptsObjectsOfEarlierJobOfSameName(t *testing.T) {
 	// A Job deleted with orphan propagation while the controller was down, then re-created.
-	old := makeJob("ns", "mnist", 2).uid("old-uid").obj()
-	stale := desiredSecret(old, []byte(`{"worker":["stale"]}`))
+	old := jobWorkload{makeJob("ns", "mnist", 2).uid("old-uid").obj()}
 	staleSvc := desiredService(old, TaskSet{Subdomain: "mnist", Port: 2222})
-	stripped := desiredSecret(makeJob("ns", "b", 1).obj(), []byte("x"))
-	stripped.OwnerReferences = nil // orphaned: the garbage collector removed the owner reference
-	f := newFixture(t, makeJob("ns", "mnist", 3).obj(), stale, staleSvc, makeJob("ns", "b", 1).uid("new-b").obj(), stripped)
+	f := newFixture(t, makeJob("ns", "mnist", 3).obj(), staleSvc, makeJob("ns", "b", 1).uid("new-b").obj())
+	// The old Job's Secret, applied by the controller.
+	_, err := f.client.CoreV1().Secrets("ns").Apply(f.ctx, secretApply(old, []byte(`{"worker":["stale"]}`)), metav1.ApplyOptions{FieldManager: FieldManager})
+	must(t, err)
+	// b's Secret, orphaned: the garbage collector removed the owner reference by update.
+	oldB := jobWorkload{makeJob("ns", "b", 1).uid("old-b").obj()}
+	stripped, err := f.client.CoreV1().Secrets("ns").Apply(f.ctx, secretApply(oldB, []byte("x")), metav1.ApplyOptions{FieldManager: FieldManager})
+	must(t, err)
+	stripped.OwnerReferences = nil
+	_, err = f.client.CoreV1().Secrets("ns").Update(f.ctx, stripped, metav1.UpdateOptions{FieldManager: "generic-garbage-collector"})
+	must(t, err)
+	f.refreshCaches()
 
 	if result, writes := f.sync("ns", "mnist"); result != resultSynced ||
-		!slices.Equal(writes, []string{"update secrets mnist-tf-config", "update services mnist"}) {
-		t.Errorf("result %s, writes %v; want the Secret and Service updated", result, writes)
+		!slices.Equal(writes, []string{"apply secrets mnist-tf-config", "update services mnist"}) {
+		t.Errorf("result %s, writes %v; want the Secret applied and the Service updated", result, writes)
 	}
 	s := f.secret("ns", "mnist-tf-config")
 	if ref := metav1.GetControllerOf(s); ref == nil || ref.UID != "uid-ns-mnist" || len(s.OwnerReferences) != 1 {
@@ -405,67 +722,160 @@ func TestSyncAdoptsObjectsOfEarlierJobOfSameName(t *testing.T) {
 		t.Errorf("Service controller = %+v, want the new Job", ref)
 	}
 
-	if result, writes := f.sync("ns", "b"); result != resultSynced || !slices.Equal(writes, []string{"update secrets b-tf-config", "create services b"}) {
+	if result, writes := f.sync("ns", "b"); result != resultSynced || !slices.Equal(writes, []string{"apply secrets b-tf-config", "create services b"}) {
 		t.Errorf("orphaned Secret: result %s, writes %v; want it adopted", result, writes)
+	}
+	if ref := metav1.GetControllerOf(f.secret("ns", "b-tf-config")); ref == nil || ref.UID != "new-b" {
+		t.Errorf("orphaned Secret controller = %+v, want Job b", ref)
 	}
 }
 
 func TestSyncCleanup(t *testing.T) {
-	job := makeJob("ns", "mnist", 2).obj()
-	foreignLabelled := makeSecret("ns", "keep", "x")
+	const ns = "ns"
+	w := makeJob(ns, "mnist", 2)
+	foreignLabelled := makeService(ns, "keep", true, nil)
 	foreignLabelled.Labels = map[string]string{JobLabel: "mnist"}
 	foreignLabelled.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "u", Controller: ptrTrue()}}
-	owned := func() []runtime.Object {
-		return []runtime.Object{
-			desiredSecret(job, []byte("{}")),
-			desiredService(job, TaskSet{Subdomain: "mnist", Port: 2222}),
-			foreignLabelled,
-			makeSecret("ns", "unrelated", "x"),
+	// synced is a fixture where the controller has made the Job's Secret and Service.
+	synced := func(t *testing.T) *fixture {
+		f := newFixture(t, w.obj(), foreignLabelled, makeSecret(ns, "unrelated", "x"))
+		if result, _ := f.sync(ns, "mnist"); result != resultSynced {
+			t.Fatalf("first sync: %s", result)
 		}
+		return f
 	}
 	wantDeleted := []string{"delete secrets mnist-tf-config", "delete services mnist"}
 
 	t.Run("Job gone", func(t *testing.T) {
-		f := newFixture(t, owned()...)
-		if result, writes := f.sync("ns", "mnist"); result != resultCleaned || !slices.Equal(writes, wantDeleted) {
+		f := synced(t)
+		must(t, f.client.BatchV1().Jobs(ns).Delete(f.ctx, "mnist", metav1.DeleteOptions{}))
+		f.refreshCaches()
+		if result, writes := f.sync(ns, "mnist"); result != resultCleaned || !slices.Equal(writes, wantDeleted) {
 			t.Errorf("result %s, writes %v; want cleaned, %v", result, writes, wantDeleted)
 		}
-		f.absent(func() error {
-			_, err := f.client.CoreV1().Secrets("ns").Get(f.ctx, "mnist-tf-config", metav1.GetOptions{})
-			return err
-		}, "Secret")
-		f.secret("ns", "keep")
-		f.secret("ns", "unrelated")
-		if result, writes := f.sync("ns", "mnist"); result != resultCleaned || len(writes) != 0 {
+		f.secretAbsent(ns, "mnist-tf-config")
+		f.service(ns, "keep")
+		f.secret(ns, "unrelated")
+		if result, writes := f.sync(ns, "mnist"); result != resultCleaned || len(writes) != 0 {
 			t.Errorf("second cleanup: result %s, writes %v; want nothing to do", result, writes)
 		}
 	})
 	t.Run("Job being deleted (orphan propagation, no garbage collector)", func(t *testing.T) {
-		f := newFixture(t, append(owned(), makeJob("ns", "mnist", 2).deleting().obj())...)
-		if result, writes := f.sync("ns", "mnist"); result != resultCleaned || !slices.Equal(writes, wantDeleted) {
+		f := synced(t)
+		f.updateJob(makeJob(ns, "mnist", 2).deleting().obj())
+		if result, writes := f.sync(ns, "mnist"); result != resultCleaned || !slices.Equal(writes, wantDeleted) {
 			t.Errorf("result %s, writes %v; want cleaned, %v", result, writes, wantDeleted)
 		}
 	})
 	t.Run("opt-in label removed", func(t *testing.T) {
-		f := newFixture(t, append(owned(), makeJob("ns", "mnist", 2).noLabel(OptInLabel).obj())...)
-		if result, writes := f.sync("ns", "mnist"); result != resultCleaned || !slices.Equal(writes, wantDeleted) {
+		f := synced(t)
+		f.updateJob(makeJob(ns, "mnist", 2).noLabel(OptInLabel).obj())
+		if result, writes := f.sync(ns, "mnist"); result != resultCleaned || !slices.Equal(writes, wantDeleted) {
 			t.Errorf("result %s, writes %v; want cleaned, %v", result, writes, wantDeleted)
 		}
 	})
-	t.Run("cache behind the API server", func(t *testing.T) {
-		f := newFixture(t, owned()...)
-		// The Job exists but the cache has not seen it yet: nothing may be deleted.
-		if _, err := f.client.BatchV1().Jobs("ns").Create(f.ctx, job, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+	t.Run("another Secret under the name since", func(t *testing.T) {
+		f := synced(t)
+		// The user replaced the controller's Secret with their own.
+		must(t, f.client.CoreV1().Secrets(ns).Delete(f.ctx, "mnist-tf-config", metav1.DeleteOptions{}))
+		mine := makeSecret(ns, "mnist-tf-config", "mine")
+		mine.UID = "uid-users"
+		f.createSecret(mine, "kubectl-create")
+		must(t, f.client.BatchV1().Jobs(ns).Delete(f.ctx, "mnist", metav1.DeleteOptions{}))
+		f.refreshCaches()
+		if result, _ := f.sync(ns, "mnist"); result != resultCleaned {
+			t.Errorf("result %s, want cleaned", result)
 		}
-		f.client.ClearActions()
-		result, err := f.c.sync(f.ctx, "ns/mnist")
+		if got := f.secret(ns, "mnist-tf-config"); string(got.Data[ClusterKey]) != "mine" {
+			t.Errorf("the user's Secret was touched: %+v", got)
+		}
+	})
+	t.Run("Secret made by an earlier controller instance", func(t *testing.T) {
+		f := synced(t)
+		must(t, f.client.BatchV1().Jobs(ns).Delete(f.ctx, "mnist", metav1.DeleteOptions{}))
+		// A new instance knows nothing about the Secret: it leaves it to the garbage collector, which
+		// deletes it through its owner reference.
+		f.c = NewController(f.client, WithEventRecorder(f.events))
+		f.refreshCaches()
+		if result, writes := f.sync(ns, "mnist"); result != resultCleaned || !slices.Equal(writes, []string{"delete services mnist"}) {
+			t.Errorf("result %s, writes %v; want cleaned, only the Service deleted", result, writes)
+		}
+		if ref := metav1.GetControllerOf(f.secret(ns, "mnist-tf-config")); ref == nil || ref.UID != w.UID {
+			t.Errorf("Secret left without its owner reference for the garbage collector: %+v", ref)
+		}
+	})
+	t.Run("cache behind the API server", func(t *testing.T) {
+		f := synced(t)
+		// The cache lost the Job but the API server has it: nothing may be deleted.
+		must(t, f.c.jobIndexer.Replace(nil, ""))
+		result, err := f.c.sync(f.ctx, ownerKey{kindJob, ns, "mnist"})
 		if err == nil || result != resultError {
 			t.Errorf("sync = %s, %v; want an error so the key is retried", result, err)
 		}
-		f.secret("ns", "mnist-tf-config")
-		f.service("ns", "mnist")
+		if writes := writesOf(f.client.Actions()); len(writes) != 0 {
+			t.Errorf("writes = %v, want none", writes)
+		}
 	})
+	t.Run("StatefulSet deleted", func(t *testing.T) {
+		f := newFixture(t, makeSet(ns, "tf", 2).obj(), makeJob(ns, "tf2", 1).subdomain("tf2").obj())
+		f.syncSet(ns, "tf")
+		must(t, f.client.AppsV1().StatefulSets(ns).Delete(f.ctx, "tf", metav1.DeleteOptions{}))
+		f.refreshCaches()
+		if result, writes := f.syncSet(ns, "tf"); result != resultCleaned || !slices.Equal(writes, []string{"delete secrets tf-tf-config", "delete services tf"}) {
+			t.Errorf("result %s, writes %v; want the StatefulSet's Secret and Service deleted", result, writes)
+		}
+	})
+}
+
+// TestSyncNamesakes: a Job and a StatefulSet of the same name would share the Secret name; the one
+// created first keeps it, the other waits with a Warning.
+func TestSyncNamesakes(t *testing.T) {
+	const ns = "ns"
+	early, late := metav1.NewTime(time.Unix(1000, 0)), metav1.NewTime(time.Unix(2000, 0))
+	for _, tc := range []struct {
+		name        string
+		job, set    metav1.Time
+		winner      ownerKey
+		loser       ownerKey
+		loserReason string
+	}{
+		{"Job first", early, late, ownerKey{kindJob, ns, "tf"}, ownerKey{kindStatefulSet, ns, "tf"}, "Job tf was created first"},
+		{"StatefulSet first", late, early, ownerKey{kindStatefulSet, ns, "tf"}, ownerKey{kindJob, ns, "tf"}, "StatefulSet tf was created first"},
+		{"same second: the Job", early, early, ownerKey{kindJob, ns, "tf"}, ownerKey{kindStatefulSet, ns, "tf"}, "Job tf was created first"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := makeJob(ns, "tf", 2).subdomain("tf-job").created(tc.job).obj()
+			set := makeSet(ns, "tf", 3).serviceName("tf-set").created(tc.set).obj()
+			f := newFixture(t, job, set)
+			if result, writes := f.syncKey(tc.loser); result != resultConflict || len(writes) != 0 {
+				t.Errorf("loser: result %s, writes %v; want conflict and no writes", result, writes)
+			}
+			if events := f.drainEvents(); len(events) != 1 || !strings.HasPrefix(events[0], "Warning "+ReasonSecretConflict) || !strings.Contains(events[0], tc.loserReason) {
+				t.Errorf("loser: events %v, want a %s saying %q", events, ReasonSecretConflict, tc.loserReason)
+			}
+			if result, _ := f.syncKey(tc.winner); result != resultSynced {
+				t.Errorf("winner: result %s, want synced", result)
+			}
+			if ref := metav1.GetControllerOf(f.secret(ns, "tf-tf-config")); ref == nil || ref.Kind != string(tc.winner.kind) {
+				t.Errorf("Secret controller = %+v, want the %s", ref, tc.winner.kind)
+			}
+
+			// The winner goes: its Secret is deleted, and the loser's next reconcile takes the name.
+			if tc.winner.kind == kindJob {
+				must(t, f.client.BatchV1().Jobs(ns).Delete(f.ctx, "tf", metav1.DeleteOptions{}))
+			} else {
+				must(t, f.client.AppsV1().StatefulSets(ns).Delete(f.ctx, "tf", metav1.DeleteOptions{}))
+			}
+			f.refreshCaches()
+			f.syncKey(tc.winner)
+			if result, _ := f.syncKey(tc.loser); result != resultSynced {
+				t.Errorf("loser after the winner left: result %s, want synced", result)
+			}
+			if ref := metav1.GetControllerOf(f.secret(ns, "tf-tf-config")); ref == nil || ref.Kind != string(tc.loser.kind) {
+				t.Errorf("Secret controller = %+v, want the %s", ref, tc.loser.kind)
+			}
+		})
+	}
 }
 
 func TestSyncGroup(t *testing.T) {
@@ -491,12 +901,34 @@ func TestSyncGroup(t *testing.T) {
 			}
 		}
 		// The evaluator is not in the cluster and gets no Service.
-		f.absent(func() error {
-			_, err := f.client.CoreV1().Services(ns).Get(f.ctx, "e", metav1.GetOptions{})
-			return err
-		}, "evaluator Service")
+		f.serviceAbsent(ns, "e")
 		for _, name := range []string{"c", "p", "w"} {
 			f.service(ns, name)
+		}
+	})
+
+	t.Run("a StatefulSet member", func(t *testing.T) {
+		// Parameter servers as a StatefulSet, which outlives the Jobs that train against it.
+		psSet := makeSet(ns, "p", 2).group("g").role(RolePS).port(2223, "").serviceName("p")
+		f := newFixture(t, chief.obj(), psSet.obj(), worker.obj())
+		for _, key := range []ownerKey{{kindJob, ns, "c"}, {kindStatefulSet, ns, "p"}, {kindJob, ns, "w"}} {
+			if result, _ := f.syncKey(key); result != resultSynced {
+				t.Errorf("%s: result %s, want synced; events %v", key, result, f.drainEvents())
+			}
+			if got := string(f.secret(ns, key.name+"-tf-config").Data[ClusterKey]); got != want {
+				t.Errorf("%s: cluster = %s, want %s", key, got, want)
+			}
+		}
+		if sel := f.service(ns, "p").Spec.Selector; sel["app"] != "p" {
+			t.Errorf("StatefulSet Service selector = %v, want app=p", sel)
+		}
+		// Scaling the StatefulSet changes every member's Secret.
+		f.updateSet(psSet.scale(3).obj())
+		for _, key := range []ownerKey{{kindJob, ns, "c"}, {kindStatefulSet, ns, "p"}} {
+			f.syncKey(key)
+			if got := string(f.secret(ns, key.name+"-tf-config").Data[ClusterKey]); !strings.Contains(got, "p-2.p.ns.svc:2223") {
+				t.Errorf("%s after scaling ps to 3: cluster = %s", key, got)
+			}
 		}
 	})
 
@@ -529,29 +961,27 @@ func TestSyncGroup(t *testing.T) {
 
 	badGroups := []struct {
 		name   string
-		jobs   []*batchv1.Job
+		objs   []runtime.Object
 		reason string
 		hint   string
 	}{
-		{"two workers", []*batchv1.Job{worker.obj(), makeJob(ns, "w2", 2).group("g").obj()}, ReasonInvalidGroup, "both have role worker"},
-		{"bad sibling", []*batchv1.Job{worker.obj(), makeJob(ns, "p2", 2).group("g").role(RolePS).nonIndexed().obj()}, ReasonInvalidGroup, `Job "p2" of group "g" cannot be served`},
-		{"ps without workers", []*batchv1.Job{makeJob(ns, "w", 2).group("g").role(RolePS).obj()}, ReasonInvalidGroup, "no chief or worker"},
-		{"roles disagree", []*batchv1.Job{
+		{"two workers", []runtime.Object{worker.obj(), makeJob(ns, "w2", 2).group("g").obj()}, ReasonInvalidGroup, "both have role worker"},
+		{"a Job and a StatefulSet with one role", []runtime.Object{worker.obj(), makeSet(ns, "w2", 2).group("g").obj()}, ReasonInvalidGroup, `Job "w" and StatefulSet "w2" both have role worker`},
+		{"bad sibling", []runtime.Object{worker.obj(), makeJob(ns, "p2", 2).group("g").role(RolePS).nonIndexed().obj()}, ReasonInvalidGroup, `Job "p2" of group "g" cannot be served`},
+		{"bad StatefulSet sibling", []runtime.Object{worker.obj(), makeSet(ns, "p2", 2).group("g").role(RolePS).serviceName("").obj()}, ReasonInvalidGroup, `StatefulSet "p2" of group "g" cannot be served`},
+		{"ps without workers", []runtime.Object{makeJob(ns, "w", 2).group("g").role(RolePS).obj()}, ReasonInvalidGroup, "no chief or worker"},
+		{"roles disagree", []runtime.Object{
 			makeJob(ns, "w", 2).group("g").annotation(GroupRolesAnnotation, "worker").obj(),
 			makeJob(ns, "x", 2).group("g").role(RolePS).annotation(GroupRolesAnnotation, "ps,worker").obj(),
 		}, ReasonInvalidGroup, "disagree"},
-		{"role not declared", []*batchv1.Job{
+		{"role not declared", []runtime.Object{
 			makeJob(ns, "w", 2).group("g").annotation(GroupRolesAnnotation, "worker").obj(),
 			makeJob(ns, "x", 2).group("g").role(RolePS).obj(),
 		}, ReasonInvalidGroup, "does not list"},
 	}
 	for _, tc := range badGroups {
 		t.Run(tc.name, func(t *testing.T) {
-			var objs []runtime.Object
-			for _, j := range tc.jobs {
-				objs = append(objs, j)
-			}
-			f := newFixture(t, objs...)
+			f := newFixture(t, tc.objs...)
 			if result, writes := f.sync(ns, "w"); result != resultInvalid || len(writes) != 0 {
 				t.Errorf("result %s, writes %v; want invalid and no writes", result, writes)
 			}
@@ -562,19 +992,21 @@ func TestSyncGroup(t *testing.T) {
 	}
 }
 
-func TestJobEventFilter(t *testing.T) {
+func TestWorkloadEventFilter(t *testing.T) {
 	f := newFixture(t)
 	old := makeJob("ns", "a", 2).group("g").obj()
-	sibling := makeJob("ns", "b", 2).group("g").obj()
+	sibling := makeSet("ns", "b", 2).group("g").obj()
+	namesake := makeSet("ns", "a", 2).obj()
 	must(t, f.c.jobIndexer.Add(old))
-	must(t, f.c.jobIndexer.Add(sibling))
+	must(t, f.c.setIndexer.Add(sibling))
+	must(t, f.c.setIndexer.Add(namesake))
 	queued := func() []string {
 		var keys []string
 		for f.c.queue.Len() > 0 {
 			k, _ := f.c.queue.Get()
 			f.c.queue.Done(k)
 			f.c.queue.Forget(k)
-			keys = append(keys, k)
+			keys = append(keys, k.String())
 		}
 		slices.Sort(keys)
 		return keys
@@ -582,31 +1014,46 @@ func TestJobEventFilter(t *testing.T) {
 	status := old.DeepCopy()
 	status.ResourceVersion = "2"
 	status.Status.Active = 2
-	f.c.onJobUpdate(old, status)
+	f.c.onWorkloadUpdate(old, status)
+	setStatus := sibling.DeepCopy()
+	setStatus.ResourceVersion = "2"
+	setStatus.Status.ReadyReplicas = 2
+	f.c.onWorkloadUpdate(sibling, setStatus)
 	if got := queued(); len(got) != 0 {
-		t.Errorf("status-only update queued %v, want nothing", got)
+		t.Errorf("status-only updates queued %v, want nothing", got)
 	}
-	f.c.onJobUpdate(old, old)
-	if got := queued(); !slices.Equal(got, []string{"ns/a"}) {
+	f.c.onWorkloadUpdate(old, old)
+	if got := queued(); !slices.Equal(got, []string{"Job/ns/a"}) {
 		t.Errorf("resync queued %v, want the Job alone", got)
 	}
 	resized := old.DeepCopy()
 	resized.ResourceVersion, resized.Generation = "3", 2
-	f.c.onJobUpdate(old, resized)
-	if got := queued(); !slices.Equal(got, []string{"ns/a", "ns/b"}) {
+	f.c.onWorkloadUpdate(old, resized)
+	if got := queued(); !slices.Equal(got, []string{"Job/ns/a", "StatefulSet/ns/b"}) {
 		t.Errorf("spec update queued %v, want the Job and its group", got)
 	}
-	f.c.enqueueOwner(desiredSecret(old, nil))
-	if got := queued(); !slices.Equal(got, []string{"ns/a"}) {
-		t.Errorf("Secret event queued %v, want its Job", got)
+	scaled := sibling.DeepCopy()
+	scaled.ResourceVersion, scaled.Generation = "3", 2
+	f.c.onWorkloadUpdate(sibling, scaled)
+	if got := queued(); !slices.Equal(got, []string{"Job/ns/a", "StatefulSet/ns/b"}) {
+		t.Errorf("StatefulSet scale queued %v, want it and its group", got)
 	}
-	f.c.onService(makeService("ns", "b", true, nil)) // a Service named like b's subdomain
-	if got := queued(); !slices.Equal(got, []string{"ns/b"}) {
-		t.Errorf("Service event queued %v, want the Job using that subdomain", got)
+	f.c.onWorkloadDeleted(old)
+	if got := queued(); !slices.Equal(got, []string{"Job/ns/a", "StatefulSet/ns/a", "StatefulSet/ns/b"}) {
+		t.Errorf("Job deletion queued %v, want it, its group and its namesake", got)
+	}
+	f.c.onService(desiredService(jobWorkload{old}, TaskSet{Subdomain: "a", Port: 1}))
+	if got := queued(); !slices.Equal(got, []string{"Job/ns/a", "StatefulSet/ns/a"}) {
+		t.Errorf("Service event queued %v, want its Job and the StatefulSet using that service name", got)
+	}
+	f.c.onService(makeService("ns", "b", true, nil)) // a Service named like b's serviceName
+	if got := queued(); !slices.Equal(got, []string{"StatefulSet/ns/b"}) {
+		t.Errorf("Service event queued %v, want the StatefulSet using that service name", got)
 	}
 }
 
-// TestRun runs the controller with its informers on a fake clientset: create, resize and delete a Job.
+// TestRun runs the controller with its informers on a fake clientset: create, resize and delete a Job
+// and a StatefulSet. It never reads a Secret.
 func TestRun(t *testing.T) {
 	client := fake.NewClientset()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -626,14 +1073,25 @@ func TestRun(t *testing.T) {
 	}))
 
 	w := makeJob("ns", "mnist", 2)
-	if _, err := client.BatchV1().Jobs("ns").Create(ctx, w.obj(), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	set := makeSet("ns", "tf", 2)
+	_, err := client.BatchV1().Jobs("ns").Create(ctx, w.obj(), metav1.CreateOptions{})
+	must(t, err)
+	_, err = client.AppsV1().StatefulSets("ns").Create(ctx, set.obj(), metav1.CreateOptions{})
+	must(t, err)
+	// The test reads Secrets from the tracker, so that every Secret request in the fake's log is the
+	// controller's.
+	getSecret := func(name string) (*corev1.Secret, error) {
+		obj, err := client.Tracker().Get(secretsResource, "ns", SecretName(name))
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*corev1.Secret), nil
 	}
-	waitForCluster := func(want string) {
+	waitForCluster := func(name, want string) {
 		t.Helper()
 		var got string
 		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-			s, err := client.CoreV1().Secrets("ns").Get(ctx, "mnist-tf-config", metav1.GetOptions{})
+			s, err := getSecret(name)
 			if err != nil {
 				got = err.Error()
 				return false, nil
@@ -642,23 +1100,30 @@ func TestRun(t *testing.T) {
 			return got == want, nil
 		})
 		if err != nil {
-			t.Fatalf("cluster = %s, want %s", got, want)
+			t.Fatalf("%s: cluster = %s, want %s", name, got, want)
 		}
 	}
-	waitForCluster(`{"worker":` + workers("ns", "mnist", 2, 2222) + `}`)
+	waitForCluster("mnist", `{"worker":`+workers("ns", "mnist", 2, 2222)+`}`)
+	waitForCluster("tf", `{"worker":`+workers("ns", "tf", 2, 2222)+`}`)
 
-	if _, err := client.BatchV1().Jobs("ns").Update(ctx, w.size(4).obj(), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitForCluster(`{"worker":` + workers("ns", "mnist", 4, 2222) + `}`)
+	_, err = client.BatchV1().Jobs("ns").Update(ctx, w.size(4).obj(), metav1.UpdateOptions{})
+	must(t, err)
+	_, err = client.AppsV1().StatefulSets("ns").Update(ctx, set.scale(3).obj(), metav1.UpdateOptions{})
+	must(t, err)
+	waitForCluster("mnist", `{"worker":`+workers("ns", "mnist", 4, 2222)+`}`)
+	waitForCluster("tf", `{"worker":`+workers("ns", "tf", 3, 2222)+`}`)
 
-	if err := client.BatchV1().Jobs("ns").Delete(ctx, "mnist", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, client.BatchV1().Jobs("ns").Delete(ctx, "mnist", metav1.DeleteOptions{}))
+	must(t, client.AppsV1().StatefulSets("ns").Delete(ctx, "tf", metav1.DeleteOptions{}))
 	must(t, wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, errSecret := client.CoreV1().Secrets("ns").Get(ctx, "mnist-tf-config", metav1.GetOptions{})
-		_, errSvc := client.CoreV1().Services("ns").Get(ctx, "mnist", metav1.GetOptions{})
-		return apierrors.IsNotFound(errSecret) && apierrors.IsNotFound(errSvc), nil
+		for _, name := range []string{"mnist", "tf"} {
+			_, errSecret := getSecret(name)
+			_, errSvc := client.CoreV1().Services("ns").Get(ctx, name, metav1.GetOptions{})
+			if !apierrors.IsNotFound(errSecret) || !apierrors.IsNotFound(errSvc) {
+				return false, nil
+			}
+		}
+		return true, nil
 	}))
 
 	// Events reach the API server through the broadcaster Run starts.
@@ -667,12 +1132,24 @@ func TestRun(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		return slices.ContainsFunc(ev.Items, func(e corev1.Event) bool { return e.Reason == ReasonSecretCreated }), nil
+		return slices.ContainsFunc(ev.Items, func(e corev1.Event) bool {
+			return e.Reason == ReasonSecretApplied && e.InvolvedObject.Kind == "StatefulSet"
+		}), nil
 	}))
 	if after, _ := synced(reconcilesTotal.WithLabelValues(resultSynced)); after <= before {
 		t.Errorf("muster_tfconfig_reconciles_total{result=synced} went from %v to %v, want it to grow", before, after)
 	}
 	if err := c.Run(ctx, 1); err == nil {
 		t.Errorf("second Run succeeded, want an error")
+	}
+	// Least privilege: the controller wrote Secrets and never read one.
+	verbs := map[string]bool{}
+	for _, a := range client.Actions() {
+		if a.GetResource().Resource == "secrets" {
+			verbs[a.GetVerb()] = true
+		}
+	}
+	if got := slices.Sorted(maps.Keys(verbs)); !slices.Equal(got, []string{"delete", "patch"}) {
+		t.Errorf("the controller's requests on Secrets = %v, want only patch (apply) and delete", got)
 	}
 }

@@ -68,10 +68,11 @@ func TestControllerManifests(t *testing.T) {
 
 	// Permissions: group/resource → verbs, exactly.
 	want := map[string][]string{
-		"batch/jobs": {"get", "list", "watch"},
-		"/secrets":   {"get", "list", "watch", "create", "update", "delete"},
-		"/services":  {"get", "list", "watch", "create", "update", "delete"},
-		"/events":    {"create", "patch"},
+		"batch/jobs":        {"get", "list", "watch"},
+		"apps/statefulsets": {"get", "list", "watch"},
+		"/secrets":          {"create", "patch", "delete"}, // server-side apply and delete by name: never read
+		"/services":         {"get", "list", "watch", "create", "update", "delete"},
+		"/events":           {"create", "patch"},
 	}
 	got := map[string][]string{}
 	for _, r := range clusterRole.Rules {

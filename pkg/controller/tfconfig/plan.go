@@ -6,21 +6,21 @@ import (
 	"sort"
 	"strings"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// optedIn reports whether the Job asks for a TF_CONFIG Secret and is not being deleted.
-func optedIn(job *batchv1.Job) bool {
-	return job.Labels[OptInLabel] == "true" && job.DeletionTimestamp == nil
+// optedIn reports whether the workload asks for a TF_CONFIG Secret and is not being deleted.
+func optedIn(w metav1.Object) bool {
+	return w.GetLabels()[OptInLabel] == "true" && w.GetDeletionTimestamp() == nil
 }
 
-// groupOf returns the Job's group name, or "" for a Job that forms a cluster on its own.
-func groupOf(job *batchv1.Job) string { return job.Labels[GroupLabel] }
+// groupOf returns the workload's group name, or "" for one that forms a cluster on its own.
+func groupOf(w metav1.Object) string { return w.GetLabels()[GroupLabel] }
 
-// roleOf returns the Job's TensorFlow role (worker when not annotated).
-func roleOf(job *batchv1.Job) (Role, error) {
-	v, ok := job.Annotations[RoleAnnotation]
+// roleOf returns the workload's TensorFlow role (worker when not annotated).
+func roleOf(w metav1.Object) (Role, error) {
+	v, ok := w.GetAnnotations()[RoleAnnotation]
 	if !ok {
 		return RoleWorker, nil
 	}
@@ -29,45 +29,6 @@ func roleOf(job *batchv1.Job) (Role, error) {
 		return "", invalidf(ReasonInvalidRole, "annotation %s: %v", RoleAnnotation, err)
 	}
 	return r, nil
-}
-
-// taskSetFor checks that the Job can serve as one role of a TensorFlow cluster and returns it. Errors
-// are *InvalidError whose message says how to fix the Job.
-func taskSetFor(job *batchv1.Job) (TaskSet, error) {
-	role, err := roleOf(job)
-	if err != nil {
-		return TaskSet{}, err
-	}
-	if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion {
-		return TaskSet{}, invalidf(ReasonNotIndexed, "Job is not Indexed: set spec.completionMode: Indexed so each pod gets a stable index and the hostname %s-<index>", job.Name)
-	}
-	// The API server defaults parallelism to 1 and requires completions for Indexed Jobs.
-	parallelism, completions := int32(1), int32(-1)
-	if job.Spec.Parallelism != nil {
-		parallelism = *job.Spec.Parallelism
-	}
-	if job.Spec.Completions != nil {
-		completions = *job.Spec.Completions
-	}
-	if parallelism != completions {
-		return TaskSet{}, invalidf(ReasonParallelismMismatch, "spec.parallelism (%d) differs from spec.completions (%s): every TensorFlow task must run at once, so set both to the number of tasks (change them together to resize)", parallelism, optionalInt(job.Spec.Completions))
-	}
-	port, err := tfPort(&job.Spec.Template.Spec)
-	if err != nil {
-		return TaskSet{}, err
-	}
-	ts := TaskSet{
-		Role:      role,
-		JobName:   job.Name,
-		Subdomain: job.Spec.Template.Spec.Subdomain,
-		Port:      port,
-		Replicas:  completions,
-	}
-	// The builder's checks, so that a bad Job is reported as itself and not as "the group".
-	if err := validateTaskSet(ts); err != nil {
-		return TaskSet{}, err
-	}
-	return ts, nil
 }
 
 func optionalInt(p *int32) string {
@@ -103,50 +64,57 @@ func tfPort(spec *corev1.PodSpec) (int32, error) {
 	return found, nil
 }
 
-// plan is what reconciling one Job needs: its own task set and the cluster spec of its whole group,
-// or the reason it cannot be served yet.
+// plan is what reconciling one workload needs: its own task set and the cluster spec of its whole
+// group, or the reason it cannot be served yet.
 type plan struct {
 	self    TaskSet
 	cluster []byte
-	// problem is set when no Secret may be written; waiting tells a group still being created
-	// (a Normal event) from a Job that has to be fixed (a Warning).
+	// problem is set when no Secret may be written; waiting tells a state that will pass (a group
+	// still being created, a StatefulSet scaled to zero: a Normal event) from a workload that has to be
+	// fixed (a Warning).
 	problem *InvalidError
 	waiting bool
 	tasks   int32 // tasks listed in cluster
 }
 
-// planFor computes the plan of job, whose group (job included, deleted Jobs excluded) is members.
-func planFor(job *batchv1.Job, members []*batchv1.Job) plan {
-	self, err := taskSetFor(job)
+// planFor computes the plan of w, whose group (w included or not, deleted members excluded) is members.
+func planFor(w workload, members []workload) plan {
+	self, err := w.taskSet()
 	if err != nil {
-		return plan{problem: asInvalid(err)}
+		ie := asInvalid(err)
+		return plan{problem: ie, waiting: ie.Reason == ReasonScaledToZero}
 	}
-	group := groupOf(job)
+	group := groupOf(w)
 	if group == "" {
-		members = []*batchv1.Job{job}
+		members = nil
 	}
-	members = withJob(members, job)
-	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+	members = withSelf(members, w)
+	sort.Slice(members, func(i, j int) bool {
+		if members[i].GetName() != members[j].GetName() {
+			return members[i].GetName() < members[j].GetName()
+		}
+		return members[i].kind() < members[j].kind()
+	})
 
 	sets := make([]TaskSet, 0, len(members))
 	wantRoles, wantFrom := "", ""
 	for _, m := range members {
 		ts := self
-		if m.Name != job.Name {
-			if ts, err = taskSetFor(m); err != nil {
-				return plan{problem: invalidf(ReasonInvalidGroup, "Job %q of group %q cannot be served (%v): fix or delete it", m.Name, group, err)}
+		if keyOf(m) != keyOf(w) {
+			if ts, err = m.taskSet(); err != nil {
+				return plan{problem: invalidf(ReasonInvalidGroup, "%s %q of group %q cannot be served (%v): fix or delete it", m.kind(), m.GetName(), group, err)}
 			}
 		}
 		sets = append(sets, ts)
-		if v, ok := m.Annotations[GroupRolesAnnotation]; ok {
+		if v, ok := m.GetAnnotations()[GroupRolesAnnotation]; ok {
 			norm, err := normalizeRoles(v)
 			if err != nil {
-				return plan{problem: invalidf(ReasonInvalidGroup, "Job %q: annotation %s: %v", m.Name, GroupRolesAnnotation, err)}
+				return plan{problem: invalidf(ReasonInvalidGroup, "%s %q: annotation %s: %v", m.kind(), m.GetName(), GroupRolesAnnotation, err)}
 			}
 			if wantFrom != "" && norm != wantRoles {
-				return plan{problem: invalidf(ReasonInvalidGroup, "Jobs %q and %q disagree on %s (%q and %q): give every Job of group %q the same value", wantFrom, m.Name, GroupRolesAnnotation, wantRoles, norm, group)}
+				return plan{problem: invalidf(ReasonInvalidGroup, "%s and %s %q disagree on %s (%q and %q): give every member of group %q the same value", wantFrom, m.kind(), m.GetName(), GroupRolesAnnotation, wantRoles, norm, group)}
 			}
-			wantRoles, wantFrom = norm, m.Name
+			wantRoles, wantFrom = norm, fmt.Sprintf("%s %q", m.kind(), m.GetName())
 		}
 	}
 
@@ -156,7 +124,7 @@ func planFor(job *batchv1.Job, members []*batchv1.Job) plan {
 		for _, s := range sets {
 			have[s.Role] = true
 			if !strings.Contains(","+wantRoles+",", ","+string(s.Role)+",") {
-				return plan{problem: invalidf(ReasonInvalidGroup, "Job %q has role %s, which %s (%q) does not list: add the role there or move the Job out of group %q", s.JobName, s.Role, GroupRolesAnnotation, wantRoles, group)}
+				return plan{problem: invalidf(ReasonInvalidGroup, "%s has role %s, which %s (%q) does not list: add the role there or move it out of group %q", s.owner(), s.Role, GroupRolesAnnotation, wantRoles, group)}
 			}
 		}
 		var missing []string
@@ -166,11 +134,11 @@ func planFor(job *batchv1.Job, members []*batchv1.Job) plan {
 			}
 		}
 		if len(missing) > 0 {
-			return plan{waiting: true, problem: invalidf(ReasonWaitingForGroup, "group %q needs roles [%s] and has no Job yet for [%s]; no Secret is written until it does", group, wantRoles, strings.Join(missing, ","))}
+			return plan{waiting: true, problem: invalidf(ReasonWaitingForGroup, "group %q needs roles [%s] and has no Job or StatefulSet yet for [%s]; no Secret is written until it does", group, wantRoles, strings.Join(missing, ","))}
 		}
 	}
 
-	cluster, err := BuildClusterSpec(job.Namespace, sets)
+	cluster, err := BuildClusterSpec(w.GetNamespace(), sets)
 	if err != nil {
 		return plan{problem: asInvalid(err)}
 	}
@@ -183,16 +151,16 @@ func planFor(job *batchv1.Job, members []*batchv1.Job) plan {
 	return plan{self: self, cluster: cluster, tasks: tasks}
 }
 
-// withJob returns the members that are opted in and not being deleted, with job in place of any Job of
-// the same name (or added), so a plan never depends on whether the cache has caught up with job.
-func withJob(members []*batchv1.Job, job *batchv1.Job) []*batchv1.Job {
-	out := make([]*batchv1.Job, 0, len(members)+1)
+// withSelf returns the members that are opted in, in w's group and not w, plus w itself, so a plan
+// never depends on whether the cache has caught up with w.
+func withSelf(members []workload, w workload) []workload {
+	out := make([]workload, 0, len(members)+1)
 	for _, m := range members {
-		if m.Name != job.Name && m.Namespace == job.Namespace && optedIn(m) && groupOf(m) == groupOf(job) {
+		if keyOf(m) != keyOf(w) && m.GetNamespace() == w.GetNamespace() && optedIn(m) && groupOf(m) == groupOf(w) {
 			out = append(out, m)
 		}
 	}
-	return append(out, job)
+	return append(out, w)
 }
 
 // normalizeRoles parses a comma-separated role list into a sorted, de-duplicated one.

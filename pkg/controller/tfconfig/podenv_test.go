@@ -7,14 +7,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,7 +24,10 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-const exampleManifest = "../../../manifests/examples/mnist-mwms.yaml"
+const (
+	exampleManifest    = "../../../manifests/examples/mnist-mwms.yaml"
+	statefulSetExample = "../../../manifests/examples/mnist-mwms-statefulset.yaml"
+)
 
 // loadManifest decodes every document of a YAML file strictly (unknown or duplicate fields fail).
 func loadManifest(t *testing.T, path string) []runtime.Object {
@@ -129,8 +133,8 @@ func TestExampleTFConfig(t *testing.T) {
 
 	// The controller, on the example as applied: the user's Service is accepted as it is.
 	f := newFixture(t, job, svc)
-	if result, writes := f.sync(ns, job.Name); result != resultSynced || !slices.Equal(writes, []string{"create secrets mnist-tf-config"}) {
-		t.Fatalf("sync: result %s, writes %v, events %v; want the Secret created and nothing else", result, writes, f.drainEvents())
+	if result, writes := f.sync(ns, job.Name); result != resultSynced || !slices.Equal(writes, []string{"apply secrets mnist-tf-config"}) {
+		t.Fatalf("sync: result %s, writes %v, events %v; want the Secret applied and nothing else", result, writes, f.drainEvents())
 	}
 	secret := f.secret(ns, SecretName(job.Name))
 
@@ -144,47 +148,124 @@ func TestExampleTFConfig(t *testing.T) {
 	if svc.Name != sub || svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Errorf("Service %s (clusterIP %q) should be headless and named like the subdomain %s", svc.Name, svc.Spec.ClusterIP, sub)
 	}
-	if ok, why := serviceServes(svc, job); !ok {
+	if ok, why := serviceServes(svc, jobWorkload{job}); !ok {
 		t.Errorf("the example's Service does not serve the Job: %s", why)
 	}
-	addrRE := regexp.MustCompile(`^(` + regexp.QuoteMeta(job.Name) + `)-(\d+)\.` + regexp.QuoteMeta(sub) + `\.` + regexp.QuoteMeta(ns) + `\.svc:(\d+)$`)
-
 	for i := range n {
-		pod := podForIndex(job, i)
-		tfConfig, err := TFConfigForPod(pod, "tensorflow", secret.Data)
-		if err != nil {
-			t.Fatalf("index %d: %v", i, err)
+		checkWorkerTFConfig(t, podForIndex(job, i), i, n, port, secret.Data)
+	}
+}
+
+// checkWorkerTFConfig computes the TF_CONFIG of the container "tensorflow" of pod, task i of n workers,
+// with the kubelet's expansion code, and checks it against TensorFlow's rules and the naming scheme:
+// worker j is <name>-<j>.<subdomain>.<namespace>.svc:<port>, and the pod's own address is its DNS name.
+func checkWorkerTFConfig(t *testing.T, pod *corev1.Pod, i, n int, port int32, secretData map[string][]byte) {
+	t.Helper()
+	tfConfig, err := TFConfigForPod(pod, "tensorflow", secretData)
+	if err != nil {
+		t.Fatalf("index %d: %v", i, err)
+	}
+	if err := ValidateTFConfig(tfConfig); err != nil {
+		t.Errorf("index %d: TF_CONFIG %s: %v", i, tfConfig, err)
+	}
+	var cfg struct {
+		Cluster map[string][]string
+		Task    struct {
+			Type  string
+			Index int
 		}
-		if err := ValidateTFConfig(tfConfig); err != nil {
-			t.Errorf("index %d: TF_CONFIG %s: %v", i, tfConfig, err)
+	}
+	if err := json.Unmarshal([]byte(tfConfig), &cfg); err != nil {
+		t.Fatalf("index %d: %v", i, err)
+	}
+	if cfg.Task.Type != "worker" || cfg.Task.Index != i {
+		t.Errorf("index %d: task = %+v, want worker %d", i, cfg.Task, i)
+	}
+	if len(cfg.Cluster) != 1 || len(cfg.Cluster["worker"]) != n {
+		t.Fatalf("index %d: cluster = %v, want %d workers and nothing else", i, cfg.Cluster, n)
+	}
+	name := strings.TrimSuffix(pod.Spec.Hostname, "-"+strconv.Itoa(i))
+	for j, addr := range cfg.Cluster["worker"] {
+		if want := fmt.Sprintf("%s-%d.%s.%s.svc:%d", name, j, pod.Spec.Subdomain, pod.Namespace, port); addr != want {
+			t.Errorf("index %d: worker %d address %q, want %q", i, j, addr, want)
 		}
-		var cfg struct {
-			Cluster map[string][]string
-			Task    struct {
-				Type  string
-				Index int
-			}
+	}
+	// The task's own address is the pod's own DNS name, and its port is the one the container exposes.
+	own := cfg.Cluster["worker"][i]
+	if want := fmt.Sprintf("%s.%s.%s.svc:%d", pod.Spec.Hostname, pod.Spec.Subdomain, pod.Namespace, port); own != want {
+		t.Errorf("index %d: own address %s, want %s", i, own, want)
+	}
+}
+
+// podForOrdinal builds the pod the StatefulSet controller (v1.37, pkg/controller/statefulset,
+// newStatefulSetPod and initIdentity) creates for ordinal i: name and hostname <set>-<i>, subdomain
+// the serviceName, the template's labels plus the pod-name and pod-index labels. It adds no env.
+func podForOrdinal(set *appsv1.StatefulSet, i int) *corev1.Pod {
+	tmpl := set.Spec.Template.DeepCopy()
+	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+	pod.Namespace = set.Namespace
+	pod.Name = fmt.Sprintf("%s-%d", set.Name, i)
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[appsv1.StatefulSetPodNameLabel] = pod.Name
+	pod.Labels[appsv1.PodIndexLabel] = strconv.Itoa(i)
+	pod.Spec.Hostname = pod.Name
+	pod.Spec.Subdomain = set.Spec.ServiceName
+	return pod
+}
+
+// TestStatefulSetExampleTFConfig runs the shipped StatefulSet example through the controller and the
+// kubelet's expansion code for every pod, and checks what TensorFlow would read.
+func TestStatefulSetExampleTFConfig(t *testing.T) {
+	const ns = "team-a"
+	var set *appsv1.StatefulSet
+	for _, obj := range loadManifest(t, statefulSetExample) {
+		o, ok := obj.(*appsv1.StatefulSet)
+		if !ok || set != nil {
+			t.Fatalf("the example should hold one StatefulSet and nothing else, found %T", obj)
 		}
-		if err := json.Unmarshal([]byte(tfConfig), &cfg); err != nil {
-			t.Fatalf("index %d: %v", i, err)
+		set = o
+	}
+	if set == nil {
+		t.Fatalf("the example should hold a StatefulSet")
+	}
+	set.Namespace, set.UID = ns, types.UID("uid-"+ns+"-"+set.Name)
+	for i := range set.Spec.Template.Spec.Containers {
+		for j := range set.Spec.Template.Spec.Containers[i].Ports {
+			set.Spec.Template.Spec.Containers[i].Ports[j].Protocol = corev1.ProtocolTCP
 		}
-		if cfg.Task.Type != "worker" || cfg.Task.Index != i {
-			t.Errorf("index %d: task = %+v, want worker %d", i, cfg.Task, i)
+	}
+	spec := set.Spec.Template.Spec
+	if set.Labels[OptInLabel] != "true" || spec.SchedulerName != "muster" || set.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		t.Errorf("the example StatefulSet must opt in (%s), use schedulerName muster and podManagementPolicy Parallel (a gang)", OptInLabel)
+	}
+	if len(spec.InitContainers) != 0 {
+		t.Errorf("the example still has init containers %v: TF_CONFIG needs none", spec.InitContainers)
+	}
+	if gpus := spec.Containers[0].Resources.Limits["nvidia.com/gpu"]; gpus.Value() < 1 {
+		t.Errorf("the example's workers ask for no GPU")
+	}
+
+	// The controller, on the example as applied: it writes the Secret and the headless Service.
+	f := newFixture(t, set)
+	want := []string{"apply secrets " + SecretName(set.Name), "create services " + set.Spec.ServiceName}
+	if result, writes := f.syncSet(ns, set.Name); result != resultSynced || !slices.Equal(writes, want) {
+		t.Fatalf("sync: result %s, writes %v, events %v; want %v", result, writes, f.drainEvents(), want)
+	}
+	secret := f.secret(ns, SecretName(set.Name))
+	svc := f.service(ns, set.Spec.ServiceName)
+	port, err := tfPort(&spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int(*set.Spec.Replicas)
+	for i := range n {
+		pod := podForOrdinal(set, i)
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+			t.Errorf("the Service %s (selector %v) does not select pod %s", svc.Name, svc.Spec.Selector, pod.Name)
 		}
-		if len(cfg.Cluster) != 1 || len(cfg.Cluster["worker"]) != n {
-			t.Errorf("index %d: cluster = %v, want %d workers and nothing else", i, cfg.Cluster, n)
-		}
-		for j, addr := range cfg.Cluster["worker"] {
-			m := addrRE.FindStringSubmatch(addr)
-			if m == nil || m[2] != strconv.Itoa(j) || m[3] != strconv.Itoa(int(port)) {
-				t.Errorf("index %d: worker %d address %q is not %s-%d.%s.%s.svc:%d", i, j, addr, job.Name, j, sub, ns, port)
-			}
-		}
-		// The task's own address is the pod's own DNS name, and its port is the one the container exposes.
-		own := cfg.Cluster["worker"][i]
-		if want := fmt.Sprintf("%s.%s.%s.svc:%d", pod.Spec.Hostname, pod.Spec.Subdomain, ns, port); own != want {
-			t.Errorf("index %d: own address %s, want %s", i, own, want)
-		}
+		checkWorkerTFConfig(t, pod, i, n, port, secret.Data)
 	}
 }
 
