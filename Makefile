@@ -28,6 +28,12 @@ test-unit: ## Unit tests (everything but test/integration).
 test-integration: ## Integration tests: real etcd, kube-apiserver, Job controller and the muster scheduler, in process.
 	go test $(GO_TEST_FLAGS) -timeout 30m ./test/integration/...
 
+.PHONY: e2e
+E2E_FLAGS ?=
+e2e: ## End-to-end: the real Kubeflow training-operator v1.8.1 and Kueue v0.17.0 beside muster (tools built once into the user cache; cold ~5 min).
+	go run ./test/e2e/tools/build
+	go test -tags e2e -run 'TestE2E' -timeout 45m ./test/integration $(E2E_FLAGS)
+
 FUZZTIME ?= 10s
 FUZZ_TARGETS := ./pkg/gang:FuzzAnnotations ./pkg/gang:FuzzKeyOf ./pkg/apis/config/v1:FuzzValidateArgs ./pkg/controller/tfconfig:FuzzBuildClusterSpec
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"time"
 
@@ -19,15 +20,10 @@ import (
 // installCRDs creates every CRD shipped in manifests/crds and waits until the
 // API server serves them.
 func (cp *ControlPlane) installCRDs() error {
-	client, err := apiextensionsclient.NewForConfig(cp.Config)
-	if err != nil {
-		return err
-	}
 	files, err := fs.Glob(manifests.FS, "crds/*.yaml")
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
 	for _, f := range files {
 		if path.Base(f) == "kustomization.yaml" {
 			continue
@@ -36,28 +32,56 @@ func (cp *ControlPlane) installCRDs() error {
 		if err != nil {
 			return err
 		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(data, crd); err != nil {
+		if err := cp.installCRD(data); err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
-		if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			for _, c := range got.Status.Conditions {
-				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
+	}
+	return nil
+}
+
+// InstallCRDFiles creates the CRDs in the given files (one
+// CustomResourceDefinition each, as controller-gen writes them: another
+// tool's CRDs, say) and waits until the API server serves them.
+func (cp *ControlPlane) InstallCRDFiles(files ...string) error {
+	for _, f := range files {
+		data, err := os.ReadFile(f)
 		if err != nil {
-			return fmt.Errorf("CRD %s not established: %w", crd.Name, err)
+			return err
 		}
+		if err := cp.installCRD(data); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+func (cp *ControlPlane) installCRD(data []byte) error {
+	client, err := apiextensionsclient.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(data, crd); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("CRD %s not established: %w", crd.Name, err)
 	}
 	return nil
 }
