@@ -20,12 +20,14 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/component-base/version"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	"k8s.io/kubernetes/pkg/controller/job"
 	"k8s.io/kubernetes/pkg/controller/statefulset"
@@ -59,6 +61,9 @@ func Start(tb ktesting.TB, apiserverFlags ...string) *ControlPlane {
 }
 
 func start(tb ktesting.TB, apiserverFlags []string) (*ControlPlane, error) {
+	if err := reportSemanticVersion(); err != nil {
+		return nil, fmt.Errorf("version: %w", err)
+	}
 	etcdURL, err := startEtcd(tb)
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
@@ -93,6 +98,20 @@ func start(tb ktesting.TB, apiserverFlags []string) (*ControlPlane, error) {
 		return nil, fmt.Errorf("workload controllers: %w", err)
 	}
 	return cp, nil
+}
+
+// reportSemanticVersion makes the API server's /version a semantic version,
+// as a real cluster's is. A binary built without -ldflags (a test) has the
+// placeholder gitVersion "v0.0.0-master+$Format:%H$", which clients that
+// parse the server's version reject (Kueue does, at start). component-base
+// lets the placeholder's own semantic part stand in for it.
+func reportSemanticVersion() error {
+	current := version.Get().GitVersion
+	if _, err := utilversion.ParseSemantic(current); err == nil {
+		return nil
+	}
+	semantic, _, _ := strings.Cut(current, "+")
+	return version.SetDynamicVersion(semantic)
 }
 
 // startEtcd starts an embedded etcd on free loopback ports. A port found free
