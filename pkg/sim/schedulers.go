@@ -16,13 +16,11 @@ import (
 	schedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
-	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/muster-sched/muster/manifests"
-	musterconfig "github.com/muster-sched/muster/pkg/apis/config"
 	_ "github.com/muster-sched/muster/pkg/apis/config/scheme" // MusterGangArgs decode from the shipped file
 	"github.com/muster-sched/muster/pkg/plugins"
-	"github.com/muster-sched/muster/pkg/plugins/mustergang"
 	"github.com/muster-sched/muster/pkg/schedulercmd"
 )
 
@@ -76,9 +74,9 @@ type built struct {
 	schedulerName string
 	// podGroups: create a v1beta1 PodGroup per job and reference it from pods.
 	podGroups bool
-	// gangBackoff is muster's per-gang backoff after a dropped plan (0 for
-	// the others): the simulator waits it out before calling a step settled.
-	gangBackoffSeconds int64
+	// pluginTimers: muster's plugin runs its timers (gang backoff, plan
+	// deadlines, node avoidance) on this virtual clock; nil for the others.
+	pluginTimers *pluginClock
 }
 
 // MusterConfig decodes the shipped KubeSchedulerConfiguration the way
@@ -127,12 +125,14 @@ func ensureGate(name string) error {
 // informers. Every profile emits events into a recorder that drops them: a
 // FakeRecorder with a nil channel (one with a channel nobody reads blocks the
 // binding goroutine).
-func buildScheduler(ctx context.Context, name string, client kubernetes.Interface, factory informers.SharedInformerFactory, queueClock clock.WithTicker) (*built, error) {
+// The scheduling queue follows virtualClock; muster's plugin does too,
+// through a pluginClock that tracks its timers.
+func buildScheduler(ctx context.Context, name string, client kubernetes.Interface, factory informers.SharedInformerFactory, virtualClock *clocktesting.FakeClock) (*built, error) {
 	if err := ensureGate(name); err != nil {
 		return nil, err
 	}
 	recorders := profile.RecorderFactory(func(string) events.EventRecorderLogger { return &events.FakeRecorder{} })
-	opts := []scheduler.Option{scheduler.WithClock(queueClock)}
+	opts := []scheduler.Option{scheduler.WithClock(virtualClock)}
 	b := &built{schedulerName: v1.DefaultSchedulerName, podGroups: name == NativeGang}
 	if name == Muster {
 		cfg, err := MusterConfig()
@@ -140,11 +140,7 @@ func buildScheduler(ctx context.Context, name string, client kubernetes.Interfac
 			return nil, err
 		}
 		b.schedulerName = cfg.Profiles[0].SchedulerName
-		for _, pc := range cfg.Profiles[0].PluginConfig {
-			if args, ok := pc.Args.(*musterconfig.MusterGangArgs); ok && pc.Name == mustergang.Name {
-				b.gangBackoffSeconds = args.GangBackoffSeconds
-			}
-		}
+		b.pluginTimers = newPluginClock(virtualClock)
 		// The options kube-scheduler's app.Setup passes, which cmd/scheduler
 		// runs; Setup itself cannot be used here, because it builds its own
 		// clients and clock. Without a kubeconfig the plugin skips its
@@ -153,7 +149,7 @@ func buildScheduler(ctx context.Context, name string, client kubernetes.Interfac
 			scheduler.WithComponentConfigVersion(cfg.TypeMeta.APIVersion),
 			scheduler.WithProfiles(cfg.Profiles...),
 			scheduler.WithPercentageOfNodesToScore(cfg.PercentageOfNodesToScore),
-			scheduler.WithFrameworkOutOfTreeRegistry(plugins.Registry()),
+			scheduler.WithFrameworkOutOfTreeRegistry(plugins.Registry(plugins.WithClock(b.pluginTimers))),
 			scheduler.WithPodMaxBackoffSeconds(cfg.PodMaxBackoffSeconds),
 			scheduler.WithPodInitialBackoffSeconds(cfg.PodInitialBackoffSeconds),
 			scheduler.WithExtenders(cfg.Extenders...),

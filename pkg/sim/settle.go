@@ -218,11 +218,11 @@ func (h *harness) busyReason() string {
 }
 
 // settle waits until the scheduler has been idle for SettleQuiet and returns
-// the real time it was busy since stepStart. When muster dropped a gang plan
-// in this step, the gang backs off on the real clock (gangBackoffSeconds) and
-// is woken by a timer: the step waits that out (not counted as busy) so the
-// retry lands in this step, as it would in a cluster where the next job event
-// is minutes away.
+// the real time it was busy since stepStart. Backoffs run on the virtual
+// clock: when pods wait out a pod backoff (waitOutBackoff) or muster dropped
+// a gang plan in this step and its members wait for the plugin's timers
+// (waitOutGangBackoff), the clock is moved past them, never beyond the next
+// scenario event, and the step goes on. Nothing is waited for in real time.
 func (h *harness) settle(ctx context.Context, stepStart time.Time) (time.Duration, error) {
 	var busy time.Duration
 	segment := stepStart
@@ -237,28 +237,58 @@ func (h *harness) settle(ctx context.Context, stepStart time.Time) (time.Duratio
 			h.stalled++
 			return busy, nil
 		}
-		if waited, err := h.waitOutBackoff(ctx, &backoffRounds); err != nil {
+		waited, err := h.waitOutBackoff(ctx, &backoffRounds)
+		if err == nil && !waited {
+			waited, err = h.waitOutGangBackoff(&backoffRounds)
+		}
+		if err != nil {
 			return 0, err
-		} else if waited {
-			segment = time.Now()
-			continue
 		}
-		if h.b.gangBackoffSeconds == 0 {
+		if !waited {
 			return busy, nil
-		}
-		rejects := metricSum("muster_gang_rejections_total")
-		if rejects <= h.lastRejects {
-			return busy, nil
-		}
-		h.lastRejects = rejects
-		wait := time.Duration(h.b.gangBackoffSeconds)*time.Second + 100*time.Millisecond
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(wait):
 		}
 		segment = time.Now()
 	}
+}
+
+// waitOutGangBackoff moves the virtual clock to the plugin's next timer
+// when muster dropped a gang plan in this step and pods still wait: the
+// dropped gang backs off (gangBackoffSeconds, doubling) and its members are
+// woken by a timer. In a cluster the retry comes seconds later, long before
+// the next job event, so it belongs to this step. The timer's callback has
+// returned (its members are queued) when this returns.
+func (h *harness) waitOutGangBackoff(rounds *int) (bool, error) {
+	timers := h.b.pluginTimers
+	if timers == nil || *rounds >= maxBackoffRounds {
+		return false, nil
+	}
+	if len(h.sched.SchedulingQueue.UnschedulablePods()) == 0 && len(h.sched.SchedulingQueue.PodsInBackoffQ()) == 0 {
+		return false, nil // every pod is placed; no one waits for the timers
+	}
+	next, ok := timers.nextTimer()
+	if !ok {
+		return false, nil
+	}
+	if h.events.Len() > 0 && !next.Before(epoch.Add(h.events[0].at)) {
+		return false, nil // the next step's clock reaches it, in order
+	}
+	// Read last (it gathers every metric): a plan dropped since the last
+	// look, in this step or an earlier one whose pods were all placed then.
+	if rejects := metricSum("muster_gang_rejections_total"); rejects > h.lastRejects {
+		h.lastRejects, h.gangRejectedInStep = rejects, true
+	}
+	if !h.gangRejectedInStep {
+		return false, nil
+	}
+	*rounds++
+	h.gangBackoffMoves++
+	if next.After(h.clock.Now()) {
+		h.clock.SetTime(next)
+	} else {
+		h.clock.SetTime(h.clock.Now()) // fires timers due now
+	}
+	timers.waitCallbacks()
+	return true, nil
 }
 
 // maxPodBackoff is kube-scheduler's default podMaxBackoffSeconds.
@@ -296,6 +326,7 @@ func (h *harness) waitOutBackoff(ctx context.Context, rounds *int) (bool, error)
 		return false, nil // the next step's clock reaches it, in order
 	}
 	*rounds++
+	h.podBackoffMoves++
 	if past.After(h.clock.Now()) {
 		h.clock.SetTime(past)
 	}

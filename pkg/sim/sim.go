@@ -85,6 +85,7 @@ func Run(ctx context.Context, opts Options) (*measure.Run, error) {
 	m, d, series, gangs := h.rec.Result()
 	d.SetupSeconds = h.setup.Seconds()
 	d.StalledSteps = h.stalled
+	d.ClockMovesPodBackoff, d.ClockMovesGangBackoff = h.podBackoffMoves, h.gangBackoffMoves
 	d.EndReason = h.endReason
 	d.Extra = h.extraMetrics()
 	d.WallSeconds = time.Since(wallStart).Seconds()
@@ -121,9 +122,15 @@ type harness struct {
 	endReason   string
 	stepIndex   uint64
 	bindCursor  int
-	lastRejects float64
-	changes     stepChanges
-	deletions   deletions
+	// lastRejects is muster's count of dropped gang plans when last read;
+	// gangRejectedInStep: one was dropped in this step.
+	lastRejects        float64
+	gangRejectedInStep bool
+	// podBackoffMoves and gangBackoffMoves count how often a settled step
+	// moved the virtual clock past a pod's backoff or to muster's next timer.
+	podBackoffMoves, gangBackoffMoves int
+	changes                           stepChanges
+	deletions                         deletions
 	// lowestPriority is the plan's lowest job priority; preemptionsBefore
 	// is kube-scheduler's count of unfinished preemptions when the run began
 	// (its metrics live in the process, across runs).
@@ -376,6 +383,7 @@ func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 	}
 	h.now = t
 	h.changes.reset()
+	h.gangRejectedInStep = false
 	applyStart := time.Now()
 	var margins time.Duration // deliberate waits, not scheduler work
 	// settle may have moved the queue's clock past a backoff already.

@@ -80,8 +80,18 @@ func TestBindFailuresAreRetried(t *testing.T) {
 		t.Fatal("no binding failure was injected: the test tests nothing")
 	}
 	m := r.Metrics
-	t.Logf("%d bind failures injected; gangs %d/%d completed, %d ever partial, %d partial at the end", injected, m.GangsCompleted, m.GangsTotal, m.PartialGangs, m.DeadlockedGangs)
+	t.Logf("%d bind failures injected; gangs %d/%d completed, %d ever partial, %d partial at the end; clock moved %d times past pod backoff, %d times to muster's timers",
+		injected, m.GangsCompleted, m.GangsTotal, m.PartialGangs, m.DeadlockedGangs, r.Details.ClockMovesPodBackoff, r.Details.ClockMovesGangBackoff)
 	if m.GangsCompleted != m.GangsTotal || m.DeadlockedGangs != 0 {
 		t.Errorf("with bind failures: %d/%d gangs completed, %d partly bound at the end", m.GangsCompleted, m.GangsTotal, m.DeadlockedGangs)
+	}
+	// The first wave fits at once. A failed binding drops the gang's plan
+	// and the gang backs off for 5 s on the virtual clock; the simulator
+	// moves the clock past it within the step (the next event is 30 s
+	// away), so the gang is still placed in the step it arrived in.
+	for _, g := range r.Gangs {
+		if g.Submitted == 0 && g.Placed != 0 {
+			t.Errorf("gang %s (submitted at 0) was placed at %.0fs, not in its own step: its gang backoff was not moved past", g.Name, g.Placed)
+		}
 	}
 }

@@ -51,6 +51,12 @@ type Details struct {
 	Steps       int     `json:"steps"`
 	// StalledSteps never became idle within the step timeout.
 	StalledSteps int `json:"stalled_steps"`
+	// ClockMovesPodBackoff and ClockMovesGangBackoff count how often a
+	// settled step moved the virtual clock past pods' backoff, or to the
+	// next timer of muster's plugin after a dropped gang plan, so that the
+	// retry happened within the step.
+	ClockMovesPodBackoff  int `json:"clock_moves_pod_backoff,omitempty"`
+	ClockMovesGangBackoff int `json:"clock_moves_gang_backoff,omitempty"`
 	// EndReason says why the run stopped.
 	EndReason string `json:"end_reason"`
 	// Preemption is filled when the scenario has jobs of more than one
