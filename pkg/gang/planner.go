@@ -199,6 +199,8 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 	if req.Needed > 0 && req.Needed < len(members) {
 		counts = append(counts, req.Needed)
 	}
+	screenOnly := req
+	screenOnly.Check = nil
 	var best *placement
 	mostPlaced, mostPlacedWhere := 0, ""
 	for _, count := range counts {
@@ -214,7 +216,13 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 				if d.freeGPU < needGPU || d.eligibleCnt == 0 {
 					continue
 				}
-				p := placeInDomain(want, d, eligible, sc, feasible, req)
+				// Screen first: the filters (req.Check) only refuse more, so
+				// a domain the screening cannot fill is skipped without
+				// running them.
+				p := placeInDomain(want, d, eligible, sc, feasible, screenOnly)
+				if p.placed == count && req.Check != nil {
+					p = placeInDomain(want, d, eligible, sc, feasible, req)
+				}
 				if p.placed > mostPlaced {
 					mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
 				}
@@ -239,8 +247,6 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		// Say how close the gang came: the most members that fit in one
 		// domain of the widest level it may use (by the planner's own
 		// screening; what the filters rejected is reported by the Checker).
-		screenOnly := req
-		screenOnly.Check = nil
 		levelName, doms := domainsAt(req, endIdx, sc, 0, nil, 0)
 		for d := range rankDomains(doms, 0, req.Policy) {
 			if p := placeInDomain(members, d, eligible, sc, feasible, screenOnly); p.placed > mostPlaced {
@@ -375,11 +381,26 @@ func memberSlots(members []Member, sc *scan, gpu v1.ResourceName) []int {
 	if smallest == 0 {
 		return nil // no GPUs asked: no bound from GPUs
 	}
+	// Members that all keep one per node (required anti-affinity against
+	// each other) take at most one slot of any node.
+	perNode := len(sc.gpu) + len(members)
+	if onePerNode(members) {
+		perNode = 1
+	}
 	slots := make([]int, len(sc.gpu))
 	for i, free := range sc.gpu {
-		slots[i] = int(free / smallest)
+		slots[i] = min(int(free/smallest), perNode)
 	}
 	return slots
+}
+
+func onePerNode(members []Member) bool {
+	for _, m := range members {
+		if m.Constraints == nil || !m.Constraints.OnePerNode {
+			return false
+		}
+	}
+	return len(members) > 0
 }
 
 // smallestGPU is the least GPUs any member asks for (0 when one asks none).

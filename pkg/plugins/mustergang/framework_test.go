@@ -95,7 +95,7 @@ func (q *fakeQueue) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
 	}
 }
 
-func defaultArgs(t *testing.T) *config.MusterGangArgs {
+func defaultArgs(t testing.TB) *config.MusterGangArgs {
 	t.Helper()
 	external := &configv1.MusterGangArgs{}
 	kubeschedulerscheme.Scheme.Default(external)
@@ -154,7 +154,7 @@ type testFramework struct {
 // newTestFramework builds the framework over nodes and pods (bound pods are
 // in the snapshot; every pod is in the informer) and a Job of parallelism
 // workers.
-func newTestFramework(t *testing.T, workers int32, nodes []*v1.Node, pods []*v1.Pod) *testFramework {
+func newTestFramework(t testing.TB, workers int32, nodes []*v1.Node, pods []*v1.Pod) *testFramework {
 	t.Helper()
 	schedmetrics.Register()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -217,7 +217,7 @@ func newTestFramework(t *testing.T, workers int32, nodes []*v1.Node, pods []*v1.
 	return tfw
 }
 
-func (f *testFramework) preFilter(t *testing.T, pod *v1.Pod) (fwk.CycleState, *fwk.Status) {
+func (f *testFramework) preFilter(t testing.TB, pod *v1.Pod) (fwk.CycleState, *fwk.Status) {
 	t.Helper()
 	state := framework.NewCycleState()
 	_, status, _ := f.fw.RunPreFilterPlugins(context.Background(), state, pod)

@@ -89,6 +89,7 @@ var (
 
 // cachedView is a node's NodeView as of one NodeInfo generation.
 type cachedView struct {
+	info       fwk.NodeInfo
 	generation int64
 	view       gang.NodeView
 }
@@ -100,9 +101,11 @@ type Plugin struct {
 	levels   []gang.Level
 	topology *gang.TopologyIndex // the nodes' domains at each level, kept between plans
 	// views keeps each node's NodeView between plans, by NodeInfo generation.
-	viewsMu  sync.Mutex
-	views    map[string]cachedView
-	registry *gang.Registry
+	viewsMu   sync.Mutex
+	views     map[string]cachedView
+	lastViews []cachedView // by position in the last nodes list
+	viewBuf   []gang.NodeView
+	registry  *gang.Registry
 
 	pods      cache.Indexer
 	gangIndex string

@@ -1,0 +1,47 @@
+package mustergang
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// BenchmarkPlanGang is the whole cost of planning one gang in its first
+// member's PreFilter, as the scheduler pays it: node views, the planner,
+// and the profile's own filters (NodeResourcesFit, InterPodAffinity with the
+// workers' one-per-node anti-affinity) confirming every choice. The cluster
+// is empty 8-GPU nodes in 32-node racks; the plan is forgotten after each
+// iteration so every iteration plans afresh.
+func BenchmarkPlanGang(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		nodes := make([]*v1.Node, n)
+		for i := range nodes {
+			nodes[i] = gpuNode(fmt.Sprintf("n%05d", i), 8)
+			nodes[i].Labels["topology.kubernetes.io/rack"] = fmt.Sprintf("r%d", i/32)
+			nodes[i].Labels["topology.kubernetes.io/zone"] = fmt.Sprintf("z%d", i/32%4)
+		}
+		for _, g := range []struct {
+			workers int
+			gpus    int64
+		}{{8, 8}, {64, 8}, {8, 1}} {
+			b.Run(fmt.Sprintf("nodes=%d/%dx%dgpu", n, g.workers, g.gpus), func(b *testing.B) {
+				pods := make([]*v1.Pod, g.workers)
+				for i := range pods {
+					pods[i] = worker("j", i, g.gpus, "")
+				}
+				f := newTestFramework(b, int32(g.workers), nodes, pods)
+				key, _ := gang.KeyOf(pods[0])
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, status := f.preFilter(b, pods[0]); !status.IsSuccess() {
+						b.Fatalf("PreFilter: %v", status)
+					}
+					f.plugin.registry.Forget(key)
+				}
+			})
+		}
+	}
+}
