@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
@@ -577,4 +579,23 @@ func TestBoundMembersInSeveralDomainsWidenTheLevel(t *testing.T) {
 	if plan.Level != "zone" {
 		t.Errorf("plan at level %s, want zone (the running members span two racks)", plan.Level)
 	}
+}
+
+// TestFiltersAskedOnlyForTheDomainThatFits: a gang of one-per-node workers
+// fits in no single node, so no one-node domain is tried and the filters are
+// asked about exactly the nodes of the plan (each was asked about every
+// free node before, for the first member).
+func TestFiltersAskedOnlyForTheDomainThatFits(t *testing.T) {
+	members := gangOf(3, 1)
+	onePerNode := &NodeConstraints{OnePerNode: true}
+	for i := range members {
+		members[i].Constraints = onePerNode
+	}
+	req := request(members)
+	check := &refusingChecker{}
+	req.Check = check
+	plan, err := Compute(req, views(append(rackNodes("r1", 4), rackNodes("r2", 4)...)...))
+	require.NoError(t, err)
+	assert.Equal(t, "rack", plan.Level)
+	assert.Len(t, check.asked, 3, "asked %v", check.asked)
 }
