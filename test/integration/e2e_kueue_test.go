@@ -216,6 +216,11 @@ func (c *e2eCluster) workloadOf(job string) *unstructured.Unstructured {
 // quota, and checks that the Job is still suspended and has no pods.
 func (c *e2eCluster) waitPending(job string) {
 	c.t.Helper()
+	defer func() {
+		if c.t.Failed() {
+			c.logKueueState(job)
+		}
+	}()
 	c.waitFor("Workload of Job "+job+" pending for quota", 60*time.Second, func() (bool, error) {
 		wl := c.workloadOf(job)
 		if wl == nil {
@@ -237,10 +242,15 @@ func (c *e2eCluster) waitPending(job string) {
 // all its pods; it returns the pods and the Workload's flavor for GPUs.
 func (c *e2eCluster) waitAdmittedAndBound(job string, workers int) ([]corev1.Pod, string) {
 	c.t.Helper()
+	defer func() {
+		if c.t.Failed() {
+			c.logKueueState(job)
+		}
+	}()
 	pods := c.waitPodsBound("Job "+job, batchv1.JobNameLabel, job, workers, 90*time.Second)
 	wl := c.workloadOf(job)
-	if wl == nil || findCondition(wl, "Admitted") == nil || findCondition(wl, "Admitted").Status != metav1.ConditionTrue {
-		c.t.Fatalf("Job %s runs but its Workload is not admitted: %v", job, wl)
+	if wl == nil || !conditionTrue(wl, "Admitted") {
+		c.t.Fatalf("Job %s runs but its Workload is not admitted", job)
 	}
 	var flavor string
 	assignments, _, _ := unstructured.NestedSlice(wl.Object, "status", "admission", "podSetAssignments")
@@ -248,6 +258,26 @@ func (c *e2eCluster) waitAdmittedAndBound(job string, workers int) ([]corev1.Pod
 		flavor, _, _ = unstructured.NestedString(assignments[0].(map[string]any), "flavors", string(controlplane.GPUResource))
 	}
 	return pods, flavor
+}
+
+// logKueueState says whether Kueue suspended or admitted the Job, and why.
+func (c *e2eCluster) logKueueState(job string) {
+	got, err := c.Client.BatchV1().Jobs(c.ns).Get(c.ctx, job, metav1.GetOptions{})
+	if err != nil {
+		c.t.Logf("Job %s: %v", job, err)
+		return
+	}
+	c.t.Logf("Job %s: suspend %v, nodeSelector %v", job, ptr.Deref(got.Spec.Suspend, false), got.Spec.Template.Spec.NodeSelector)
+	wl := c.workloadOf(job)
+	if wl == nil {
+		c.t.Logf("Job %s: no Workload (Kueue has not seen it)", job)
+		return
+	}
+	for _, t := range []string{"QuotaReserved", "Admitted", "Finished", "Evicted"} {
+		if cond := findCondition(wl, t); cond != nil {
+			c.t.Logf("Workload %s: %s=%s %s: %s", wl.GetName(), t, cond.Status, cond.Reason, cond.Message)
+		}
+	}
 }
 
 func findCondition(obj *unstructured.Unstructured, conditionType string) *metav1.Condition {
