@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 
@@ -100,6 +102,18 @@ func TestLeastPrivilege(t *testing.T) {
 		t.Errorf("scheduler cannot create its lease: %v", err)
 	}
 
+	// A Secret the controller has no business with; the admission policy that keeps the
+	// controller off it is loaded asynchronously by the API server.
+	if _, err := admin.Client.CoreV1().Secrets(c.ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-password"},
+		Data:       map[string][]byte{"password": []byte("hunter2")},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the controller's admission policy in force", 30*time.Second, func() (bool, error) {
+		return apierrors.IsForbidden(readByApply(ctx, ctrl, c.ns, "db-password")), nil
+	})
+
 	pod := c.jobPods("mnist")[0]
 	denied := []struct {
 		who  string
@@ -158,6 +172,9 @@ func TestLeastPrivilege(t *testing.T) {
 				w.Stop()
 			}
 			return err
+		}},
+		{"controller", "read a Secret by applying to it (admission-policy.yaml)", func() error {
+			return readByApply(ctx, ctrl, c.ns, "db-password")
 		}},
 		{"controller", "update a Secret (it only applies)", func() error {
 			_, err := ctrl.Client.CoreV1().Secrets(c.ns).Update(ctx, theirs, metav1.UpdateOptions{})
@@ -291,4 +308,16 @@ func TestTFConfigSecretApplyVerbs(t *testing.T) {
 	if want := []string{"create", "delete", "patch"}; !slices.Equal(secretVerbs, want) {
 		t.Errorf("the shipped ClusterRole grants %v on Secrets, want exactly %v", secretVerbs, want)
 	}
+}
+
+// readByApply is what a stolen controller token could try: an empty server-side apply to a
+// Secret it knows by name, whose answer would be the whole Secret.
+func readByApply(ctx context.Context, as *controlplane.ControlPlane, namespace, name string) error {
+	body := []byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"` + name + `"}}`)
+	got, err := as.Client.CoreV1().Secrets(namespace).Patch(ctx, name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: "muster-tfconfig-controller"})
+	if err == nil && len(got.Data) > 0 {
+		return fmt.Errorf("read %d keys of Secret %s", len(got.Data), name)
+	}
+	return err
 }
