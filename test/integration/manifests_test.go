@@ -208,10 +208,10 @@ func TestManifestsDeploymentsAreRestrictedAndConfigured(t *testing.T) {
 			t.Errorf("ConfigMap %s is not generated from manifests/scheduler/scheduler-config.yaml", cm.Name)
 		}
 	}
-	// Least privilege: neither component may read Secrets cluster-wide
-	// except the controller (label-filtered), nor evict pods, nor use
-	// wildcards; the scheduler deletes pods only for gang preemption, and
-	// the controller never.
+	// Least privilege: neither component may read Secrets (the controller
+	// only applies and deletes its own), nor evict pods, nor use wildcards;
+	// the scheduler deletes pods only for gang preemption, and the
+	// controller never.
 	for _, r := range roles {
 		for _, rule := range r.Rules {
 			for _, v := range append(append([]string{}, rule.Verbs...), rule.Resources...) {
@@ -222,6 +222,9 @@ func TestManifestsDeploymentsAreRestrictedAndConfigured(t *testing.T) {
 			for _, res := range rule.Resources {
 				if r.Name == "muster-scheduler" && (res == "secrets" || res == "pods/eviction") {
 					t.Errorf("scheduler ClusterRole grants %v on %s", rule.Verbs, res)
+				}
+				if res == "secrets" && slices.ContainsFunc(rule.Verbs, func(v string) bool { return v == "get" || v == "list" || v == "watch" }) {
+					t.Errorf("ClusterRole %s may read Secrets: %v", r.Name, rule.Verbs)
 				}
 				if r.Name != "muster-scheduler" && (res == "pods" || res == "pods/eviction") && strings.Contains(strings.Join(rule.Verbs, ","), "delete") {
 					t.Errorf("ClusterRole %s may delete pods", r.Name)
