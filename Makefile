@@ -13,7 +13,7 @@ GO_TEST_FLAGS ?=
 .PHONY: help build test test-unit test-integration fuzz verify generate demo bench bench-api clean
 
 help: ## List the targets.
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 build: ## Build the binaries into bin/.
 	go build -ldflags "$(LDFLAGS)" -o bin/muster-scheduler ./cmd/scheduler
