@@ -594,3 +594,22 @@ func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
 	ni.AddPod(worker("other", 0, 2, "n1"))
 	assert.Equal(t, int64(6), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, nil)), "a pod added to the node is seen")
 }
+
+// TestMembersThatDisagreeArePlannedNever: members of one gang asking for
+// different placement (a TFJob's templates each carry annotations) are
+// reported GangInvalid and hold nothing, whichever member comes first.
+func TestMembersThatDisagreeArePlannedNever(t *testing.T) {
+	a, b := worker("j", 0, 1, ""), worker("j", 1, 1, "")
+	b.Annotations = map[string]string{gang.AnnotationPreemptible: "forbid"}
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	for _, first := range []*v1.Pod{a, b} {
+		_, status := f.preFilter(t, first)
+		assert.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "member %s", first.Name)
+		assert.Contains(t, status.Message(), "ask for different placement")
+		assert.Nil(t, f.plugin.registry.Plan(key))
+		assert.Empty(t, f.plugin.registry.Held(gang.Key{}))
+		outcome, _ := f.plugin.registry.LastNotice(key)
+		assert.Equal(t, gang.OutcomeInvalid, outcome)
+	}
+}

@@ -117,6 +117,10 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		// place this pod, still around the members that run.
 		candidates, needed = []*v1.Pod{pod}, 1
 	}
+	if msg := disagreement(key, pod, c, candidates, p.levels); msg != "" {
+		p.notice(ctx, info, gang.OutcomeInvalid, msg)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+	}
 	gr := &gangRequest{info: info, set: set, candidates: candidates, alone: len(candidates) == 1, req: gang.Request{
 		Gang:       key.String(),
 		Needed:     needed,
@@ -345,3 +349,35 @@ func snapshotGeneration(nodes []fwk.NodeInfo) int64 {
 // plan when nothing observable changed: long enough for one wave of
 // sibling cycles, short enough that nothing unobserved is missed for long.
 const reuseFailedPlan = 2 * time.Second
+
+// disagreement explains pending members whose placement annotations (topology,
+// preemptible policy) differ from pod's: the gang is planned once for all of
+// them, so which member's wishes won would depend on which came first. A
+// TFJob's Chief, Worker and PS templates each carry their own annotations.
+func disagreement(key gang.Key, pod *v1.Pod, c gang.Constraints, members []*v1.Pod, levels []gang.Level) string {
+	for _, m := range members {
+		if m.UID == pod.UID {
+			continue
+		}
+		mc, err := gang.ConstraintsFromPod(m, levels)
+		if err != nil {
+			return fmt.Sprintf("gang %s: member %s: %v", key, m.Name, err)
+		}
+		if mc != c {
+			return fmt.Sprintf("gang %s: members %s and %s ask for different placement (%s, %s); give every member the same %s annotations",
+				key, pod.Name, m.Name, describeConstraints(c), describeConstraints(mc), "muster.dev/topology-*, muster.dev/preemptible")
+		}
+	}
+	return ""
+}
+
+func describeConstraints(c gang.Constraints) string {
+	s := "preemptible " + string(c.Policy)
+	if c.Required != "" {
+		s += ", topology-required " + c.Required
+	}
+	if c.Preferred != "" {
+		s += ", topology-preferred " + c.Preferred
+	}
+	return s
+}
