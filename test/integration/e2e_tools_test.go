@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/yaml"
@@ -244,27 +243,6 @@ func describePods(pods []corev1.Pod) string {
 		b.WriteString("\n")
 	}
 	return b.String()
-}
-
-// observeGangsBy is observeGangs for gangs named by the pod label key (a
-// PodGroup, a TFJob) instead of the Job name.
-func (c *e2eCluster) observeGangsBy(key string, sizes map[string]int) *gangObserver {
-	o := &gangObserver{sizes: sizes, bound: map[string]map[string]bool{}, since: map[string]time.Time{}, longest: map[string]time.Duration{}}
-	w, err := c.Client.CoreV1().Pods(c.ns).Watch(c.ctx, metav1.ListOptions{})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(w.Stop)
-	go func() {
-		for ev := range w.ResultChan() {
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok || pod.Labels[key] == "" {
-				continue
-			}
-			o.observe(pod.Labels[key], pod.Name, ev.Type != watch.Deleted && pod.Spec.NodeName != "")
-		}
-	}()
-	return o
 }
 
 // create creates an object of the resource from YAML (in the test

@@ -148,7 +148,13 @@ type gangObserver struct {
 	longest map[string]time.Duration
 }
 
+// observeGangs watches the pods of Jobs; observeGangsBy those of gangs named
+// by another pod label (a PodGroup's, a TFJob's).
 func (c *cluster) observeGangs(sizes map[string]int) *gangObserver {
+	return c.observeGangsBy(batchv1.JobNameLabel, sizes)
+}
+
+func (c *cluster) observeGangsBy(key string, sizes map[string]int) *gangObserver {
 	o := &gangObserver{sizes: sizes, bound: map[string]map[string]bool{}, since: map[string]time.Time{}, longest: map[string]time.Duration{}}
 	w, err := c.Client.CoreV1().Pods(c.ns).Watch(c.ctx, metav1.ListOptions{})
 	if err != nil {
@@ -158,10 +164,10 @@ func (c *cluster) observeGangs(sizes map[string]int) *gangObserver {
 	go func() {
 		for ev := range w.ResultChan() {
 			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
+			if !ok || pod.Labels[key] == "" {
 				continue
 			}
-			o.observe(pod.Labels[batchv1.JobNameLabel], pod.Name, ev.Type != watch.Deleted && pod.Spec.NodeName != "")
+			o.observe(pod.Labels[key], pod.Name, ev.Type != watch.Deleted && pod.Spec.NodeName != "")
 		}
 	}()
 	return o
