@@ -24,7 +24,7 @@ import (
 
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
-	"github.com/muster-sched/muster/pkg/controlplane"
+	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 // Options configure a demo run.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
-	"github.com/muster-sched/muster/pkg/controlplane"
+	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 var apiBenchRuns = flag.Int("api-bench-runs", 3, "bursts per scheduler in BenchmarkAPIServerBurst (the median is reported)")

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
-	"github.com/muster-sched/muster/pkg/controlplane"
+	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/test/e2e/tools"
 )
 

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
-	"github.com/muster-sched/muster/pkg/controlplane"
+	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 // cutProxy forwards TCP to the API server until cut: then it drops every open

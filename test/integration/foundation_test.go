@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/muster-sched/muster/pkg/controlplane"
+	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 // A lone pod that asks muster for GPUs is bound to the node that has them,

@@ -17,7 +17,7 @@ import (
 
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/controllercmd"
-	"github.com/muster-sched/muster/pkg/controlplane"
+	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/pkg/schedulercmd"
 )
 

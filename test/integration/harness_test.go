@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/muster-sched/muster/manifests"
-	"github.com/muster-sched/muster/pkg/controlplane"
+	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 const schedulerName = "muster"

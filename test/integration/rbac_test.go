@@ -20,7 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
-	"github.com/muster-sched/muster/pkg/controlplane"
+	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 // The scheduler and the controller, acting as their ServiceAccounts under

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/muster-sched/muster/pkg/controlplane"
+	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 const stsLabel = "muster.test/statefulset"

@@ -30,7 +30,7 @@ import (
 
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
-	"github.com/muster-sched/muster/pkg/controlplane"
+	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 // TestTFConfigController runs the TF_CONFIG controller against a real kube-apiserver and the real
