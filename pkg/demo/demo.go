@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 
+	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
-	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 // Options configure a demo run.

@@ -16,9 +16,9 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"sigs.k8s.io/yaml"
 
+	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
-	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 var apiBenchRuns = flag.Int("api-bench-runs", 3, "bursts per scheduler in BenchmarkAPIServerBurst (the median is reported)")

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
-	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 	"github.com/muster-sched/muster/test/e2e/tools"
 )
 

@@ -14,8 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/muster-sched/muster/pkg/controller/tfconfig"
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/pkg/controller/tfconfig"
 )
 
 // cutProxy forwards TCP to the API server until cut: then it drops every open

@@ -15,9 +15,9 @@ import (
 	"k8s.io/component-base/cli"
 	"k8s.io/utils/ptr"
 
+	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/controllercmd"
-	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/pkg/schedulercmd"
 )
 

@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/manifests"
 )
 
 const schedulerName = "muster"

@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/manifests"
 )
 
 // buildManifests runs kustomize on manifests/ the way kubectl apply -k does.

@@ -19,8 +19,8 @@ import (
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/muster-sched/muster/pkg/controller/tfconfig"
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/pkg/controller/tfconfig"
 )
 
 // The scheduler and the controller, acting as their ServiceAccounts under

@@ -25,12 +25,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
-	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 // TestTFConfigController runs the TF_CONFIG controller against a real kube-apiserver and the real
@@ -475,26 +476,13 @@ func tfWaitForEventOn(t *testing.T, client kubernetes.Interface, ns, kind, name,
 	return message
 }
 
-// tfReconcileCount reads muster_tfconfig_reconciles_total{result} from the process's registry.
+// tfReconcileCount reads muster_tfconfig_reconciles_total{result} from the process's registry
+// (0 before the first reconcile registers a value).
 func tfReconcileCount(t *testing.T, result string) float64 {
 	t.Helper()
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "muster_tfconfig_reconciles_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	values, _ := testutil.GetCounterValuesFromGatherer(legacyregistry.DefaultGatherer, "muster_tfconfig_reconciles_total",
+		map[string]string{"result": result}, "result")
+	return values[result]
 }
 
 // TestTFConfigControllerStatefulSet runs the TF_CONFIG controller against a real kube-apiserver and
