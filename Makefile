@@ -55,9 +55,16 @@ generate: ## Regenerate deepcopy, conversion and defaulting code (pkg/apis).
 demo: ## The main job on an embedded control plane: a GPU cluster, the scheduler, a TensorFlow job.
 	go run -ldflags "$(LDFLAGS)" ./cmd/muster-sim demo
 
-bench: bench-api ## Planner benchmarks, the real-API-server burst, then the simulator standard set (writes bench/results, updates BENCHMARKS.md; ~20 min).
-	go test -run '^$$' -bench . -benchmem ./pkg/gang/...
+bench: ## Planner benchmarks, then the simulator set: equal work over 5 seeds, contended scenarios over 3, a profile (writes bench/results, updates BENCHMARKS.md; ~40 min on 2 cores).
+	mkdir -p bench/results
+	go test -run '^$$' -bench . -benchmem -count 6 ./pkg/gang/... | tee bench/results/planner.txt
 	hack/bench.sh
+
+.PHONY: bench-full
+bench-full: bench-api ## The real-API-server burst, planner benchmarks and every equal-work scenario (gangs of 2/8/64 at 1000/5000/15000 nodes, TAS everywhere) plus large: several hours.
+	mkdir -p bench/results
+	go test -run '^$$' -bench . -benchmem -count 6 ./pkg/gang/... | tee bench/results/planner.txt
+	FULL=1 hack/bench.sh
 
 API_BENCH_RUNS ?= 3
 bench-api: ## muster and a stock kube-scheduler binding one burst of gangs through the in-process API server (bench/results/apiserver.txt; ~6 min).

@@ -1,18 +1,49 @@
 #!/usr/bin/env bash
-# Runs the simulator's standard set: every scenario below with muster, the
-# default profile and native gang scheduling on one seed, writing
-# bench/results/<scenario>/ and the generated section of BENCHMARKS.md.
-# Sized to finish within 10 minutes on a 2-core machine.
+# Runs the simulator's benchmark set and writes bench/results/<scenario>/seed-<n>/
+# and the generated section of BENCHMARKS.md:
 #
-#   SEED=1 SCENARIOS="exact-fill contention" hack/bench.sh
+#   - equal work: contention-free scenarios (bench/scenarios/equal-*.yaml), every
+#     scheduler plus `none` (the harness alone), EQUAL_SEEDS seeds, the order of
+#     the schedulers rotated by the seed;
+#   - contended scenarios: SEEDS seeds each;
+#   - a CPU profile of muster on PROFILE_SCENARIO, summarised in BENCHMARKS.md.
+#
+# The standard set (make bench) is sized for about 40 minutes on 2 cores;
+# FULL=1 (make bench-full) runs every equal-work scenario (gangs of 2, 8 and 64
+# at 1000, 5000 and 15000 nodes, burst and stream), native gang scheduling with
+# TAS on all of them, and the `large` scenario: several hours.
+#
+#   SEEDS="1" CONTENDED_SCENARIOS="exact-fill" EQUAL_SCENARIOS="" hack/bench.sh
 #   GO_WRAP="flock build.lock" hack/bench.sh   # serialise the build
 #   KEEP_RUNS=1 hack/bench.sh   # keep runs/ (per-gang placements, scheduler logs)
 set -o errexit -o nounset -o pipefail
 
 cd "$(dirname "$0")/.."
-SEED=${SEED:-1}
-SCENARIOS=${SCENARIOS:-"exact-fill contention steady spot-churn priority large"}
-SCHEDULERS=${SCHEDULERS:-muster,default,native-gang}
+FULL=${FULL:-}
+if [[ -n "${FULL}" ]]; then
+  all_equal=""
+  for kind in burst steady; do
+    for nodes in 1000 5000 15000; do
+      for workers in 2 8 64; do
+        all_equal+=" equal-${kind}-g${workers}-n${nodes}"
+      done
+    done
+  done
+  EQUAL_SCENARIOS=${EQUAL_SCENARIOS:-${all_equal}}
+  TAS_EQUAL_SCENARIOS=${TAS_EQUAL_SCENARIOS:-${all_equal}}
+  CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS:-"exact-fill contention priority spot-churn steady large"}
+fi
+EQUAL_SCENARIOS=${EQUAL_SCENARIOS-"equal-burst-g8-n1000 equal-burst-g2-n5000 equal-burst-g8-n5000 equal-burst-g64-n5000 equal-burst-g8-n15000 equal-steady-g8-n5000"}
+# Native gang scheduling with TAS costs tens of seconds per run at 5000 nodes
+# and more (its placement evaluation); the standard set runs it where it is
+# affordable.
+TAS_EQUAL_SCENARIOS=${TAS_EQUAL_SCENARIOS-"equal-burst-g8-n1000"}
+EQUAL_SEEDS=${EQUAL_SEEDS:-"1 2 3 4 5"}
+EQUAL_SCHEDULERS=${EQUAL_SCHEDULERS:-muster,default,default-mostallocated,native-gang}
+CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS-"exact-fill contention priority spot-churn steady"}
+SEEDS=${SEEDS:-"1 2 3"}
+SCHEDULERS=${SCHEDULERS:-muster,default,default-mostallocated,native-gang,native-gang-tas}
+PROFILE_SCENARIO=${PROFILE_SCENARIO-equal-burst-g2-n5000}
 BIN=${BIN:-bin/muster-sim}
 GO_WRAP=${GO_WRAP:-}
 KEEP_RUNS=${KEEP_RUNS:-}
@@ -22,18 +53,51 @@ start=$(date +%s)
 ${GO_WRAP} go build -o "${BIN}" ./cmd/muster-sim
 
 dirs=()
-for scenario in ${SCENARIOS}; do
-  echo "== ${scenario}" >&2
-  "${BIN}" --scenario "${scenario}" --schedulers "${SCHEDULERS}" --seed "${SEED}" --out "bench/results/${scenario}"
-  dirs+=("bench/results/${scenario}")
+run() { # scenario schedulers seed
+  local out="bench/results/$1/seed-$3"
+  echo "== $1 seed $3 ($2)" >&2
+  rm -rf "${out}"
+  "${BIN}" --scenario "$1" --schedulers "$2" --seed "$3" --rotate --progress never --out "${out}"
+  dirs+=("${out}")
   # The reports keep what the tables and the plot need; the raw runs (every
   # gang's placement, scheduler logs) are megabytes and are rebuilt by rerunning.
   if [[ -z "${KEEP_RUNS}" ]]; then
-    rm -rf "bench/results/${scenario}/runs"
+    rm -rf "${out}/runs"
   fi
+}
+
+for scenario in ${EQUAL_SCENARIOS}; do
+  schedulers="${EQUAL_SCHEDULERS}"
+  if [[ " ${TAS_EQUAL_SCENARIOS} " == *" ${scenario} "* ]]; then
+    schedulers+=",native-gang-tas"
+  fi
+  for seed in ${EQUAL_SEEDS}; do
+    run "${scenario}" "${schedulers},none" "${seed}"
+  done
+done
+for scenario in ${CONTENDED_SCENARIOS}; do
+  for seed in ${SEEDS}; do
+    run "${scenario}" "${SCHEDULERS}" "${seed}"
+  done
 done
 
+profile_args=()
+if [[ -n "${PROFILE_SCENARIO}" ]]; then
+  out="bench/results/profile"
+  rm -rf "${out}"
+  "${BIN}" --scenario "${PROFILE_SCENARIO}" --schedulers muster --seed 1 --cpuprofile --progress never --out "${out}"
+  go tool pprof -top -cum -nodecount=25 "${BIN}" "${out}/runs/muster.pprof" 2>/dev/null \
+    | sed -n '/flat%/,$p' > "${out}/muster-top.txt"
+  rm -rf "${out}/runs"
+  profile_args=(--profile "${out}/muster-top.txt"
+    --profile-command "muster-sim --scenario ${PROFILE_SCENARIO} --schedulers muster --cpuprofile; go tool pprof -top -cum")
+fi
+
+if [[ -f bench/results/apiserver.txt ]]; then
+  profile_args+=(--apiserver bench/results/apiserver.txt)
+fi
+
 elapsed=$(( $(date +%s) - start ))
-"${BIN}" summarize --update BENCHMARKS.md --command "make bench" \
-  --elapsed "$(( elapsed / 60 ))m$(( elapsed % 60 ))s (build and all runs)" "${dirs[@]}"
-echo "standard set done in ${elapsed}s; BENCHMARKS.md updated" >&2
+"${BIN}" summarize --update BENCHMARKS.md --command "make bench${FULL:+-full}" \
+  --elapsed "$(( elapsed / 60 ))m$(( elapsed % 60 ))s (build and all runs)" "${profile_args[@]}" "${dirs[@]}"
+echo "benchmark set done in ${elapsed}s; BENCHMARKS.md updated" >&2

@@ -30,10 +30,10 @@ import (
 const usage = `usage:
   muster-sim demo [--logs]
       the main job on an in-process control plane
-  muster-sim [run] --scenario NAME|FILE [--schedulers muster,default,native-gang] [--seed 1] [--out DIR]
+  muster-sim [run] --scenario NAME|FILE [--schedulers muster,default,...] [--seed 1] [--rotate] [--out DIR]
       simulated-cluster benchmark; writes DIR/report.json, report.md, allocation.svg
-  muster-sim summarize --update BENCHMARKS.md DIR...
-      renders the standard set's results into BENCHMARKS.md
+  muster-sim summarize --update BENCHMARKS.md [--profile top.txt] DIR...
+      renders results (one scenario and seed per DIR; seeds of a scenario aggregated) into BENCHMARKS.md
   muster-sim soak [--scenario large] [--runs 2]
       runs muster through a scenario repeatedly in one process; goroutines and heap after each run
 `
@@ -122,7 +122,8 @@ func runSim(ctx context.Context, args []string) error {
 	fs.Usage = func() { fmt.Fprint(os.Stderr, usage); fs.PrintDefaults() }
 	scenarioArg := fs.String("scenario", "", "scenario name (a file in --scenarios-dir) or path to a scenario file")
 	scenariosDir := fs.String("scenarios-dir", "", "directory of scenario files (default: bench/scenarios of the enclosing module)")
-	schedulers := fs.String("schedulers", strings.Join(sim.Schedulers, ","), "schedulers to compare, in report order")
+	schedulers := fs.String("schedulers", strings.Join(sim.StandardSchedulers, ","), "schedulers to compare, in report order (known: "+strings.Join(sim.Schedulers, ", ")+")")
+	rotate := fs.Bool("rotate", false, "run the schedulers in an order rotated by the seed (seed 1 as listed, seed 2 from the second, ...), so that over several seeds each runs first")
 	seed := fs.Uint64("seed", 1, "seed of every random choice (cluster, jobs, pod order, reclaims)")
 	out := fs.String("out", "", "output directory (default bench/results/<scenario>)")
 	quiet := fs.Duration("settle-quiet", 5*time.Millisecond, "how long the scheduler must stay idle before a step counts as settled")
@@ -181,9 +182,13 @@ func runSim(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var order []string
+	if *rotate {
+		order = sim.RotatedOrder(names, *seed)
+	}
 	start := time.Now()
 	err = sim.RunAll(ctx, sim.Invocation{
-		Exe: exe, ScenarioPath: path, Schedulers: names, Seed: *seed, Out: *out,
+		Exe: exe, ScenarioPath: path, Schedulers: names, RunOrder: order, Seed: *seed, Out: *out,
 		SettleQuiet: *quiet, StepTimeout: *stepTimeout, Stderr: os.Stderr,
 		ExtraArgs: []string{fmt.Sprintf("--v=%d", *verbosity), "--progress=" + *progress, fmt.Sprintf("--cpuprofile=%t", *cpuProfile)},
 		Command: fmt.Sprintf("muster-sim --scenario %s --schedulers %s --seed %d --out %s",
@@ -223,11 +228,29 @@ func summarize(args []string) error {
 	update := fs.String("update", "BENCHMARKS.md", "file whose generated section is replaced")
 	elapsed := fs.String("elapsed", "", "how long the whole set took (shown in the summary)")
 	command := fs.String("command", "make bench", "command shown as the way to reproduce")
+	profile := fs.String("profile", "", "file with `go tool pprof -top` output of a muster run, shown in the summary")
+	profileCommand := fs.String("profile-command", "", "how the profile was made")
+	apiServer := fs.String("apiserver", "", "bench/results/apiserver.txt (make bench-api) to show in the summary")
 	_ = fs.Parse(args)
 	if fs.NArg() == 0 {
 		return fmt.Errorf("name at least one results directory")
 	}
-	section, err := report.Summary(fs.Args(), *command, *elapsed, time.Now().UTC().Format("2006-01-02"))
+	o := report.SummaryOptions{Command: *command, Elapsed: *elapsed, Date: time.Now().UTC().Format("2006-01-02"), ProfileCommand: *profileCommand}
+	if *profile != "" {
+		data, err := os.ReadFile(*profile)
+		if err != nil {
+			return err
+		}
+		o.Profile = string(data)
+	}
+	if *apiServer != "" {
+		data, err := os.ReadFile(*apiServer)
+		if err != nil {
+			return err
+		}
+		o.APIServer = string(data)
+	}
+	section, err := report.Summary(fs.Args(), o)
 	if err != nil {
 		return err
 	}

@@ -190,7 +190,11 @@ func (h *harness) waitFor(ctx context.Context, pending func() string) error {
 func (h *harness) scheduledChanges() string {
 	q, c := h.sched.SchedulingQueue, h.sched.Cache
 	for _, pod := range h.changes.created {
-		if _, ok := q.GetPod(pod.Name, pod.Namespace, pod.Spec.SchedulingGroup); !ok {
+		if pod.Spec.NodeName != "" { // bound by the harness (None)
+			if _, err := c.GetPod(pod); err != nil {
+				return "pod " + pod.Name + " not in the cache"
+			}
+		} else if _, ok := q.GetPod(pod.Name, pod.Namespace, pod.Spec.SchedulingGroup); !ok {
 			return "pod " + pod.Name + " not queued"
 		}
 	}

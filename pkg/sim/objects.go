@@ -96,9 +96,11 @@ func podGroupName(j *scenario.Job, attempt int) string {
 	return fmt.Sprintf("%s-r%d", j.Name, attempt)
 }
 
-func podGroupObject(j *scenario.Job, attempt int, created time.Duration) *schedulingv1beta1.PodGroup {
+// podGroupObject is the native PodGroup of one attempt of a job; topologyKey
+// (TAS only, "" for none) is the node label whose domain the gang must fit in.
+func podGroupObject(j *scenario.Job, attempt int, created time.Duration, topologyKey string) *schedulingv1beta1.PodGroup {
 	name := podGroupName(j, attempt)
-	return &schedulingv1beta1.PodGroup{
+	pg := &schedulingv1beta1.PodGroup{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: namespace, UID: types.UID("podgroup-" + name),
 			CreationTimestamp: metav1.NewTime(epoch.Add(created)),
@@ -113,6 +115,30 @@ func podGroupObject(j *scenario.Job, attempt int, created time.Duration) *schedu
 			},
 		},
 	}
+	if topologyKey != "" {
+		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
+			Topology: []schedulingv1beta1.TopologyConstraint{{Key: topologyKey}},
+		}
+	}
+	return pg
+}
+
+// topologyKeyFor is the smallest domain a gang of j fits in on an empty
+// cluster, as a user of topology-aware scheduling would ask for: a rack,
+// else a zone, else none ("").
+func topologyKeyFor(j *scenario.Job, c scenario.Cluster) string {
+	gpus := int64(j.Workers) * j.GPUs
+	rackGPUs := int64(min(c.NodesPerRack, c.Nodes)) * c.GPUsPerNode
+	racks := (c.Nodes + c.NodesPerRack - 1) / c.NodesPerRack
+	// Racks go round-robin over zones: the smallest zone has this many.
+	zoneGPUs := int64(racks/c.Zones) * rackGPUs
+	switch {
+	case gpus <= rackGPUs:
+		return LabelRack
+	case gpus <= zoneGPUs:
+		return LabelZone
+	}
+	return ""
 }
 
 // podName is the name of worker index of attempt: j-<index> first, then

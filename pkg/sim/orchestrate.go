@@ -113,11 +113,14 @@ type Invocation struct {
 	// Exe is the muster-sim binary to re-execute for each scheduler.
 	Exe          string
 	ScenarioPath string
-	Schedulers   []string
-	Seed         uint64
-	Out          string
-	SettleQuiet  time.Duration
-	StepTimeout  time.Duration
+	// Schedulers in report order; RunOrder, when set, is the order in which
+	// they run (the same names).
+	Schedulers  []string
+	RunOrder    []string
+	Seed        uint64
+	Out         string
+	SettleQuiet time.Duration
+	StepTimeout time.Duration
 	// ExtraArgs are passed to every child (e.g. log verbosity).
 	ExtraArgs []string
 	// Stderr receives the children's progress bars and errors.
@@ -139,8 +142,12 @@ func RunAll(ctx context.Context, inv Invocation) error {
 	if err != nil {
 		return err
 	}
-	var runs []*measure.Run
-	for _, name := range inv.Schedulers {
+	order := inv.RunOrder
+	if len(order) == 0 {
+		order = inv.Schedulers
+	}
+	byName := map[string]*measure.Run{}
+	for i, name := range order {
 		c := ChildConfig{ScenarioPath: inv.ScenarioPath, Scheduler: name, Seed: inv.Seed, Out: inv.Out,
 			SettleQuiet: inv.SettleQuiet, StepTimeout: inv.StepTimeout}
 		_ = os.Remove(RunPath(inv.Out, name))
@@ -156,10 +163,29 @@ func RunAll(ctx context.Context, inv Invocation) error {
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 			run.Details.PeakRSSMiB = float64(ru.Maxrss) / 1024 // Linux reports KiB
 		}
+		run.Details.RunOrder = i + 1
 		if err := report.WriteRun(RunPath(inv.Out, name), run); err != nil {
 			return err
 		}
-		runs = append(runs, run)
+		byName[name] = run
+	}
+	runs := make([]*measure.Run, 0, len(inv.Schedulers))
+	for _, name := range inv.Schedulers {
+		if byName[name] == nil {
+			return fmt.Errorf("scheduler %s is not in the run order %v", name, order)
+		}
+		runs = append(runs, byName[name])
 	}
 	return report.Write(inv.Out, plan, runs, inv.Command, report.ThisMachine(inv.Kubernetes))
+}
+
+// RotatedOrder is names rotated by seed-1: over len(names) consecutive
+// seeds each scheduler runs first once (machine state such as the page
+// cache and CPU frequency then favours none of them).
+func RotatedOrder(names []string, seed uint64) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	k := int((seed + uint64(len(names)) - 1) % uint64(len(names)))
+	return append(append([]string(nil), names[k:]...), names[:k]...)
 }

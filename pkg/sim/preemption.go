@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
@@ -87,8 +88,18 @@ func (h *harness) evictionsInFlight() (float64, error) {
 	if h.opts.Scheduler == Muster {
 		return testutil.GetGaugeMetricValue(schedmetrics.Goroutines.WithLabelValues(mustergang.EvictionOperation))
 	}
-	started := metricSum("scheduler_preemption_victims") + metricSum("scheduler_workload_preemption_victims")
-	done := metricSum("scheduler_preemption_goroutines_execution_total")
+	// Read the series themselves: gathering the whole registry, as
+	// metricSum does, on every poll of the settle loop took CPU from the
+	// scheduler it was waiting for.
+	started := histogramCount(schedmetrics.PreemptionVictims) + histogramCount(schedmetrics.WorkloadPreemptionVictims)
+	done := 0.0
+	for _, result := range []string{schedmetrics.GoroutineResultSuccess, schedmetrics.GoroutineResultError} {
+		v, err := testutil.GetCounterMetricValue(schedmetrics.PreemptionGoroutinesExecutionTotal.WithLabelValues(result))
+		if err != nil {
+			return 0, err
+		}
+		done += v
+	}
 	return started - done - h.preemptionsBefore, nil
 }
 
@@ -129,6 +140,7 @@ func (h *harness) collectEvictions() {
 	for _, g := range gangs {
 		e := lost[g]
 		e.Partial = len(g.bound) > 0
+		e.At = h.now
 		h.rec.Evicted(*e)
 		heap.Push(&h.events, event{at: h.now, kind: evPreempted, seq: g.job.Seq, gang: g, attempt: g.attempt})
 	}
@@ -161,4 +173,20 @@ func (h *harness) gpusBeyondFree(arriving []*gangState) int64 {
 		beyond += need - take
 	}
 	return beyond
+}
+
+// histogramCount is a histogram's number of observations (0 while it is not
+// registered: WorkloadPreemptionVictims needs GenericWorkload).
+func histogramCount(h *k8smetrics.Histogram) float64 {
+	if h == nil {
+		return 0
+	}
+	if _, registered := h.ObserverMetric.(k8smetrics.Metric); !registered {
+		return 0
+	}
+	n, err := testutil.GetHistogramMetricCount(h.ObserverMetric)
+	if err != nil {
+		return 0
+	}
+	return float64(n)
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/component-base/featuregate"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler"
 	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -31,14 +32,33 @@ const (
 	Muster = "muster"
 	// Default is kube-scheduler's default profile (no gang scheduling).
 	Default = "default"
+	// DefaultMostAllocated is the default profile with NodeResourcesFit
+	// scoring MostAllocated, nvidia.com/gpu weighted as in muster's profile,
+	// and no gang logic: it separates packing from gang logic.
+	DefaultMostAllocated = "default-mostallocated"
 	// NativeGang is the default profile with the GenericWorkload feature gate
 	// on: kube-scheduler 1.37's own gang scheduling of scheduling.k8s.io/v1beta1
 	// PodGroups.
 	NativeGang = "native-gang"
+	// NativeGangTAS is NativeGang with TopologyAwareWorkloadScheduling (alpha
+	// in 1.36 and 1.37) on and each PodGroup constrained to one rack, or to
+	// one zone when the gang needs more GPUs than a rack has.
+	NativeGangTAS = "native-gang-tas"
+	// None schedules nothing: the harness binds each pod itself as it
+	// creates it (first fit) while kube-scheduler's default profile runs
+	// with nothing to schedule. It measures the harness's own cost; it runs
+	// only scenarios in which every pod fits on arrival.
+	None = "none"
 )
 
 // Schedulers lists every known scheduler in report order.
-var Schedulers = []string{Muster, Default, NativeGang}
+var Schedulers = []string{Muster, Default, DefaultMostAllocated, NativeGang, NativeGangTAS, None}
+
+// StandardSchedulers are the ones compared unless told otherwise.
+var StandardSchedulers = []string{Muster, Default, DefaultMostAllocated, NativeGang, NativeGangTAS}
+
+// usesPodGroups: the scheduler gang-schedules native PodGroups.
+func usesPodGroups(name string) bool { return name == NativeGang || name == NativeGangTAS }
 
 // ParseSchedulers reads a comma-separated list and checks every name.
 func ParseSchedulers(list string) ([]string, error) {
@@ -77,6 +97,10 @@ type built struct {
 	// pluginTimers: muster's plugin runs its timers (gang backoff, plan
 	// deadlines, node avoidance) on this virtual clock; nil for the others.
 	pluginTimers *pluginClock
+	// rackConstraints: PodGroups carry a topology constraint (TAS).
+	rackConstraints bool
+	// harnessBinds: the harness binds pods itself as it creates them (None).
+	harnessBinds bool
 }
 
 // MusterConfig decodes the shipped KubeSchedulerConfiguration the way
@@ -87,35 +111,72 @@ func MusterConfig() (*schedulerapi.KubeSchedulerConfiguration, error) {
 	if err != nil {
 		return nil, err
 	}
+	return decodeConfig(data, manifests.SchedulerConfig)
+}
+
+// mostAllocatedConfig is the default profile with NodeResourcesFit scoring
+// MostAllocated on the weights muster's shipped profile gives it.
+const mostAllocatedConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: MostAllocated
+        resources:
+        - name: nvidia.com/gpu
+          weight: 5
+        - name: cpu
+          weight: 1
+        - name: memory
+          weight: 1
+`
+
+// decodeConfig decodes a KubeSchedulerConfiguration as kube-scheduler's
+// --config does (defaults applied) and validates it.
+func decodeConfig(data []byte, source string) (*schedulerapi.KubeSchedulerConfiguration, error) {
 	obj, gvk, err := schedulerscheme.Codecs.UniversalDecoder().Decode(data, nil, nil)
 	if err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", manifests.SchedulerConfig, err)
+		return nil, fmt.Errorf("decoding %s: %w", source, err)
 	}
 	cfg, ok := obj.(*schedulerapi.KubeSchedulerConfiguration)
 	if !ok {
-		return nil, fmt.Errorf("%s: got %s, want KubeSchedulerConfiguration", manifests.SchedulerConfig, gvk)
+		return nil, fmt.Errorf("%s: got %s, want KubeSchedulerConfiguration", source, gvk)
 	}
 	cfg.TypeMeta.APIVersion = gvk.GroupVersion().String()
 	if err := validation.ValidateKubeSchedulerConfiguration(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", manifests.SchedulerConfig, err)
+		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return cfg, nil
 }
 
 // ensureGate sets the feature gates each scheduler runs with: muster's
 // defaults (schedulercmd.SetFeatureDefaults, as cmd/scheduler sets them) for
-// muster, GenericWorkload for native-gang; and it refuses to run the others
-// with GenericWorkload on: the gates are process-wide and it changes the
-// default profile (GangScheduling joins it), so each scheduler runs in its
-// own process.
+// muster, GenericWorkload for native gang scheduling and
+// TopologyAwareWorkloadScheduling as well for its TAS variant. It refuses to
+// run a scheduler in a process whose gates another one changed: the gates
+// are process-wide and change the default profile (GangScheduling and
+// TopologyPlacement join it), so each scheduler runs in its own process.
 func ensureGate(name string) error {
-	on := utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload)
-	switch {
-	case name == NativeGang && !on:
-		return utilfeature.DefaultMutableFeatureGate.Set(string(features.GenericWorkload) + "=true")
-	case name != NativeGang && on:
-		return fmt.Errorf("scheduler %s cannot run in a process where %s is on; run it in its own process", name, features.GenericWorkload)
-	case name == Muster:
+	for _, g := range []struct {
+		gate featuregate.Feature
+		on   bool
+	}{
+		{features.GenericWorkload, usesPodGroups(name)},
+		{features.TopologyAwareWorkloadScheduling, name == NativeGangTAS},
+	} {
+		switch enabled := utilfeature.DefaultFeatureGate.Enabled(g.gate); {
+		case g.on && !enabled:
+			if err := utilfeature.DefaultMutableFeatureGate.Set(string(g.gate) + "=true"); err != nil {
+				return err
+			}
+		case !g.on && enabled:
+			return fmt.Errorf("scheduler %s cannot run in a process where %s is on; run it in its own process", name, g.gate)
+		}
+	}
+	if name == Muster {
 		return schedulercmd.SetFeatureDefaults()
 	}
 	return nil
@@ -133,8 +194,16 @@ func buildScheduler(ctx context.Context, name string, client kubernetes.Interfac
 	}
 	recorders := profile.RecorderFactory(func(string) events.EventRecorderLogger { return &events.FakeRecorder{} })
 	opts := []scheduler.Option{scheduler.WithClock(virtualClock)}
-	b := &built{schedulerName: v1.DefaultSchedulerName, podGroups: name == NativeGang}
-	if name == Muster {
+	b := &built{schedulerName: v1.DefaultSchedulerName, podGroups: usesPodGroups(name),
+		rackConstraints: name == NativeGangTAS, harnessBinds: name == None}
+	switch name {
+	case DefaultMostAllocated:
+		cfg, err := decodeConfig([]byte(mostAllocatedConfig), DefaultMostAllocated)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, scheduler.WithProfiles(cfg.Profiles...))
+	case Muster:
 		cfg, err := MusterConfig()
 		if err != nil {
 			return nil, err

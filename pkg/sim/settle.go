@@ -427,6 +427,9 @@ func (h *harness) counterValues() map[string]float64 {
 		out["batch_attempts_"+result] = v
 	}
 	out["schedule_attempts"] = metricSum("scheduler_schedule_attempts_total")
+	for result, v := range counterByLabel("scheduler_schedule_attempts_total", "result") {
+		out["schedule_attempts_"+result] = v
+	}
 	switch h.opts.Scheduler {
 	case Muster:
 		out["muster_gangs_scheduled"] = metricSum("muster_gangs_scheduled_total")
@@ -434,7 +437,7 @@ func (h *harness) counterValues() map[string]float64 {
 		for cause, v := range counterByLabel("muster_gang_rejections_total", "cause") {
 			out["muster_plans_dropped_"+cause] = v
 		}
-	case NativeGang:
+	case NativeGang, NativeGangTAS:
 		for result, v := range counterByLabel("scheduler_podgroup_schedule_attempts_total", "result") {
 			out["podgroup_attempts_"+result] = v
 		}

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -79,11 +80,18 @@ func Run(ctx context.Context, opts Options) (*measure.Run, error) {
 	if err != nil {
 		return nil, err
 	}
+	loopStart, loopCPUStart := time.Now(), processCPU()
 	if err := h.loop(ctx); err != nil {
 		return nil, err
 	}
+	loopWall, loopCPU := time.Since(loopStart), processCPU()-loopCPUStart
 	m, d, series, gangs := h.rec.Result()
 	d.SetupSeconds = h.setup.Seconds()
+	d.SetupCPUSeconds = h.setupCPU.Seconds()
+	d.LoopWallSeconds, d.LoopCPUSeconds = loopWall.Seconds(), loopCPU.Seconds()
+	if !h.firstRelease.IsZero() && h.lastBind.After(h.firstRelease) {
+		d.SpanSeconds = h.lastBind.Sub(h.firstRelease).Seconds()
+	}
 	d.StalledSteps = h.stalled
 	d.ClockMovesPodBackoff, d.ClockMovesGangBackoff = h.podBackoffMoves, h.gangBackoffMoves
 	d.EndReason = h.endReason
@@ -93,6 +101,7 @@ func Run(ctx context.Context, opts Options) (*measure.Run, error) {
 		Scenario: opts.Plan.Scenario.Name, Seed: opts.Plan.Seed,
 		Nodes: len(opts.Plan.Nodes), GPUs: opts.Plan.TotalGPUs(),
 		Metrics: m, Details: d, Series: series, Gangs: gangs,
+		Segments: h.rec.Segments(), FirstSubmitS: h.rec.FirstSubmit().Seconds(), EndS: h.rec.EndTime().Seconds(),
 	}, nil
 }
 
@@ -118,6 +127,7 @@ type harness struct {
 	podGang     map[string]*gangState
 	nodePods    map[string]map[string]bool
 	setup       time.Duration
+	setupCPU    time.Duration
 	stalled     int
 	endReason   string
 	stepIndex   uint64
@@ -126,6 +136,13 @@ type harness struct {
 	// gangRejectedInStep: one was dropped in this step.
 	lastRejects        float64
 	gangRejectedInStep bool
+	// harnessFree and fitCursor: free GPUs per node and where the next
+	// first-fit search starts, for the None scheduler.
+	harnessFree map[string]int64
+	fitCursor   int
+	// firstRelease is when the first step that created pods resumed the
+	// scheduler; lastBind is the latest binding so far.
+	firstRelease, lastBind time.Time
 	// podBackoffMoves and gangBackoffMoves count how often a settled step
 	// moved the virtual clock past a pod's backoff or to muster's next timer.
 	podBackoffMoves, gangBackoffMoves int
@@ -189,7 +206,7 @@ func newHarness(ctx context.Context, opts Options) (*harness, error) {
 		clock:  clocktesting.NewFakeClock(epoch),
 		parked: make(chan struct{}), resumed: make(chan struct{}),
 	}
-	setupStart := time.Now()
+	setupStart, setupCPUStart := time.Now(), processCPU()
 
 	watch.DefaultChanSize = watchBuffer
 	h.cs = fake.NewSimpleClientset()
@@ -240,7 +257,7 @@ func newHarness(ctx context.Context, opts Options) (*harness, error) {
 	}
 	h.installBarrier(ctx)
 	go h.sched.Run(ctx)
-	h.setup = time.Since(setupStart)
+	h.setup, h.setupCPU = time.Since(setupStart), processCPU()-setupCPUStart
 
 	for i := range plan.Jobs {
 		j := &plan.Jobs[i]
@@ -409,7 +426,7 @@ func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 		case evFlush:
 			h.flushUnschedulable()
 		case evArrival:
-			h.rec.Submitted(e.gang.job.Name, e.gang.job.Workers, e.gang.job.Priority, t)
+			h.rec.Submitted(e.gang.job.Name, e.gang.job.Workers, e.gang.job.GPUs, e.gang.job.Priority, t)
 			arriving = append(arriving, e.gang)
 		}
 		if err != nil {
@@ -441,6 +458,9 @@ func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 			"unschedulable", len(q.UnschedulablePods()))
 	}
 	resumedAt := time.Now()
+	if h.firstRelease.IsZero() && len(h.changes.created) > 0 {
+		h.firstRelease = resumedAt
+	}
 	h.resume()
 	busy, err := h.settle(ctx, resumedAt)
 	if err != nil {
@@ -487,6 +507,9 @@ func (h *harness) deletePods(ctx context.Context, g *gangState) error {
 			return fmt.Errorf("deleting pod %s: %w", name, err)
 		}
 		ref := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: types.UID("pod-" + name)}}
+		if node, ok := g.bound[name]; ok && h.b.harnessBinds {
+			h.harnessFree[node] += g.job.GPUs
+		}
 		if node, ok := g.bound[name]; ok {
 			delete(h.nodePods[node], name)
 			h.changes.deletedBound = append(h.changes.deletedBound, ref)
@@ -545,7 +568,7 @@ func (h *harness) deleteNode(ctx context.Context, e event, arriving []*gangState
 		}
 	}
 	for _, g := range broken {
-		h.rec.Broken(g.job.Name)
+		h.rec.Broken(g.job.Name, h.now)
 		var err error
 		if arriving, err = h.restart(ctx, g, arriving); err != nil {
 			return nil, err
@@ -613,7 +636,7 @@ func (h *harness) submit(ctx context.Context, arriving []*gangState) error {
 	if h.b.podGroups {
 		for _, g := range arriving {
 			h.counts.want(kindPodGroupAdd)
-			if _, err := h.cs.SchedulingV1beta1().PodGroups(namespace).Create(ctx, versioned(&h.resourceVersion, podGroupObject(g.job, g.attempt, h.now)), metav1.CreateOptions{}); err != nil {
+			if _, err := h.cs.SchedulingV1beta1().PodGroups(namespace).Create(ctx, versioned(&h.resourceVersion, podGroupObject(g.job, g.attempt, h.now, h.topologyKey(g.job))), metav1.CreateOptions{}); err != nil {
 				return err
 			}
 		}
@@ -641,11 +664,22 @@ func (h *harness) submit(ctx context.Context, arriving []*gangState) error {
 	}
 	for _, r := range refs {
 		pod := podObject(r.g.job, r.g.jobObj, h.b, r.g.attempt, r.index, h.now)
+		if h.b.harnessBinds {
+			node, err := h.firstFit(r.g.job.GPUs)
+			if err != nil {
+				return err
+			}
+			pod.Spec.NodeName = node
+			pod.Status.Conditions = append(pod.Status.Conditions, v1.PodCondition{Type: v1.PodScheduled, Status: v1.ConditionTrue})
+		}
 		r.g.pods = append(r.g.pods, pod.Name)
 		h.podGang[pod.Name] = r.g
 		h.counts.want(kindPodAdd)
 		if _, err := h.cs.CoreV1().Pods(namespace).Create(ctx, versioned(&h.resourceVersion, pod), metav1.CreateOptions{}); err != nil {
 			return err
+		}
+		if h.b.harnessBinds {
+			h.binds.add(bindRecord{pod: pod.Name, node: pod.Spec.NodeName, at: time.Now()})
 		}
 		h.changes.created = append(h.changes.created, pod)
 	}
@@ -683,6 +717,9 @@ func (h *harness) collectBinds(resumedAt time.Time) int {
 		}
 		h.nodePods[r.node][r.pod] = true
 		lastBind[g] = r.at
+		if r.at.After(h.lastBind) {
+			h.lastBind = r.at
+		}
 	}
 	for _, g := range touched {
 		if g.running || len(g.bound) < g.job.Workers {
@@ -762,4 +799,44 @@ func (l *bindLog) since(i int) []bindRecord {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]bindRecord(nil), l.records[i:]...)
+}
+
+// firstFit picks a node for a pod of the None scheduler: the next node, in
+// the plan's order from where the last search ended, with the GPUs free. It
+// fails when none has them: None runs only scenarios in which every pod fits.
+func (h *harness) firstFit(gpus int64) (string, error) {
+	nodes := h.plan.Nodes
+	if h.harnessFree == nil {
+		h.harnessFree = make(map[string]int64, len(nodes))
+		for _, n := range nodes {
+			h.harnessFree[n.Name] = n.GPUs
+		}
+	}
+	for i := 0; i < len(nodes); i++ {
+		name := nodes[(h.fitCursor+i)%len(nodes)].Name
+		if _, exists := h.nodes[name]; exists && h.harnessFree[name] >= gpus {
+			h.harnessFree[name] -= gpus
+			h.fitCursor = (h.fitCursor + i) % len(nodes)
+			return name, nil
+		}
+	}
+	return "", fmt.Errorf("scheduler %s: no node has %d GPUs free; it runs only scenarios in which every pod fits", None, gpus)
+}
+
+// topologyKey is the topology constraint of a job's PodGroup: none but for
+// native gang scheduling with TAS.
+func (h *harness) topologyKey(j *scenario.Job) string {
+	if !h.b.rackConstraints {
+		return ""
+	}
+	return topologyKeyFor(j, h.plan.Scenario.Cluster)
+}
+
+// processCPU is the CPU time (user and system) this process has used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

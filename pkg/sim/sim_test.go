@@ -15,6 +15,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/muster-sched/muster/pkg/sim/measure"
 	"github.com/muster-sched/muster/pkg/sim/report"
@@ -302,5 +303,67 @@ func TestSpotAffinityTranslatesThePolicy(t *testing.T) {
 			terms[0].MatchExpressions[0].Key != LabelSpot || terms[0].MatchExpressions[0].Operator != tc.op {
 			t.Errorf("policy %q: %+v; want required=%v, %s on %s", tc.policy, na, tc.required, tc.op, LabelSpot)
 		}
+	}
+}
+
+// Over as many seeds as there are schedulers, each runs first once.
+func TestRotatedOrder(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	first := map[string]int{}
+	for seed := uint64(1); seed <= 3; seed++ {
+		order := RotatedOrder(names, seed)
+		if len(order) != 3 {
+			t.Fatalf("seed %d: order %v", seed, order)
+		}
+		first[order[0]]++
+	}
+	if first["a"] != 1 || first["b"] != 1 || first["c"] != 1 || RotatedOrder(names, 1)[0] != "a" {
+		t.Errorf("first runs per scheduler %v; want each once, seed 1 as listed", first)
+	}
+}
+
+// The packing control is the default profile with MostAllocated scoring on
+// muster's weights, and nothing else changed.
+func TestMostAllocatedControl(t *testing.T) {
+	cfg, err := decodeConfig([]byte(mostAllocatedConfig), DefaultMostAllocated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Profiles[0]
+	if p.SchedulerName != v1.DefaultSchedulerName || len(p.PluginConfig) == 0 {
+		t.Fatalf("profile %+v", p)
+	}
+	found := false
+	for _, pc := range p.PluginConfig {
+		if args, ok := pc.Args.(*schedulerapi.NodeResourcesFitArgs); ok {
+			s := args.ScoringStrategy
+			found = s.Type == schedulerapi.MostAllocated && len(s.Resources) == 3 && s.Resources[0].Name == string(GPUResource) && s.Resources[0].Weight == 5
+		}
+	}
+	if !found {
+		t.Errorf("NodeResourcesFit args are not MostAllocated with nvidia.com/gpu weight 5: %+v", p.PluginConfig)
+	}
+}
+
+// None binds every pod itself (no scheduling attempt) and refuses a
+// scenario in which a pod does not fit on arrival.
+func TestNoneIsTheHarnessAlone(t *testing.T) {
+	s, err := scenario.Load("../../bench/scenarios/equal-burst-g8-n1000.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := s.Expand(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, plan, None)
+	if r.Details.PodsBound != plan.TotalPods() || r.Metrics.GangsCompleted != len(plan.Jobs) || r.Details.Extra["schedule_attempts"] != 0 {
+		t.Errorf("none: %d of %d pods bound, %d of %d jobs done, %.0f attempts", r.Details.PodsBound, plan.TotalPods(),
+			r.Metrics.GangsCompleted, len(plan.Jobs), r.Details.Extra["schedule_attempts"])
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := Run(ctx, Options{Plan: smallPlan(t, 1), Scheduler: None, StepTimeout: time.Minute}); err == nil || !strings.Contains(err.Error(), "every pod fits") {
+		t.Errorf("none on small (the second wave waits for capacity): err = %v", err)
 	}
 }

@@ -27,6 +27,24 @@ type Metrics struct {
 	DeadlockedGangs       int     `json:"deadlocked_gangs"`
 	MeanRacksPerGang      float64 `json:"mean_racks_per_gang"`
 	PreemptibleGangsMixed int     `json:"preemptible_gangs_mixed"`
+	// CommonAllocationRatio is GPUAllocationRatio over the window every
+	// scheduler of a run shares (report.CommonWindow), so that a scheduler
+	// that takes longer is not measured over a longer stretch.
+	CommonAllocationRatio float64 `json:"gpu_allocation_common_window"`
+	// GoodputRatio is like CommonAllocationRatio but counts only runs of a
+	// gang that were not lost: a run cut short by a reclaim or a preemption
+	// is work done again later.
+	GoodputRatio float64 `json:"goodput_common_window"`
+	// LostGPUHours are GPU-hours of gang runs cut short (the whole run).
+	LostGPUHours float64 `json:"lost_gpu_hours"`
+	// QueueWaitP50S and QueueWaitP95S are nearest-rank percentiles over jobs
+	// of the virtual time from submission to the first placement (to the end
+	// of the run for a job never placed).
+	QueueWaitP50S float64 `json:"queue_wait_p50_s"`
+	QueueWaitP95S float64 `json:"queue_wait_p95_s"`
+	// StuckGangs never completed and had nothing bound at the end: they
+	// wait forever without holding anything (DeadlockedGangs hold GPUs).
+	StuckGangs int `json:"stuck_gangs"`
 }
 
 // Details are the run's other facts, shown in report.md and BENCHMARKS.md.
@@ -44,8 +62,19 @@ type Details struct {
 	PodsBound int `json:"pods_bound"`
 	// BusySeconds is the real time the scheduler had work (see Recorder.Step).
 	BusySeconds float64 `json:"busy_seconds"`
-	// SetupSeconds is scheduler.New, informer sync and node creation.
-	SetupSeconds float64 `json:"setup_seconds"`
+	// SetupSeconds is scheduler.New, informer sync and node creation;
+	// SetupCPUSeconds the process's CPU time meanwhile.
+	SetupSeconds    float64 `json:"setup_seconds"`
+	SetupCPUSeconds float64 `json:"setup_cpu_seconds"`
+	// SpanSeconds is the real time from the first release of pods to the
+	// scheduler (the first step that created pods resumed it) to the last
+	// binding (0 when the harness bound the pods itself).
+	SpanSeconds float64 `json:"span_seconds"`
+	// LoopWallSeconds and LoopCPUSeconds are the real time and the process's
+	// CPU time (user and system, every goroutine: scheduler and harness) of
+	// the whole step loop, setup excluded.
+	LoopWallSeconds float64 `json:"loop_wall_seconds"`
+	LoopCPUSeconds  float64 `json:"loop_cpu_seconds"`
 	// WallSeconds is the whole child process run.
 	WallSeconds float64 `json:"wall_seconds"`
 	Steps       int     `json:"steps"`
@@ -67,6 +96,8 @@ type Details struct {
 	// PeakRSSMiB is the child process's maximum resident set (filled in by
 	// the parent from rusage).
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// RunOrder is the position in which this scheduler ran (1: first).
+	RunOrder int `json:"run_order,omitempty"`
 }
 
 // Preemption is what priorities cost and bought in a run: how long the
@@ -117,6 +148,22 @@ type Run struct {
 	Details  Details   `json:"details"`
 	Series   []Sample  `json:"series"`
 	Gangs    []GangLog `json:"gangs"`
+	// Segments are the gang runs (all members bound until the gang
+	// completed or lost a member), for goodput over a window.
+	Segments []Segment `json:"segments,omitempty"`
+	// FirstSubmitS and EndS bound the run in virtual seconds.
+	FirstSubmitS float64 `json:"first_submit_s"`
+	EndS         float64 `json:"end_s"`
+}
+
+// Segment is one run of a gang: from when its last member was bound (From)
+// to when it completed or lost a member (To, virtual seconds), holding GPUs.
+type Segment struct {
+	From float64 `json:"from"`
+	To   float64 `json:"to"`
+	GPUs int64   `json:"gpus"`
+	// Lost: cut short by a reclaim or a preemption; the job runs again.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // GangLog is what happened to one gang, for debugging a surprising metric.
@@ -152,11 +199,14 @@ type Recorder struct {
 	steps     int
 	evictions []Eviction
 	needed    int64
+	segments  []Segment
 }
 
 // Eviction is one gang's loss to preemption in one step.
 type Eviction struct {
 	Gang string
+	// At is the virtual time of the step.
+	At   time.Duration
 	Pods int
 	GPUs int64
 	// Partial: members of the gang stayed bound that the scheduler did not
@@ -166,6 +216,8 @@ type Eviction struct {
 
 type gangRecord struct {
 	workers     int
+	gpus        int64 // per worker
+	running     int   // index+1 in segments of the open run (0: none)
 	priority    int32
 	firstPlaced time.Duration
 	everPlaced  bool
@@ -186,8 +238,8 @@ func NewRecorder(scheduler string) *Recorder {
 }
 
 // Submitted records a gang's submission.
-func (r *Recorder) Submitted(gang string, workers int, priority int32, t time.Duration) {
-	r.gangs[gang] = &gangRecord{workers: workers, priority: priority, submitted: t}
+func (r *Recorder) Submitted(gang string, workers int, gpusPerWorker int64, priority int32, t time.Duration) {
+	r.gangs[gang] = &gangRecord{workers: workers, gpus: gpusPerWorker, priority: priority, submitted: t}
 	r.order = append(r.order, gang)
 }
 
@@ -195,6 +247,17 @@ func (r *Recorder) Submitted(gang string, workers int, priority int32, t time.Du
 func (r *Recorder) Evicted(e Eviction) {
 	r.evictions = append(r.evictions, e)
 	r.gangs[e.Gang].restarts++
+	r.stopRun(r.gangs[e.Gang], e.At, true)
+}
+
+// stopRun closes the gang's open run, if any.
+func (r *Recorder) stopRun(g *gangRecord, t time.Duration, lost bool) {
+	if g.running == 0 {
+		return
+	}
+	seg := &r.segments[g.running-1]
+	seg.To, seg.Lost = t.Seconds(), lost
+	g.running = 0
 }
 
 // NeededForPriority adds GPUs that higher-priority jobs needed beyond the
@@ -237,6 +300,10 @@ func PlacementOf(nodes []string, rackOf func(string) string, spot func(string) b
 func (r *Recorder) Placed(gang string, t, latency time.Duration, p Placement) {
 	g := r.gangs[gang]
 	g.placed, g.isPlaced, g.racks, g.nodes = t, true, p.Racks, p.Nodes
+	if g.running == 0 {
+		r.segments = append(r.segments, Segment{From: t.Seconds(), To: -1, GPUs: int64(g.workers) * g.gpus})
+		g.running = len(r.segments)
+	}
 	if !g.everPlaced {
 		g.firstPlaced, g.everPlaced = t, true
 	}
@@ -251,13 +318,15 @@ func (r *Recorder) Placed(gang string, t, latency time.Duration, p Placement) {
 func (r *Recorder) Completed(gang string, t time.Duration) {
 	g := r.gangs[gang]
 	g.completed, g.isDone = t, true
+	r.stopRun(g, t, false)
 }
 
-// Broken records that the gang lost a member to a node reclaim and was
+// Broken records that the gang lost a member to a node reclaim at t and was
 // resubmitted.
-func (r *Recorder) Broken(gang string) {
+func (r *Recorder) Broken(gang string, t time.Duration) {
 	r.gangs[gang].restarts++
 	r.broken++
+	r.stopRun(r.gangs[gang], t, true)
 }
 
 // Step records one settled step: the real time the scheduler was busy, the
@@ -331,9 +400,29 @@ func (r *Recorder) Result() (Metrics, Details, []Sample, []GangLog) {
 		m.MeanJCTS = (jct / time.Duration(m.GangsCompleted)).Seconds()
 	}
 	m.MakespanS = max(r.end-start, 0).Seconds()
-	m.GPUAllocationRatio, d.HeldGPURatio = allocation(r.samples, start.Seconds(), r.end.Seconds())
+	m.GPUAllocationRatio, d.HeldGPURatio = allocationOver(r.samples, start.Seconds(), r.end.Seconds())
 	m.PartialGangs = len(r.everPart)
 	m.DeadlockedGangs = len(r.lastPart)
+	m.StuckGangs = d.GangsPendingAtEnd
+	var waits []time.Duration
+	for _, name := range r.order {
+		g := r.gangs[name]
+		if g.everPlaced {
+			waits = append(waits, g.firstPlaced-g.submitted)
+		} else {
+			waits = append(waits, max(r.end-g.submitted, 0))
+		}
+	}
+	m.QueueWaitP50S = Percentile(waits, 50).Seconds()
+	m.QueueWaitP95S = Percentile(waits, 95).Seconds()
+	for _, seg := range r.Segments() {
+		if seg.Lost {
+			m.LostGPUHours += float64(seg.GPUs) * (seg.To - seg.From) / 3600
+		}
+	}
+	// Until a report puts every scheduler of a run on one window, the
+	// common window is this run's own.
+	m.CommonAllocationRatio, m.GoodputRatio = WindowRatios(r.samples, r.Segments(), start.Seconds(), r.end.Seconds())
 	if len(r.racks) > 0 {
 		sum := 0
 		for _, n := range r.racks {
@@ -344,6 +433,69 @@ func (r *Recorder) Result() (Metrics, Details, []Sample, []GangLog) {
 	m.PreemptibleGangsMixed = r.mixed
 	d.Preemption = r.preemption()
 	return m, d, append([]Sample(nil), r.samples...), logs
+}
+
+// Segments are the gang runs so far; a run still open ends at the end of
+// the recording (and is not lost).
+func (r *Recorder) Segments() []Segment {
+	out := append([]Segment(nil), r.segments...)
+	for i := range out {
+		if out[i].To < 0 {
+			out[i].To = r.end.Seconds()
+		}
+	}
+	return out
+}
+
+// FirstSubmit is the virtual time of the first submission (0 for none).
+func (r *Recorder) FirstSubmit() time.Duration {
+	first := time.Duration(math.MaxInt64)
+	for _, g := range r.gangs {
+		first = min(first, g.submitted)
+	}
+	if len(r.gangs) == 0 {
+		return 0
+	}
+	return first
+}
+
+// EndTime is the virtual time at which the run stopped.
+func (r *Recorder) EndTime() time.Duration { return r.end }
+
+// WindowRatios are the GPU allocation (running gangs) and the goodput (runs
+// not lost) over the virtual window [from, to] (seconds), each divided by
+// the cluster's GPU capacity integrated over the window. samples hold until
+// the next sample; the last holds until to.
+func WindowRatios(samples []Sample, segments []Segment, from, to float64) (allocation, goodput float64) {
+	allocation, _ = allocationOver(samples, from, to)
+	capArea := capacityArea(samples, from, to)
+	if capArea == 0 {
+		return allocation, 0
+	}
+	var useful float64
+	for _, seg := range segments {
+		if seg.Lost {
+			continue
+		}
+		if lo, hi := max(seg.From, from), min(seg.To, to); hi > lo {
+			useful += float64(seg.GPUs) * (hi - lo)
+		}
+	}
+	return allocation, useful / capArea
+}
+
+func capacityArea(samples []Sample, from, to float64) float64 {
+	var area float64
+	for i, s := range samples {
+		next := to
+		if i+1 < len(samples) {
+			next = min(samples[i+1].T, to)
+		}
+		if lo := max(s.T, from); next > lo {
+			area += float64(s.CapacityGPUs) * (next - lo)
+		}
+	}
+	return area
 }
 
 // preemption is nil for a run whose jobs all have one priority.
@@ -386,9 +538,9 @@ func (r *Recorder) preemption() *Preemption {
 	return p
 }
 
-// allocation integrates the step function of samples (each holds until the
-// next) over [from, to] and divides by the integral of capacity.
-func allocation(samples []Sample, from, to float64) (running, held float64) {
+// allocationOver integrates the step function of samples (each holds until
+// the next) over [from, to] and divides by the integral of capacity.
+func allocationOver(samples []Sample, from, to float64) (running, held float64) {
 	var capArea, runArea, heldArea float64
 	for i, s := range samples {
 		next := to

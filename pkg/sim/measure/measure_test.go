@@ -20,11 +20,11 @@ const s = time.Second
 //	t=30  c completes; b completes at t=50.
 func sampleRun() *Recorder {
 	r := NewRecorder("muster")
-	r.Submitted("a", 2, 0, 0)
-	r.Submitted("b", 2, 0, 0)
+	r.Submitted("a", 2, 4, 0, 0)
+	r.Submitted("b", 2, 4, 0, 0)
 	r.Placed("a", 0, 4*time.Millisecond, Placement{Nodes: []string{"n1"}, Racks: 1, OnDemandNodes: 1})
 	r.Step(Sample{T: 0, CapacityGPUs: 24, HeldGPUs: 12, RunningGPUs: 8}, 100*time.Millisecond, 3, []string{"b"})
-	r.Submitted("c", 1, 0, 10*s)
+	r.Submitted("c", 1, 8, 0, 10*s)
 	r.Placed("c", 10*s, 2*time.Millisecond, Placement{Nodes: []string{"n2"}, Racks: 1, SpotNodes: 1})
 	r.Step(Sample{T: 10, CapacityGPUs: 24, HeldGPUs: 20, RunningGPUs: 16}, 50*time.Millisecond, 1, []string{"b"})
 	r.Completed("a", 20*s)
@@ -71,8 +71,8 @@ func TestResult(t *testing.T) {
 
 func TestDeadlockedAtEnd(t *testing.T) {
 	r := NewRecorder("default")
-	r.Submitted("a", 4, 0, 0)
-	r.Submitted("b", 4, 0, 0)
+	r.Submitted("a", 4, 1, 0, 0)
+	r.Submitted("b", 4, 1, 0, 0)
 	r.Step(Sample{T: 0, CapacityGPUs: 8, HeldGPUs: 8}, time.Second, 4, []string{"a", "b"})
 	// Nothing can change; the simulator carries the run to the horizon.
 	r.Step(Sample{T: 3600, CapacityGPUs: 8, HeldGPUs: 8}, 0, 0, []string{"a", "b"})
@@ -93,7 +93,7 @@ func TestDeadlockedAtEnd(t *testing.T) {
 // but not deadlocked.
 func TestPartialThenWhole(t *testing.T) {
 	r := NewRecorder("default")
-	r.Submitted("a", 2, 0, 0)
+	r.Submitted("a", 2, 4, 0, 0)
 	r.Step(Sample{T: 0, CapacityGPUs: 8, HeldGPUs: 4}, time.Second, 1, []string{"a"})
 	r.Placed("a", 10*s, time.Millisecond, Placement{Racks: 1})
 	r.Step(Sample{T: 10, CapacityGPUs: 8, HeldGPUs: 8, RunningGPUs: 8}, time.Second, 1, nil)
@@ -145,8 +145,9 @@ func TestMetricsFields(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{"deadlocked_gangs", "gang_latency_p50_ms", "gang_latency_p99_ms", "gangs_completed", "gangs_total",
-		"gpu_allocation_ratio", "makespan_s", "mean_jct_s", "mean_racks_per_gang", "partial_gangs", "pods_per_second",
-		"preemptible_gangs_mixed", "scheduler"}
+		"goodput_common_window", "gpu_allocation_common_window", "gpu_allocation_ratio", "lost_gpu_hours", "makespan_s",
+		"mean_jct_s", "mean_racks_per_gang", "partial_gangs", "pods_per_second", "preemptible_gangs_mixed",
+		"queue_wait_p50_s", "queue_wait_p95_s", "scheduler", "stuck_gangs"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("fields %v, want %v", got, want)
 	}
@@ -166,21 +167,21 @@ func approxEqual(a, b Metrics) bool {
 // until the end, and a gang evicted twice counts twice.
 func TestPreemption(t *testing.T) {
 	r := NewRecorder("muster")
-	r.Submitted("low-a", 2, 0, 0)
-	r.Submitted("low-b", 1, 0, 0)
+	r.Submitted("low-a", 2, 8, 0, 0)
+	r.Submitted("low-b", 1, 8, 0, 0)
 	r.Placed("low-a", 0, 0, Placement{})
 	r.Placed("low-b", 0, 0, Placement{})
-	r.Submitted("high-a", 2, 100, 10*s)
+	r.Submitted("high-a", 2, 8, 100, 10*s)
 	r.NeededForPriority(16)
 	r.Evicted(Eviction{Gang: "low-a", Pods: 2, GPUs: 16})
 	r.Placed("high-a", 10*s, 0, Placement{})
-	r.Submitted("high-b", 1, 100, 20*s)
+	r.Submitted("high-b", 1, 8, 100, 20*s)
 	r.NeededForPriority(8)
 	r.Evicted(Eviction{Gang: "low-b", Pods: 1, GPUs: 8, Partial: true})
 	r.Evicted(Eviction{Gang: "low-a", Pods: 1, GPUs: 8})
 	r.Placed("high-b", 50*s, 0, Placement{})
 	r.Placed("high-b", 70*s, 0, Placement{}) // placed again after a restart: the first placement counts
-	r.Submitted("high-c", 1, 100, 40*s)
+	r.Submitted("high-c", 1, 8, 100, 40*s)
 	r.End(100*s, nil)
 	_, d, _, logs := r.Result()
 	want := &Preemption{HighJobs: 3, HighWaitP50S: 30, HighWaitP99S: 60, HighNotPlaced: 1, PodsEvicted: 4, GPUsEvicted: 32,
@@ -193,10 +194,64 @@ func TestPreemption(t *testing.T) {
 	}
 
 	one := NewRecorder("muster")
-	one.Submitted("a", 1, 5, 0)
-	one.Submitted("b", 1, 5, 0)
+	one.Submitted("a", 1, 8, 5, 0)
+	one.Submitted("b", 1, 8, 5, 0)
 	one.End(0, nil)
 	if _, d, _, _ := one.Result(); d.Preemption != nil {
 		t.Errorf("a run of one priority reported preemption %+v", d.Preemption)
 	}
 }
+
+// A gang whose run is cut short by a reclaim counts as allocated while it
+// runs but not as goodput; the window decides what is counted; a job never
+// placed waits until the end and is stuck when nothing of it is bound.
+//
+//	16-GPU cluster. t=0: a (2 × 4) placed. t=0: b (1 × 8) submitted, placed
+//	at 10, its node reclaimed at 30, placed again at 40, completes at 100.
+//	a completes at 60. c (1 × 16) submitted at 20, never placed; end at 100.
+func TestGoodputWindowAndWaits(t *testing.T) {
+	r := NewRecorder("muster")
+	r.Submitted("a", 2, 4, 0, 0)
+	r.Submitted("b", 1, 8, 0, 0)
+	r.Placed("a", 0, 0, Placement{})
+	r.Step(Sample{T: 0, CapacityGPUs: 16, HeldGPUs: 8, RunningGPUs: 8}, 0, 2, nil)
+	r.Placed("b", 10*s, 0, Placement{})
+	r.Step(Sample{T: 10, CapacityGPUs: 16, HeldGPUs: 16, RunningGPUs: 16}, 0, 1, nil)
+	r.Submitted("c", 1, 16, 0, 20*s)
+	r.Step(Sample{T: 20, CapacityGPUs: 16, HeldGPUs: 16, RunningGPUs: 16}, 0, 0, nil)
+	r.Broken("b", 30*s)
+	r.Step(Sample{T: 30, CapacityGPUs: 16, HeldGPUs: 8, RunningGPUs: 8}, 0, 0, nil)
+	r.Placed("b", 40*s, 0, Placement{})
+	r.Step(Sample{T: 40, CapacityGPUs: 16, HeldGPUs: 16, RunningGPUs: 16}, 0, 1, nil)
+	r.Completed("a", 60*s)
+	r.Step(Sample{T: 60, CapacityGPUs: 16, HeldGPUs: 8, RunningGPUs: 8}, 0, 0, nil)
+	r.Completed("b", 100*s)
+	r.Step(Sample{T: 100, CapacityGPUs: 16}, 0, 0, nil)
+	r.End(100*s, map[string]int{"c": 0})
+	m, _, series, _ := r.Result()
+
+	// Running: 8*10 + 16*20 + 8*10 + 16*20 + 8*40 = 1120 of 1600; b's first
+	// run (8 GPUs × 20 s) was lost: goodput 960 of 1600.
+	if !near(m.CommonAllocationRatio, 1120.0/1600) || !near(m.GoodputRatio, 960.0/1600) {
+		t.Errorf("own window: allocation %.4f, goodput %.4f; want %.4f, %.4f", m.CommonAllocationRatio, m.GoodputRatio, 1120.0/1600, 960.0/1600)
+	}
+	if !near(m.LostGPUHours, 8*20.0/3600) {
+		t.Errorf("lost %.5f GPU-hours, want %.5f", m.LostGPUHours, 8*20.0/3600)
+	}
+	// Over [0, 20] (the last arrival): 8*10 + 16*10 = 240 of 320, all goodput
+	// but b's lost run (8*10): 160 of 320.
+	alloc, good := WindowRatios(series, r.Segments(), 0, 20)
+	if !near(alloc, 240.0/320) || !near(good, 160.0/320) {
+		t.Errorf("window [0, 20]: allocation %.4f, goodput %.4f; want 0.75, 0.5", alloc, good)
+	}
+	// Waits: a 0, b 10 (its first placement), c 80 (never placed, until the
+	// end). p50 = 2nd of 3 = 10, p95 = 3rd = 80.
+	if m.QueueWaitP50S != 10 || m.QueueWaitP95S != 80 {
+		t.Errorf("queue wait p50 %.0f, p95 %.0f; want 10, 80", m.QueueWaitP50S, m.QueueWaitP95S)
+	}
+	if m.StuckGangs != 1 || m.DeadlockedGangs != 0 {
+		t.Errorf("stuck %d, deadlocked %d; want 1, 0", m.StuckGangs, m.DeadlockedGangs)
+	}
+}
+
+func near(x, y float64) bool { return math.Abs(x-y) < 1e-9 }

@@ -25,6 +25,12 @@ var metricRows = []struct {
 	{"deadlocked_gangs", func(m measure.Metrics) string { return fmt.Sprint(m.DeadlockedGangs) }},
 	{"mean_racks_per_gang", func(m measure.Metrics) string { return fmt.Sprintf("%.2f", m.MeanRacksPerGang) }},
 	{"preemptible_gangs_mixed", func(m measure.Metrics) string { return fmt.Sprint(m.PreemptibleGangsMixed) }},
+	{"gpu_allocation_common_window", func(m measure.Metrics) string { return fmt.Sprintf("%.3f", m.CommonAllocationRatio) }},
+	{"goodput_common_window", func(m measure.Metrics) string { return fmt.Sprintf("%.3f", m.GoodputRatio) }},
+	{"lost_gpu_hours", func(m measure.Metrics) string { return fmt.Sprintf("%.1f", m.LostGPUHours) }},
+	{"queue_wait_p50_s", func(m measure.Metrics) string { return fmt.Sprintf("%.0f", m.QueueWaitP50S) }},
+	{"queue_wait_p95_s", func(m measure.Metrics) string { return fmt.Sprintf("%.0f", m.QueueWaitP95S) }},
+	{"stuck_gangs", func(m measure.Metrics) string { return fmt.Sprint(m.StuckGangs) }},
 }
 
 var detailRows = []struct {
@@ -36,7 +42,20 @@ var detailRows = []struct {
 	{"gangs broken by node reclaims", func(d measure.Details) string { return fmt.Sprint(d.GangsBroken) }},
 	{"gangs with nothing bound at the end", func(d measure.Details) string { return fmt.Sprint(d.GangsPendingAtEnd) }},
 	{"scheduling attempts", func(d measure.Details) string { return fmt.Sprintf("%.0f", d.Extra["schedule_attempts"]) }},
+	{"scheduling attempts per bound pod: scheduled / unschedulable / error", func(d measure.Details) string {
+		a := AttemptsPerPod(d)
+		return fmt.Sprintf("%.2f / %.2f / %.2f", a.Scheduled, a.Unschedulable, a.Error)
+	}},
+	{"ms of busy time per attempt", func(d measure.Details) string { return fmt.Sprintf("%.2f", MsPerAttempt(d)) }},
 	{"real time busy (s)", func(d measure.Details) string { return fmt.Sprintf("%.2f", d.BusySeconds) }},
+	{"first release → last binding (s)", func(d measure.Details) string { return fmt.Sprintf("%.2f", d.SpanSeconds) }},
+	{"step loop: real time / process CPU (s)", func(d measure.Details) string {
+		return fmt.Sprintf("%.2f / %.2f", d.LoopWallSeconds, d.LoopCPUSeconds)
+	}},
+	{"clock moved past pod backoff / to muster's timers", func(d measure.Details) string {
+		return fmt.Sprintf("%d / %d", d.ClockMovesPodBackoff, d.ClockMovesGangBackoff)
+	}},
+	{"ran as (1: first)", func(d measure.Details) string { return fmt.Sprint(d.RunOrder) }},
 	{"setup: scheduler.New, informer sync (s)", func(d measure.Details) string { return fmt.Sprintf("%.2f", d.SetupSeconds) }},
 	{"wall time of the process (s)", func(d measure.Details) string { return fmt.Sprintf("%.1f", d.WallSeconds) }},
 	{"peak RSS (MiB)", func(d measure.Details) string { return fmt.Sprintf("%.0f", d.PeakRSSMiB) }},
@@ -84,7 +103,7 @@ func Markdown(rep Report, det Details) string {
 	fmt.Fprintf(&b, "- Command: `%s`\n", det.Command)
 	fmt.Fprintf(&b, "- Machine: %s.\n\n", describeMachine(det.Machine))
 
-	b.WriteString("## Metrics\n\nDefinitions: BENCHMARKS.md. Virtual time for makespan, JCT and allocation; real time for pods/s and latency.\n\n")
+	fmt.Fprintf(&b, "## Metrics\n\nDefinitions: BENCHMARKS.md. Virtual time for makespan, JCT and allocation; real time for pods/s and latency. Common window: %.0f–%.0f s.\n\n", rep.CommonWindowS[0], rep.CommonWindowS[1])
 	header(&b, rep)
 	for _, row := range metricRows {
 		fmt.Fprintf(&b, "| %s |", row.name)
@@ -196,4 +215,25 @@ func sortedSet(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Attempts are scheduling attempts per bound pod, by result.
+type Attempts struct{ Scheduled, Unschedulable, Error float64 }
+
+// AttemptsPerPod divides the scheduler's attempts by result by the pods
+// bound (a restarted gang's pods count again).
+func AttemptsPerPod(d measure.Details) Attempts {
+	if d.PodsBound == 0 {
+		return Attempts{}
+	}
+	n := float64(d.PodsBound)
+	return Attempts{d.Extra["schedule_attempts_scheduled"] / n, d.Extra["schedule_attempts_unschedulable"] / n, d.Extra["schedule_attempts_error"] / n}
+}
+
+// MsPerAttempt is the scheduler's busy time per scheduling attempt.
+func MsPerAttempt(d measure.Details) float64 {
+	if d.Extra["schedule_attempts"] == 0 {
+		return 0
+	}
+	return 1000 * d.BusySeconds / d.Extra["schedule_attempts"]
 }

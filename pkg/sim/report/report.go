@@ -28,11 +28,40 @@ const (
 
 // Report is report.json.
 type Report struct {
-	Scenario string            `json:"scenario"`
-	Seed     uint64            `json:"seed"`
-	Nodes    int               `json:"nodes"`
-	GPUs     int64             `json:"gpus"`
-	Results  []measure.Metrics `json:"results"`
+	Scenario string `json:"scenario"`
+	Seed     uint64 `json:"seed"`
+	Nodes    int    `json:"nodes"`
+	GPUs     int64  `json:"gpus"`
+	// CommonWindowS is the virtual window, in seconds, over which every
+	// scheduler's gpu_allocation_common_window and goodput_common_window
+	// are measured (CommonWindow).
+	CommonWindowS [2]float64        `json:"common_window_s"`
+	Results       []measure.Metrics `json:"results"`
+}
+
+// CommonWindow is the window of virtual time every scheduler of a run is
+// measured over: from the first submission to the last arrival; when every
+// job arrives at once, to the earliest end among the runs (when the fastest
+// scheduler had finished everything). It depends on the plan and, for a
+// single burst, on the fastest run, never on the run being measured.
+func CommonWindow(plan *scenario.Plan, runs []*measure.Run) (from, to float64) {
+	if len(plan.Jobs) == 0 {
+		return 0, 0
+	}
+	from, to = plan.Jobs[0].Submit.Seconds(), plan.Jobs[0].Submit.Seconds()
+	for _, j := range plan.Jobs {
+		from, to = min(from, j.Submit.Seconds()), max(to, j.Submit.Seconds())
+	}
+	if to > from {
+		return from, to
+	}
+	to = -1
+	for _, r := range runs {
+		if to < 0 || r.EndS < to {
+			to = r.EndS
+		}
+	}
+	return from, max(to, from)
 }
 
 // Details is details.json: what report.json leaves out.
@@ -101,7 +130,10 @@ func Write(dir string, plan *scenario.Plan, runs []*measure.Run, command string,
 		}
 	}
 	det.Racks, det.Zones = len(racks), len(zones)
+	from, to := CommonWindow(plan, runs)
+	rep.CommonWindowS = [2]float64{from, to}
 	for _, r := range runs {
+		r.Metrics.CommonAllocationRatio, r.Metrics.GoodputRatio = measure.WindowRatios(r.Series, r.Segments, from, to)
 		rep.Results = append(rep.Results, r.Metrics)
 		det.Schedulers[r.Metrics.Scheduler] = r.Details
 	}

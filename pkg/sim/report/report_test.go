@@ -2,10 +2,12 @@ package report
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/muster-sched/muster/pkg/sim/measure"
 	"github.com/muster-sched/muster/pkg/sim/scenario"
@@ -30,6 +32,7 @@ func testRuns() []*measure.Run {
 			Metrics: measure.Metrics{Scheduler: name, PodsPerSecond: pps, GPUAllocationRatio: alloc, GangsTotal: 1, PartialGangs: partial},
 			Details: measure.Details{PeakRSSMiB: 100, EndReason: "all jobs finished", Extra: extra},
 			Series:  []measure.Sample{{T: 0, CapacityGPUs: 16, HeldGPUs: 16, RunningGPUs: 16}, {T: 60, CapacityGPUs: 16}},
+			EndS:    60,
 		}
 	}
 	return []*measure.Run{
@@ -79,12 +82,13 @@ func TestWriteAndSummary(t *testing.T) {
 		t.Errorf("plot is not an SVG with two lines per scheduler")
 	}
 
-	section, err := Summary([]string{out}, "make bench", "1m2s", "2026-01-02")
+	section, err := Summary([]string{out}, SummaryOptions{Command: "make bench", Elapsed: "1m2s", Date: "2026-01-02"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// muster at 300 pods/s against default's 150.
-	if !strings.Contains(section, "| two | muster | 300.0 | 2.00× |") || !strings.Contains(section, "in 1m2s") {
+	// One burst: the common window ends when the faster run ended (60 s);
+	// muster ran over all of it, default over half (partial at the end).
+	if !strings.Contains(section, "| two | 3 | muster | 0 / 1 | 0 | 0 | 0 | 1.000 |") || !strings.Contains(section, "in 1m2s") {
 		t.Errorf("summary:\n%s", section)
 	}
 
@@ -99,5 +103,69 @@ func TestWriteAndSummary(t *testing.T) {
 	if strings.Contains(string(text), "old") || !strings.Contains(string(text), "intro") || !strings.Contains(string(text), "closing note") ||
 		strings.Count(string(text), BeginMarker) != 1 {
 		t.Errorf("BENCHMARKS.md after update:\n%s", text)
+	}
+}
+
+func TestSpreadOf(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want Spread
+		text string
+	}{
+		{[]float64{3, 1, 2}, Spread{2, 1, 3, 3}, "2.0 (1.0–3.0)"},
+		{[]float64{4, 1, 2, 3}, Spread{2.5, 1, 4, 4}, "2.5 (1.0–4.0)"},
+		{[]float64{5, 5}, Spread{5, 5, 5, 2}, "5.0"},
+		{[]float64{math.NaN(), 7}, Spread{7, 7, 7, 1}, "7.0"},
+	} {
+		got := SpreadOf(c.in)
+		if got != c.want || got.Format("%.1f") != c.text {
+			t.Errorf("SpreadOf(%v) = %+v %q, want %+v %q", c.in, got, got.Format("%.1f"), c.want, c.text)
+		}
+	}
+	if s := SpreadOf(nil); s.N != 0 || s.Format("%.1f") != "–" {
+		t.Errorf("SpreadOf(nil) = %+v", s)
+	}
+}
+
+// The common window is the plan's arrivals, or for one burst the earliest
+// end: never the measured run's own end.
+func TestCommonWindow(t *testing.T) {
+	plan := testPlan(t) // one job at t=0
+	runs := []*measure.Run{{EndS: 90}, {EndS: 60}, {EndS: 7200}}
+	if from, to := CommonWindow(plan, runs); from != 0 || to != 60 {
+		t.Errorf("burst: window %v–%v, want 0–60", from, to)
+	}
+	plan.Jobs = append(plan.Jobs, plan.Jobs[0])
+	plan.Jobs[1].Submit = 45 * time.Second
+	if from, to := CommonWindow(plan, runs); from != 0 || to != 45 {
+		t.Errorf("stream: window %v–%v, want 0–45 (the last arrival)", from, to)
+	}
+}
+
+// Equal-work figures: pods over the span, net of the None run's loop time,
+// and the ratio to the default profile's run of the same seed.
+func TestEqualWorkFigures(t *testing.T) {
+	peers := &Details{Schedulers: map[string]measure.Details{
+		"muster":  {PodsBound: 100, SpanSeconds: 0.5, LoopWallSeconds: 1.5, LoopCPUSeconds: 2, Steps: 4},
+		"default": {PodsBound: 100, SpanSeconds: 2, LoopWallSeconds: 3, LoopCPUSeconds: 5, Steps: 4},
+		"none":    {PodsBound: 100, LoopWallSeconds: 1, LoopCPUSeconds: 1, Steps: 4},
+	}}
+	rep := &Report{Results: []measure.Metrics{{Scheduler: "muster"}, {Scheduler: "default"}, {Scheduler: "none"}}}
+	r := seedRun{m: rep.Results[0], d: peers.Schedulers["muster"], peers: peers, rep: rep}
+	if got := podsPerSpan(r); got != 200 {
+		t.Errorf("pods/s = %v, want 200", got)
+	}
+	if got := netPodsPerSecond(r); got != 200 { // 100 pods in 1.5 - 1 s
+		t.Errorf("net pods/s = %v, want 200", got)
+	}
+	if got := netCPUMsPerPod(r); got != 10 { // (2 - 1) s / 100 pods
+		t.Errorf("net CPU ms/pod = %v, want 10", got)
+	}
+	if got := ratioToDefault(r, podsPerSpan); got != 4 { // 200 / 50
+		t.Errorf("ratio to default = %v, want 4", got)
+	}
+	peers.Schedulers["none"] = measure.Details{LoopWallSeconds: 1, Steps: 5} // other steps: no subtraction
+	if got := netPodsPerSecond(r); !math.IsNaN(got) {
+		t.Errorf("net pods/s against a None run of other steps = %v, want NaN", got)
 	}
 }

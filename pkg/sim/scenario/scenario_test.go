@@ -3,6 +3,7 @@ package scenario
 import (
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -207,5 +208,55 @@ func TestShippedScenarios(t *testing.T) {
 				t.Errorf("expanded to %d nodes and %d jobs", len(p.Nodes), len(p.Jobs))
 			}
 		})
+	}
+}
+
+// The equal-work scenarios are contention-free for every seed make bench
+// runs: at no instant do running jobs ask for more than a third of the
+// GPUs, and every gang fits in one rack (so TAS's rack constraint holds).
+func TestEqualWorkScenariosAreContentionFree(t *testing.T) {
+	files, err := filepath.Glob("../../../bench/scenarios/equal-*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no equal-work scenarios: %v", err)
+	}
+	for _, f := range files {
+		s, err := Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seed := uint64(1); seed <= 5; seed++ {
+			p, err := s.Expand(seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type change struct {
+				at   time.Duration
+				gpus int64
+			}
+			var changes []change
+			rackGPUs := int64(s.Cluster.NodesPerRack) * s.Cluster.GPUsPerNode
+			for _, j := range p.Jobs {
+				gpus := int64(j.Workers) * j.GPUs
+				if gpus > rackGPUs {
+					t.Errorf("%s seed %d: job %s needs %d GPUs, more than a rack's %d", s.Name, seed, j.Name, gpus, rackGPUs)
+				}
+				changes = append(changes, change{j.Submit, gpus}, change{j.Submit + j.Duration, -gpus})
+			}
+			// Completions before arrivals at the same instant, as the simulator applies them.
+			sort.Slice(changes, func(a, b int) bool {
+				if changes[a].at != changes[b].at {
+					return changes[a].at < changes[b].at
+				}
+				return changes[a].gpus < changes[b].gpus
+			})
+			var inUse, peak int64
+			for _, c := range changes {
+				inUse += c.gpus
+				peak = max(peak, inUse)
+			}
+			if limit := p.TotalGPUs() / 3; peak > limit {
+				t.Errorf("%s seed %d: %d GPUs in use at the peak, more than a third (%d) of the cluster", s.Name, seed, peak, limit)
+			}
+		}
 	}
 }
