@@ -86,11 +86,17 @@ if [[ -n "${PROFILE_SCENARIO}" ]]; then
   out="bench/results/profile"
   rm -rf "${out}"
   "${BIN}" --scenario "${PROFILE_SCENARIO}" --schedulers muster --seed 1 --cpuprofile --progress never --out "${out}"
-  go tool pprof -top -cum -nodecount=25 "${BIN}" "${out}/runs/muster.pprof" 2>/dev/null \
-    | sed -n '/flat%/,$p' > "${out}/muster-top.txt"
+  {
+    echo "# by own CPU time (-top), the 20 heaviest functions"
+    go tool pprof -top -nodecount=20 "${BIN}" "${out}/runs/muster.pprof" 2>/dev/null | sed -n '/flat%/,$p'
+    echo
+    echo "# by cumulative CPU time (-top -cum), muster's plugin and planner and what they call"
+    go tool pprof -top -cum -nodecount=400 "${BIN}" "${out}/runs/muster.pprof" 2>/dev/null \
+      | sed -n '/flat%/,$p' | grep -E 'flat%|muster-sched/muster/pkg/(plugins|gang)' | head -25
+  } > "${out}/muster-top.txt"
   rm -rf "${out}/runs"
   profile_args=(--profile "${out}/muster-top.txt"
-    --profile-command "muster-sim --scenario ${PROFILE_SCENARIO} --schedulers muster --cpuprofile; go tool pprof -top -cum")
+    --profile-command "muster-sim --scenario ${PROFILE_SCENARIO} --schedulers muster --cpuprofile; go tool pprof -top")
 fi
 
 if [[ -f bench/results/apiserver.txt ]]; then
