@@ -4,7 +4,9 @@ package integration
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -30,9 +32,10 @@ const (
 	operatorCertSecret = "training-operator-webhook-cert"
 	// The ValidatingWebhookConfiguration the rotator injects its CA into.
 	operatorWebhookConfig = "validator.training-operator.kubeflow.org"
-	// Where the rotator waits for the Secret's files to appear (the
-	// kubelet's Secret mount in a cluster). Hard-coded, no flag.
-	operatorCertDir = "/tmp/k8s-webhook-server/serving-certs"
+	// The operator's source file that hard-codes (no flag) where its
+	// certificate rotator waits for the Secret's files to appear (the
+	// kubelet's Secret mount in a cluster), as certDir.
+	operatorCertDirSource = "pkg/cert/cert.go"
 	// The TFJob CRD in the module's source.
 	tfJobCRDFile = "manifests/base/crds/kubeflow.org_tfjobs.yaml"
 	// Pod label the operator sets to the TFJob's name.
@@ -105,7 +108,7 @@ webhooks:
 		return len(files["tls.crt"]) > 0 && len(files["tls.key"]) > 0, nil
 	})
 	writeFiles(c.t, filepath.Join(tmp, "k8s-webhook-server", "serving-certs"), files)
-	provideFiles(c.t, operatorCertDir, map[string][]byte{"tls.crt": files["tls.crt"], "tls.key": files["tls.key"]})
+	provideFiles(c.t, rotatorCertDir(c.t, source), map[string][]byte{"tls.crt": files["tls.crt"], "tls.key": files["tls.key"]})
 
 	// The controllers start only once the certificates are ready.
 	c.waitFor("the training-operator's TFJob controller", 90*time.Second, func() (bool, error) {
@@ -239,4 +242,19 @@ func TestE2EKubeflowCompetingTFJobs(t *testing.T) {
 		return len(c.podsLabelled(v1alpha1.PodGroupLabel, winner)) == 0 && apierrors.IsNotFound(err), nil
 	})
 	gangs.check(t, 5*time.Second)
+}
+
+// rotatorCertDir reads the certificate directory the pinned operator's
+// rotator hard-codes, so the test follows the tool's own constant.
+func rotatorCertDir(t *testing.T, source string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(source, operatorCertDirSource))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`certDir\s*=\s*"([^"]+)"`).FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("no certDir constant in the operator's %s: the pinned version changed how it finds its certificates", operatorCertDirSource)
+	}
+	return string(m[1])
 }
