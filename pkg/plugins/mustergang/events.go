@@ -54,3 +54,9 @@ func (p *Plugin) ownerRef(key gang.Key) *v1.ObjectReference {
 	}
 	return nil
 }
+
+// podEvent records the outcome on the pod itself, for what users must see
+// on the pod as well as on the gang's owner.
+func (p *Plugin) podEvent(pod *v1.Pod, outcome gang.Outcome, message string) {
+	p.handle.EventRecorder().Eventf(pod, nil, outcome.EventType(), outcome.Reason(), "Scheduling", "%s", message)
+}

@@ -124,7 +124,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(victims), "gpus", gpus)
 	p.noticeKey(ctx, key, gang.OutcomePreempting, msg)
 	if !inGang {
-		p.handle.EventRecorder().Eventf(pod, nil, gang.OutcomePreempting.EventType(), gang.OutcomePreempting.Reason(), "Scheduling", "%s", msg)
+		p.podEvent(pod, gang.OutcomePreempting, msg)
 	}
 	for _, i := range chosen {
 		p.recordVictim(ctx, units[i], key)

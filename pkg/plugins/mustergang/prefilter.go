@@ -32,7 +32,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		if info != nil {
 			p.notice(ctx, info, gang.OutcomeInvalid, err.Error())
 		} else {
-			p.handle.EventRecorder().Eventf(pod, nil, gang.OutcomeInvalid.EventType(), gang.OutcomeInvalid.Reason(), "Scheduling", "%s", err.Error())
+			p.podEvent(pod, gang.OutcomeInvalid, err.Error())
 		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
@@ -48,7 +48,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	key := info.key
 	if info.noGang != "" {
 		p.notice(ctx, info, gang.OutcomeNotPossible, info.noGang)
-		p.handle.EventRecorder().Eventf(pod, nil, gang.OutcomeNotPossible.EventType(), gang.OutcomeNotPossible.Reason(), "Scheduling", "%s", info.noGang)
+		p.podEvent(pod, gang.OutcomeNotPossible, info.noGang)
 	}
 	p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
 	if until, why := p.registry.Backoff(key); p.now().Before(until) {
