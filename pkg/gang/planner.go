@@ -1,11 +1,11 @@
 package gang
 
 import (
-	"container/heap"
 	"fmt"
 	"iter"
 	"sort"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -114,13 +114,9 @@ type scan struct {
 	gpu     []int64   // free GPUs, never negative
 	spots   []bool    // preemptible
 	domains [][]int32 // per level, per node: its domain number (0: none)
+	groups  []grouping
 	names   [][]string
 	topo    *TopologyIndex
-	// Scratch for domainsAt, indexed by domain number, reused per level.
-	sumGPU   []int64
-	sumRoom  []int
-	sumNodes []int
-	byID     []*domain
 }
 
 func newScan(req Request, eligible []*NodeView) *scan {
@@ -133,7 +129,7 @@ func newScan(req Request, eligible []*NodeView) *scan {
 		s.gpu[i] = max(eligible[i].Free.Scalars[req.GPU], 0)
 		s.spots[i] = eligible[i].Preemptible
 	}
-	s.domains, s.names = topo.domainsOf(eligible)
+	s.domains, s.groups, s.names = topo.domainsOf(eligible)
 	return s
 }
 
@@ -142,7 +138,7 @@ func (s *scan) spot(i int) bool { return s.spots[i] }
 // domain is a set of eligible nodes sharing a label value at one level.
 type domain struct {
 	name        string
-	nodes       []int // indexes into the eligible node slice
+	nodes       []int // indexes into the eligible node slice (read-only)
 	freeGPU     int64
 	preemptGPU  int64
 	eligibleCnt int
@@ -192,7 +188,7 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		return nil, err
 	}
 	members := sortedMembers(req.Members)
-	feasible := feasibility(members, eligible)
+	feasible := newFeasibility(members, eligible)
 	sc := newScan(req, eligible)
 
 	counts := []int{len(members)}
@@ -212,7 +208,7 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		fits := memberSlots(want, sc, req.GPU)
 		for li := startIdx; li <= endIdx; li++ {
 			levelName, doms := domainsAt(req, li, sc, needGPU, fits, len(want))
-			for d := range rankDomains(doms, needGPU, req.Policy) {
+			for d := range doms {
 				if d.freeGPU < needGPU || d.eligibleCnt == 0 {
 					continue
 				}
@@ -248,7 +244,7 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		// domain of the widest level it may use (by the planner's own
 		// screening; what the filters rejected is reported by the Checker).
 		levelName, doms := domainsAt(req, endIdx, sc, 0, nil, 0)
-		for d := range rankDomains(doms, 0, req.Policy) {
+		for d := range doms {
 			if p := placeInDomain(members, d, eligible, sc, feasible, screenOnly); p.placed > mostPlaced {
 				mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
 			}
@@ -353,20 +349,33 @@ func totalScalars(r Resources) int64 {
 	return sum
 }
 
-// feasibility evaluates each distinct set of node constraints once per node.
-func feasibility(members []Member, eligible []*NodeView) map[*NodeConstraints][]bool {
-	out := map[*NodeConstraints][]bool{}
+// feasibility evaluates each distinct set of node constraints on a node the
+// first time a placement looks at that node: a plan mostly looks at a few
+// domains, so most nodes are never evaluated.
+type feasibility struct {
+	eligible []*NodeView
+	known    map[*NodeConstraints][]int8 // per node: 0 not yet, 1 fits, 2 does not
+}
+
+func newFeasibility(members []Member, eligible []*NodeView) *feasibility {
+	f := &feasibility{eligible: eligible, known: map[*NodeConstraints][]int8{}}
 	for _, m := range members {
-		if _, done := out[m.Constraints]; done {
-			continue
+		if _, done := f.known[m.Constraints]; !done {
+			f.known[m.Constraints] = make([]int8, len(eligible))
 		}
-		ok := make([]bool, len(eligible))
-		for i := range eligible {
-			ok[i] = m.Constraints.Match(eligible[i].Node)
-		}
-		out[m.Constraints] = ok
 	}
-	return out
+	return f
+}
+
+func (f *feasibility) fits(c *NodeConstraints, i int) bool {
+	known := f.known[c]
+	if known[i] == 0 {
+		known[i] = 2
+		if c.Match(f.eligible[i].Node) {
+			known[i] = 1
+		}
+	}
+	return known[i] == 1
 }
 
 // memberSlots is, per eligible node, how many of the members' smallest GPU
@@ -414,81 +423,87 @@ func smallestGPU(members []Member, gpu v1.ResourceName) int64 {
 	return max(smallest, 0)
 }
 
-// domainsAt groups eligible nodes by their label at level li (the cluster when
-// li == len(Levels)), keeping only domains with at least minGPU free GPUs and,
-// when slots is given, room for minMembers members by memberSlots. Nodes
-// without the label (or with an empty value) form no domain at that level. A
-// first pass only sums per domain, so levels where few domains qualify (racks
-// without enough whole nodes for a big gang) cost little.
-func domainsAt(req Request, li int, sc *scan, minGPU int64, slots []int, minMembers int) (string, []*domain) {
+// domainsAt ranks the domains of level li (the cluster when li ==
+// len(Levels)) that have at least minGPU free GPUs and, when slots is given,
+// room for minMembers members by memberSlots. Nodes without the label (or
+// with an empty value) form no domain at that level. Only per-domain sums are
+// computed here; a domain's node list comes from the topology index's
+// grouping when the ranking reaches it, so a level with thousands of
+// qualifying one-node domains costs one pass over the nodes and a heap.
+func domainsAt(req Request, li int, sc *scan, minGPU int64, slots []int, minMembers int) (string, iter.Seq[*domain]) {
 	if li == len(req.Levels) {
-		d := &domain{name: "*"}
+		d := &domain{name: "*", nodes: make([]int, 0, len(sc.gpu))}
 		for i, free := range sc.gpu {
 			d.add(i, free, sc.spot(i))
 		}
-		return clusterLevel, []*domain{d}
+		return clusterLevel, func(yield func(*domain) bool) { yield(d) }
 	}
+	none := func(func(*domain) bool) {}
 	// Members that already run fix the domain: every one of them must be
 	// in it, so at most one domain of this level qualifies.
 	boundValue, boundOK := boundDomainAt(req, req.Levels[li].Label)
 	if !boundOK {
-		return req.Levels[li].Name, nil
+		return req.Levels[li].Name, none
 	}
 	bound := int32(0)
 	if boundValue != "" {
 		if bound = sc.topo.domainID(li, boundValue); bound < 0 {
-			return req.Levels[li].Name, nil // no eligible node is in it
+			return req.Levels[li].Name, none // no eligible node is in it
 		}
 	}
-	ids, names := sc.domains[li], sc.names[li]
-	in := func(id int32) bool { return id != 0 && (bound == 0 || id == bound) }
-	if len(sc.byID) < len(names) {
-		n := len(names)
-		sc.sumGPU, sc.sumRoom, sc.sumNodes, sc.byID = make([]int64, n), make([]int, n), make([]int, n), make([]*domain, n)
-	}
-	gpus, room, count, byID := sc.sumGPU[:len(names)], sc.sumRoom[:len(names)], sc.sumNodes[:len(names)], sc.byID[:len(names)]
-	clear(gpus)
-	clear(room)
-	clear(count)
-	clear(byID)
-	for i, id := range ids {
-		if in(id) {
+	ids, names, group := sc.domains[li], sc.names[li], sc.groups[li]
+	return req.Levels[li].Name, func(yield func(*domain) bool) {
+		sums := sumsPool.Get().(*domainSums)
+		defer sumsPool.Put(sums)
+		gpus, spot, room, count := sums.reset(len(names))
+		for i, id := range ids {
 			gpus[id] += sc.gpu[i]
 			count[id]++
+			if sc.spots[i] {
+				spot[id] += sc.gpu[i]
+			}
 			if slots != nil {
-				room[id] += slots[i]
+				room[id] += int32(slots[i])
+			}
+		}
+		qualifying := func(yield func(ranked) bool) {
+			for id := int32(1); id < int32(len(names)); id++ {
+				if (bound == 0 || id == bound) && count[id] > 0 && gpus[id] >= minGPU && (slots == nil || room[id] >= int32(minMembers)) {
+					r := ranked{cost: policyCost(req.Policy, minGPU, gpus[id], spot[id]), free: gpus[id], spot: spot[id], nodes: count[id], id: id}
+					if !yield(r) {
+						return
+					}
+				}
+			}
+		}
+		for r := range rankDomains(qualifying, names) {
+			d := &domain{name: names[r.id], nodes: group.nodesOf(r.id), freeGPU: r.free, preemptGPU: r.spot, eligibleCnt: int(r.nodes)}
+			if !yield(d) {
+				return
 			}
 		}
 	}
-	qualifies := func(id int32) bool {
-		return in(id) && gpus[id] >= minGPU && (slots == nil || room[id] >= minMembers)
+}
+
+// domainSums is domainsAt's scratch: per domain number, its free GPUs, free
+// GPUs on preemptible nodes, member room and eligible nodes.
+type domainSums struct {
+	gpus, spot  []int64
+	room, count []int32
+}
+
+var sumsPool = sync.Pool{New: func() any { return &domainSums{} }}
+
+func (s *domainSums) reset(n int) (gpus, spot []int64, room, count []int32) {
+	if len(s.gpus) < n {
+		s.gpus, s.spot, s.room, s.count = make([]int64, n), make([]int64, n), make([]int32, n), make([]int32, n)
 	}
-	// The qualifying domains and their node lists are carved from two
-	// arrays: at the node level there are thousands of one-node domains.
-	domains, members := 0, 0
-	for id := range names {
-		if qualifies(int32(id)) {
-			domains++
-			members += count[id]
-		}
-	}
-	arena, nodes := make([]domain, 0, domains), make([]int, members)
-	doms := make([]*domain, 0, domains)
-	for i, id := range ids {
-		if !qualifies(id) {
-			continue
-		}
-		d := byID[id]
-		if d == nil {
-			arena = append(arena, domain{name: names[id], nodes: nodes[:0:count[id]]})
-			nodes = nodes[count[id]:]
-			d = &arena[len(arena)-1]
-			byID[id] = d
-			doms = append(doms, d)
-		}
-		d.add(i, sc.gpu[i], sc.spot(i))
-	}
-	return req.Levels[li].Name, doms
+	gpus, spot, room, count = s.gpus[:n], s.spot[:n], s.room[:n], s.count[:n]
+	clear(gpus)
+	clear(spot)
+	clear(room)
+	clear(count)
+	return gpus, spot, room, count
 }
 
 // boundDomainAt is the domain (label value) holding every bound member's
@@ -518,63 +533,71 @@ func (d *domain) add(i int, freeGPU int64, preemptible bool) {
 	d.eligibleCnt++
 }
 
+// ranked is a domain as rankDomains orders it.
+type ranked struct {
+	cost, free, spot int64
+	nodes, id        int32
+}
+
+// policyCost is how many of the needed GPUs a domain can only offer on nodes
+// the policy dislikes.
+func policyCost(policy Policy, needGPU, free, spot int64) int64 {
+	switch policy {
+	case PolicyAvoid:
+		return max(0, needGPU-(free-spot))
+	case PolicyPrefer:
+		return max(0, needGPU-spot)
+	}
+	return 0
+}
+
 // rankDomains yields domains by the GPUs the policy dislikes that the gang
 // would have to use, then best fit (fewest free GPUs left over), then name.
-// Callers usually stop at the first domain that fits, so the order is
-// produced lazily from a heap rather than by sorting every domain (small
-// gangs qualify in thousands of single-node domains).
-func rankDomains(doms []*domain, needGPU int64, policy Policy) iter.Seq[*domain] {
-	return func(yield func(*domain) bool) {
-		h := &domainHeap{doms: doms, cost: make([]int64, len(doms))}
-		for i, d := range doms {
-			switch policy {
-			case PolicyAvoid:
-				h.cost[i] = max(0, needGPU-(d.freeGPU-d.preemptGPU))
-			case PolicyPrefer:
-				h.cost[i] = max(0, needGPU-d.preemptGPU)
+// Callers usually stop at the first domain that fits, so the best is found by
+// one pass over doms and the others are collected and ordered only when
+// asked for (small gangs qualify in thousands of single-node domains).
+func rankDomains(doms iter.Seq[ranked], names []string) iter.Seq[ranked] {
+	less := func(a, b *ranked) bool {
+		if a.cost != b.cost {
+			return a.cost < b.cost
+		}
+		if a.free != b.free {
+			return a.free < b.free // least left over after need
+		}
+		return names[a.id] < names[b.id]
+	}
+	return func(yield func(ranked) bool) {
+		var best ranked
+		n := 0
+		for d := range doms {
+			if n == 0 || less(&d, &best) {
+				best = d
+			}
+			n++
+		}
+		if n == 0 || !yield(best) {
+			return
+		}
+		rest := make([]ranked, 0, n-1)
+		for d := range doms {
+			if d.id != best.id {
+				rest = append(rest, d)
 			}
 		}
-		heap.Init(h)
-		for h.Len() > 0 {
-			if !yield(heap.Pop(h).(*domain)) {
+		order := newLazyOrder(rest, less)
+		for i := 0; ; i++ {
+			d := order.at(i)
+			if d == nil || !yield(*d) {
 				return
 			}
 		}
 	}
 }
 
-// domainHeap orders domains for rankDomains; cost[i] belongs to doms[i].
-type domainHeap struct {
-	doms []*domain
-	cost []int64
-}
-
-func (h *domainHeap) Len() int { return len(h.doms) }
-func (h *domainHeap) Less(i, j int) bool {
-	if h.cost[i] != h.cost[j] {
-		return h.cost[i] < h.cost[j]
-	}
-	if h.doms[i].freeGPU != h.doms[j].freeGPU {
-		return h.doms[i].freeGPU < h.doms[j].freeGPU // least left over after need
-	}
-	return h.doms[i].name < h.doms[j].name
-}
-func (h *domainHeap) Swap(i, j int) {
-	h.doms[i], h.doms[j] = h.doms[j], h.doms[i]
-	h.cost[i], h.cost[j] = h.cost[j], h.cost[i]
-}
-func (h *domainHeap) Push(any) { panic("domainHeap: push") }
-func (h *domainHeap) Pop() any {
-	n := len(h.doms) - 1
-	d := h.doms[n]
-	h.doms, h.cost = h.doms[:n], h.cost[:n]
-	return d
-}
-
 // placeInDomain packs members (largest first) best-fit onto the domain's
 // nodes: each goes to the node the policy likes that has the fewest free GPUs
 // and still fits it, so members share nodes and big holes stay free.
-func placeInDomain(members []Member, d *domain, eligible []*NodeView, sc *scan, feasible map[*NodeConstraints][]bool, req Request) *placement {
+func placeInDomain(members []Member, d *domain, eligible []*NodeView, sc *scan, feasible *feasibility, req Request) *placement {
 	type slot struct {
 		idx     int
 		gpuFree int64
@@ -600,7 +623,11 @@ func placeInDomain(members []Member, d *domain, eligible []*NodeView, sc *scan, 
 			rank = 1
 		}
 		_, bound := req.boundNodes[n.Node.Name]
-		slots = append(slots, slot{idx: idx, gpuFree: n.Free.Scalars[req.GPU], rank: rank, used: bound})
+		gpuFree := sc.gpu[idx] // the free GPUs, or 0 when over-committed
+		if smallest == 0 {
+			gpuFree = n.Free.Scalars[req.GPU] // an over-committed node takes no member
+		}
+		slots = append(slots, slot{idx: idx, gpuFree: gpuFree, rank: rank, used: bound})
 	}
 	less := func(a, b *slot) bool {
 		if a.rank != b.rank {
@@ -624,14 +651,13 @@ func placeInDomain(members []Member, d *domain, eligible []*NodeView, sc *scan, 
 	p := &placement{slots: make(map[types.UID]string, len(members))}
 	for mi := range members {
 		m := &members[mi]
-		ok := feasible[m.Constraints]
 		gpus := m.Request.Scalars[req.GPU]
 		for i := 0; ; i++ {
 			s := order.at(i)
 			if s == nil {
 				break
 			}
-			if !ok[s.idx] || s.gpuFree < gpus || (s.planned && m.Constraints != nil && m.Constraints.OnePerNode) {
+			if s.gpuFree < gpus || (s.planned && m.Constraints != nil && m.Constraints.OnePerNode) || !feasible.fits(m.Constraints, s.idx) {
 				continue
 			}
 			free := s.free

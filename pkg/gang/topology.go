@@ -31,6 +31,40 @@ type TopologyIndex struct {
 type domainsAnswer struct {
 	nodes    []*v1.Node
 	perLevel [][]int32
+	groups   []grouping
+}
+
+// grouping lists one level's nodes domain by domain: the nodes (indexes into
+// the node list) of domain id are order[start[id]:start[id+1]], ascending.
+// Domain membership only changes with the node list, so a plan reads its
+// domains' node lists from here instead of collecting them.
+type grouping struct {
+	start []int32
+	order []int
+}
+
+func (g grouping) nodesOf(id int32) []int {
+	if int(id)+1 >= len(g.start) {
+		return nil
+	}
+	return g.order[g.start[id]:g.start[id+1]:g.start[id+1]]
+}
+
+// groupByDomain is a counting sort of the nodes by their domain number.
+func groupByDomain(ids []int32, domains int) grouping {
+	g := grouping{start: make([]int32, domains+1), order: make([]int, len(ids))}
+	for _, id := range ids {
+		g.start[id+1]++
+	}
+	for id := 1; id <= domains; id++ {
+		g.start[id] += g.start[id-1]
+	}
+	next := append([]int32(nil), g.start[:domains]...)
+	for i, id := range ids {
+		g.order[next[id]] = i
+		next[id]++
+	}
+	return g
 }
 
 // recentAnswers is how many node lists domainsOf remembers (gangs of
@@ -60,9 +94,10 @@ func (t *TopologyIndex) serves(levels []Level) bool {
 	return true
 }
 
-// domainsOf returns, per level, the domain number of each node, and the
-// domain names by number (append-only: safe to read while others plan).
-func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, names [][]string) {
+// domainsOf returns, per level, the domain number of each node, the nodes
+// grouped by domain, and the domain names by number (append-only: safe to
+// read while others plan).
+func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, groups []grouping, names [][]string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	names = make([][]string, len(t.names))
@@ -71,7 +106,7 @@ func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, names 
 		if sameNodes(a.nodes, nodes) {
 			copy(t.recent[1:i+1], t.recent[:i]) // most recent first
 			t.recent[0] = a
-			return a.perLevel, names
+			return a.perLevel, a.groups, names
 		}
 	}
 	// Forget objects of nodes that changed or left once they dominate.
@@ -97,7 +132,11 @@ func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, names 
 	}
 	names = make([][]string, len(t.names))
 	copy(names, t.names) // new domains were numbered above
-	answer := domainsAnswer{nodes: make([]*v1.Node, len(nodes)), perLevel: perLevel}
+	groups = make([]grouping, len(t.levels))
+	for l := range groups {
+		groups[l] = groupByDomain(perLevel[l], len(names[l]))
+	}
+	answer := domainsAnswer{nodes: make([]*v1.Node, len(nodes)), perLevel: perLevel, groups: groups}
 	for i := range nodes {
 		answer.nodes[i] = nodes[i].Node
 	}
@@ -106,7 +145,7 @@ func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, names 
 	}
 	copy(t.recent[1:], t.recent)
 	t.recent[0] = answer
-	return perLevel, names
+	return perLevel, groups, names
 }
 
 func sameNodes(known []*v1.Node, nodes []*NodeView) bool {
