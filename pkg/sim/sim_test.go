@@ -361,6 +361,11 @@ func TestNoneIsTheHarnessAlone(t *testing.T) {
 		t.Errorf("none: %d of %d pods bound, %d of %d jobs done, %.0f attempts", r.Details.PodsBound, plan.TotalPods(),
 			r.Metrics.GangsCompleted, len(plan.Jobs), r.Details.Extra["schedule_attempts"])
 	}
+	// The harness binds as it creates the pods: no scheduler latency, and
+	// never a negative one.
+	if r.Metrics.GangLatencyP50Ms != 0 || r.Metrics.GangLatencyP99Ms != 0 {
+		t.Errorf("none: gang latency p50 %.1f ms, p99 %.1f ms; want 0", r.Metrics.GangLatencyP50Ms, r.Metrics.GangLatencyP99Ms)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if _, err := Run(ctx, Options{Plan: smallPlan(t, 1), Scheduler: None, StepTimeout: time.Minute}); err == nil || !strings.Contains(err.Error(), "every pod fits") {
