@@ -55,7 +55,7 @@ generate: ## Regenerate deepcopy, conversion and defaulting code (pkg/apis).
 demo: ## The main job on an embedded control plane: a GPU cluster, the scheduler, a TensorFlow job.
 	go run -ldflags "$(LDFLAGS)" ./cmd/muster-sim demo
 
-bench: ## Planner benchmarks, then the simulator set: equal work over 5 seeds, contended scenarios over 3, a profile (writes bench/results, updates BENCHMARKS.md; ~40 min on 2 cores).
+bench: ## Planner benchmarks, then the simulator set: every equal-work burst (gangs of 2/8/64 at 1000/5000/15000 nodes) and one stream over 5 seeds, contended scenarios over 3, a profile (writes bench/results, updates BENCHMARKS.md; about an hour on 2 cores).
 	mkdir -p bench/results
 	go test -run '^$$' -bench . -benchmem -count 6 ./pkg/gang/... | tee bench/results/planner.txt
 	hack/bench.sh
