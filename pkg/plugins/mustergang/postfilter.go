@@ -42,7 +42,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if s, err := readState(cs); err == nil && s.slot == slot {
 		// muster's PreFilter steered the member there and a Filter said no.
 		p.registry.Avoid(key, pod.UID, slot, p.now().Add(avoidFor))
-		p.after(avoidFor, func() { p.activate(p.logger, p.members(key).pending) })
+		p.after(avoidFor, func() { p.wake(p.logger, key, wakeAvoidEnded, p.members(key).pending) })
 	} else {
 		why = "rejected before muster's PreFilter ran: " + why
 	}
