@@ -187,8 +187,10 @@ func ensureGate(name string) error {
 // FakeRecorder with a nil channel (one with a channel nobody reads blocks the
 // binding goroutine).
 // The scheduling queue follows virtualClock; muster's plugin does too,
-// through a pluginClock that tracks its timers.
-func buildScheduler(ctx context.Context, name string, client kubernetes.Interface, factory informers.SharedInformerFactory, virtualClock *clocktesting.FakeClock) (*built, error) {
+// through a pluginClock that tracks its timers. A reserveFault (muster only,
+// tests) adds the plugin that fails the reservations it picks.
+func buildScheduler(ctx context.Context, name string, client kubernetes.Interface, factory informers.SharedInformerFactory, virtualClock *clocktesting.FakeClock,
+	reserveFault ReserveFault) (*built, error) {
 	if err := ensureGate(name); err != nil {
 		return nil, err
 	}
@@ -210,6 +212,12 @@ func buildScheduler(ctx context.Context, name string, client kubernetes.Interfac
 		}
 		b.schedulerName = cfg.Profiles[0].SchedulerName
 		b.pluginTimers = newPluginClock(virtualClock)
+		registry := plugins.Registry(plugins.WithClock(b.pluginTimers))
+		if reserveFault != nil {
+			if err := addReserveFault(&cfg.Profiles[0], registry, virtualClock, reserveFault); err != nil {
+				return nil, err
+			}
+		}
 		// The options kube-scheduler's app.Setup passes, which cmd/scheduler
 		// runs; Setup itself cannot be used here, because it builds its own
 		// clients and clock. Without a kubeconfig the plugin skips its
@@ -218,7 +226,7 @@ func buildScheduler(ctx context.Context, name string, client kubernetes.Interfac
 			scheduler.WithComponentConfigVersion(cfg.TypeMeta.APIVersion),
 			scheduler.WithProfiles(cfg.Profiles...),
 			scheduler.WithPercentageOfNodesToScore(cfg.PercentageOfNodesToScore),
-			scheduler.WithFrameworkOutOfTreeRegistry(plugins.Registry(plugins.WithClock(b.pluginTimers))),
+			scheduler.WithFrameworkOutOfTreeRegistry(registry),
 			scheduler.WithPodMaxBackoffSeconds(cfg.PodMaxBackoffSeconds),
 			scheduler.WithPodInitialBackoffSeconds(cfg.PodInitialBackoffSeconds),
 			scheduler.WithExtenders(cfg.Extenders...),

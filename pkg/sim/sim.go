@@ -57,6 +57,11 @@ type Options struct {
 	// BindFault, when set, is asked before each binding; an error fails that
 	// binding like an API server error would (fault injection in tests).
 	BindFault func(pod *v1.Pod, node string) error
+	// ReserveFault, when set (muster only), is asked at each Reserve after
+	// MusterGang's, with the virtual time; an error fails that reservation
+	// as another plugin's Reserve would, so muster drops the gang's plan and
+	// backs the gang off (fault injection in tests; see fault.go).
+	ReserveFault ReserveFault
 }
 
 // watchBuffer is the fake clientset's per-watcher event buffer. The fake
@@ -226,7 +231,10 @@ func newHarness(ctx context.Context, opts Options) (*harness, error) {
 	}
 
 	factory := scheduler.NewInformerFactory(h.cs, 0, nil)
-	h.b, err = buildScheduler(ctx, opts.Scheduler, h.cs, factory, h.clock)
+	if opts.ReserveFault != nil && opts.Scheduler != Muster {
+		return nil, fmt.Errorf("ReserveFault is for muster only, not %s", opts.Scheduler)
+	}
+	h.b, err = buildScheduler(ctx, opts.Scheduler, h.cs, factory, h.clock, opts.ReserveFault)
 	if err != nil {
 		return nil, err
 	}

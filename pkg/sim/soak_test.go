@@ -69,6 +69,7 @@ func TestBindFailuresAreRetried(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
+	droppedBefore := musterCounter(t, "muster_gang_rejections_total", "cause", true)
 	r, err := Run(ctx, Options{Plan: smallPlan(t, 1), Scheduler: Muster, StepTimeout: time.Minute, BindFault: fault})
 	if err != nil {
 		t.Fatal(err)
@@ -85,13 +86,20 @@ func TestBindFailuresAreRetried(t *testing.T) {
 	if m.GangsCompleted != m.GangsTotal || m.DeadlockedGangs != 0 {
 		t.Errorf("with bind failures: %d/%d gangs completed, %d partly bound at the end", m.GangsCompleted, m.GangsTotal, m.DeadlockedGangs)
 	}
-	// The first wave fits at once. A failed binding drops the gang's plan
-	// and the gang backs off for 5 s on the virtual clock; the simulator
-	// moves the clock past it within the step (the next event is 30 s
-	// away), so the gang is still placed in the step it arrived in.
+	// A binding fails after its gang was released: the plan is complete
+	// by then, so muster drops nothing and backs nothing off (a dropped
+	// plan is TestGangBackoffRunsOnTheVirtualClock's). The framework retries
+	// the member itself and muster places it alone beside its bound
+	// siblings. The first wave fits at once, so every gang of it is still
+	// placed in the step it arrived in.
+	for cause, n := range musterCounter(t, "muster_gang_rejections_total", "cause", true) {
+		if n != droppedBefore[cause] {
+			t.Errorf("muster_gang_rejections_total{cause=%q} went from %.0f to %.0f: a failed binding dropped a plan", cause, droppedBefore[cause], n)
+		}
+	}
 	for _, g := range r.Gangs {
 		if g.Submitted == 0 && g.Placed != 0 {
-			t.Errorf("gang %s (submitted at 0) was placed at %.0fs, not in its own step: its gang backoff was not moved past", g.Name, g.Placed)
+			t.Errorf("gang %s (submitted at 0) was placed at %.0fs, not in its own step", g.Name, g.Placed)
 		}
 	}
 }

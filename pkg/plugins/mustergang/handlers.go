@@ -35,7 +35,7 @@ func (p *Plugin) onPodAdd(obj interface{}) {
 		return
 	}
 	if set := p.members(info.key); set.total >= info.quorum {
-		p.activate(p.logger, set.pending)
+		p.wake(p.logger, info.key, wakeQuorumReached, set.pending)
 	}
 }
 
@@ -71,7 +71,7 @@ func (p *Plugin) recordFinished(key gang.Key, pod *v1.Pod) {
 		return
 	}
 	if p.registry.Succeed(key, pod.UID, pod.CreationTimestamp.Time) {
-		p.activate(p.logger, p.members(key).pending)
+		p.wake(p.logger, key, wakeMemberSucceeded, p.members(key).pending)
 		p.status.enqueue(key)
 	}
 }
@@ -90,7 +90,7 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 	if preemptor, ready := p.registry.VictimGone(pod.UID, p.handle.ProfileName()); ready {
 		// The last victim is gone: the preemptor's members go ahead.
 		if plan := p.registry.Plan(preemptor); plan != nil {
-			p.activateSiblings(p.logger, preemptor, plan, "")
+			p.wake(p.logger, preemptor, wakeVictimsGone, p.unreservedSiblings(preemptor, plan, ""))
 		}
 	}
 	if pod.Spec.SchedulerName != p.handle.ProfileName() {
@@ -187,7 +187,7 @@ func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
 			return
 		}
 		key := gang.Key{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
-		p.activate(p.logger, p.members(key).pending)
+		p.wake(p.logger, key, wakeOwnerChanged, p.members(key).pending)
 		p.status.enqueue(key)
 	}
 	return cache.ResourceEventHandlerFuncs{

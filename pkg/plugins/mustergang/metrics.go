@@ -36,6 +36,10 @@ var (
 		Subsystem: "muster", Name: "gang_rejections_total", StabilityLevel: metrics.ALPHA,
 		Help: "Gang plans dropped, by cause (timeout, rejected, member_deleted, plan_broken).",
 	}, []string{"cause"})
+	wakes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem: "muster", Name: "gang_wakes_total", StabilityLevel: metrics.ALPHA,
+		Help: "Times muster moved a gang's pending pods to the active queue itself, outside the framework's queueing hints, by reason.",
+	}, []string{"reason"})
 
 	preemptions = metrics.NewCounter(&metrics.CounterOpts{
 		Subsystem: "muster", Name: "gang_preemptions_total", StabilityLevel: metrics.ALPHA,
@@ -51,6 +55,6 @@ var (
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(gangsScheduled, gangLatency, planDuration, unplaceable, timeouts, rejections, preemptions, preemptedGPUs)
+		legacyregistry.MustRegister(gangsScheduled, gangLatency, planDuration, unplaceable, timeouts, rejections, wakes, preemptions, preemptedGPUs)
 	})
 }

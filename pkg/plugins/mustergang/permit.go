@@ -65,7 +65,7 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 		// Wake the planned members not reserved yet so the gang completes
 		// quickly; the wait ends at the plan deadline (plus a grace so that
 		// muster's deadline, not the framework's timer, decides).
-		p.activateSiblings(klog.FromContext(ctx), s.key, plan, pod.UID)
+		p.wake(klog.FromContext(ctx), s.key, wakeMemberWaiting, p.unreservedSiblings(s.key, plan, pod.UID))
 		return fwk.NewStatus(fwk.Wait, fmt.Sprintf("gang %s: %d of %d members reserved", s.key, plan.Reserved.Len(), len(plan.Slots))),
 			plan.Deadline.Sub(p.now()) + permitGrace
 	}
@@ -84,18 +84,6 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 		s.key, len(plan.Slots), plan.Nodes, plan.Level, plan.Domain))
 	klog.FromContext(ctx).V(2).Info("Gang released", "gang", s.key, "members", len(plan.Slots), "waited", p.now().Sub(plan.Created))
 	return nil, 0
-}
-
-// activateSiblings wakes the plan's members not reserved yet, except the
-// pod whose cycle is running (self).
-func (p *Plugin) activateSiblings(logger klog.Logger, key gang.Key, plan *gang.ActivePlan, self types.UID) {
-	var todo []*v1.Pod
-	for _, m := range p.members(key).pending {
-		if _, planned := plan.Slots[m.UID]; planned && !plan.Reserved.Has(m.UID) && m.UID != self {
-			todo = append(todo, m)
-		}
-	}
-	p.activate(logger, todo)
 }
 
 // failPlan drops the gang's plan planID (0: whatever plan it has), rejects
@@ -122,10 +110,10 @@ func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause
 	}
 	p.noticeKey(ctx, key, outcome, msg)
 	for _, other := range p.registry.Failing(gang.OutcomeUnschedulable) {
-		p.activate(logger, p.members(other).pending)
+		p.wake(logger, other, wakeCapacityFreed, p.members(other).pending)
 	}
 	p.after(backoff, func() {
-		p.activate(logger, p.members(key).pending)
+		p.wake(p.logger, key, wakeBackoffEnded, p.members(key).pending)
 	})
 }
 

@@ -248,16 +248,3 @@ func (p *Plugin) stopTimers() {
 	}
 	p.timers = nil
 }
-
-// activate moves pods into the active queue. It takes the queue's lock: never
-// call it from PreEnqueue or QueueSort.
-func (p *Plugin) activate(logger klog.Logger, pods []*v1.Pod) {
-	if len(pods) == 0 {
-		return
-	}
-	toActivate := make(map[string]*v1.Pod, len(pods))
-	for _, m := range pods {
-		toActivate[m.Namespace+"/"+m.Name] = m
-	}
-	p.handle.Activate(logger, toActivate)
-}

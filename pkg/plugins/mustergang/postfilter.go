@@ -2,10 +2,12 @@ package mustergang
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -39,11 +41,18 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if st := statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
 		why = st.Message()
 	}
-	if s, err := readState(cs); err == nil && s.slot == slot {
+	switch s, err := readState(cs); {
+	case err == nil && s.slot == slot:
 		// muster's PreFilter steered the member there and a Filter said no.
 		p.registry.Avoid(key, pod.UID, slot, p.now().Add(avoidFor))
-		p.after(avoidFor, func() { p.activate(p.logger, p.members(key).pending) })
-	} else {
+		p.after(avoidFor, func() { p.wake(p.logger, key, wakeAvoidEnded, p.members(key).pending) })
+	case err != nil && !errors.Is(err, fwk.ErrNotFound):
+		// A state of the wrong type is a bug: report it, and do not guess
+		// where the member was steered.
+		klog.FromContext(ctx).Error(err, "PostFilter of a planned member", "pod", klog.KObj(pod), "gang", key)
+		why = "its PreFilter state is unreadable: " + why
+	default:
+		// No state: another plugin's PreFilter rejected the member first.
 		why = "rejected before muster's PreFilter ran: " + why
 	}
 	reason := fmt.Sprintf("member %s cannot go to its planned node %s: %s", pod.Name, slot, why)

@@ -263,7 +263,7 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 	}
 	if len(victims) == 0 {
 		p.notice(ctx, info, gang.OutcomePlanned, msg)
-		p.activateSiblings(logger, key, active, pod.UID)
+		p.wake(logger, key, wakePlanMade, p.unreservedSiblings(key, active, pod.UID))
 	}
 	return active, nil
 }

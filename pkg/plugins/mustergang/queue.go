@@ -61,7 +61,9 @@ func (p *Plugin) queueKey(pod *v1.Pod) (time.Time, string) {
 // StatefulSet or PodGroup (its quorum) is not registered here: it reaches the
 // gang through the plugin's own informers (ownerHandler), whose listers the
 // plugin reads. Registering it would start a second, cluster-wide dynamic
-// informer per kind whose events can run ahead of those listers.
+// informer per kind whose events can run ahead of those listers. These hints
+// are the framework's path to the active queue; muster's own (wake.go) covers
+// what no registered event shows.
 func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		// A new member can complete a gang's quorum.

@@ -1,0 +1,281 @@
+package mustergang
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// Every place muster wakes a gang goes through wake with its reason: these
+// tests drive each of them and check which pods were woken, when, and that
+// the wake was counted under that reason and no other.
+
+// wakeCounts reads muster_gang_wakes_total for every reason.
+func wakeCounts(t *testing.T) map[wakeReason]float64 {
+	t.Helper()
+	out := map[wakeReason]float64{}
+	for r := wakeReason(0); r < numWakeReasons; r++ {
+		v, err := testutil.GetCounterMetricValue(wakes.WithLabelValues(r.String()))
+		require.NoError(t, err)
+		out[r] = v
+	}
+	return out
+}
+
+// wakesSince is how many wakes of each reason were counted since before
+// (reasons without one are left out).
+func wakesSince(t *testing.T, before map[wakeReason]float64) map[wakeReason]float64 {
+	t.Helper()
+	out := map[wakeReason]float64{}
+	for r, v := range wakeCounts(t) {
+		if d := v - before[r]; d != 0 {
+			out[r] = d
+		}
+	}
+	return out
+}
+
+// takeActivated returns the pods the framework was asked to activate since
+// the last call, and forgets them.
+func (f *testFramework) takeActivated() []string {
+	f.queue.mu.Lock()
+	defer f.queue.mu.Unlock()
+	got := f.queue.activated
+	f.queue.activated = nil
+	return got
+}
+
+func TestWakeReasonsHaveDistinctNames(t *testing.T) {
+	seen := map[string]wakeReason{}
+	for r := wakeReason(0); r < numWakeReasons; r++ {
+		name := r.String()
+		require.NotEmpty(t, name, "reason %d has no name", int(r))
+		require.NotEqual(t, "unknown", name, "reason %d", int(r))
+		if other, dup := seen[name]; dup {
+			t.Errorf("reasons %d and %d are both named %q", int(other), int(r), name)
+		}
+		seen[name] = r
+	}
+	assert.Equal(t, "unknown", numWakeReasons.String())
+}
+
+// newQuietFramework is newTestFramework over nodes and bound pods, with Job
+// g of workers members and the pending pods put straight into the
+// informers' stores: no informer handler is told of them, so nothing wakes
+// them behind the test's back and every wake a test sees is one it caused.
+// Job g is a copy of newTestFramework's Job j under another name (j's
+// informer handler may run at any time).
+func newQuietFramework(t *testing.T, workers int32, nodes []*v1.Node, bound, pending []*v1.Pod) *testFramework {
+	t.Helper()
+	f := newTestFramework(t, workers, nodes, bound)
+	job, err := f.plugin.handle.ClientSet().BatchV1().Jobs("ns").Get(context.Background(), "j", metav1.GetOptions{})
+	require.NoError(t, err)
+	job = job.DeepCopy()
+	job.Name = "g"
+	jobs := f.plugin.handle.SharedInformerFactory().Batch().V1().Jobs().Informer().GetIndexer()
+	require.NoError(t, jobs.Add(job))
+	for _, p := range pending {
+		require.NoError(t, f.plugin.pods.Add(p))
+	}
+	return f
+}
+
+// A plan wakes the members it placed; the first member at Permit wakes
+// those not reserved yet.
+func TestWakeWhenPlannedAndWhenAMemberWaits(t *testing.T) {
+	a, b := worker("g", 0, 8, ""), worker("g", 1, 8, "")
+	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil, []*v1.Pod{a, b})
+	before := wakeCounts(t)
+
+	state, status := f.preFilter(t, a)
+	require.True(t, status.IsSuccess(), "PreFilter: %v", status)
+	assert.Equal(t, []string{"ns/g-1"}, f.takeActivated(), "a plan wakes the other planned member")
+	assert.Equal(t, map[wakeReason]float64{wakePlanMade: 1}, wakesSince(t, before))
+
+	key, _ := gang.KeyOf(a)
+	slot := f.plugin.registry.Plan(key).Slots[a.UID]
+	require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, a, slot).IsSuccess())
+	_, st := f.fw.RunPermitPlugins(context.Background(), state, a, slot)
+	require.Equal(t, fwk.Wait, st.Code(), "Permit: %v", st)
+	assert.Equal(t, []string{"ns/g-1"}, f.takeActivated(), "a member waiting at Permit hurries the unreserved one")
+	assert.Equal(t, map[wakeReason]float64{wakePlanMade: 1, wakeMemberWaiting: 1}, wakesSince(t, before))
+}
+
+// A dropped plan wakes the gangs that found no room at once, and its own
+// gang only when its backoff ends.
+func TestWakeWhenAPlanIsDropped(t *testing.T) {
+	a, b := worker("g", 0, 8, ""), worker("g", 1, 8, "")
+	waiting := worker("o", 0, 8, "") // another Job's gang, last told there is no room
+	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil, []*v1.Pod{a, b, waiting})
+	other, _ := gang.KeyOf(waiting)
+	f.plugin.registry.Notice(other, gang.OutcomeUnschedulable, "no room", t0)
+	state, plan := f.planAndWait(t, a)
+	f.takeActivated()
+	before := wakeCounts(t)
+
+	// Another plugin's Reserve fails after muster's: the plan is dropped.
+	f.fw.RunReservePluginsUnreserve(context.Background(), state, a, plan.Slots[a.UID])
+	assert.Equal(t, []string{"ns/o-0"}, f.takeActivated(), "the gang waiting for capacity is woken at once")
+	assert.Equal(t, map[wakeReason]float64{wakeCapacityFreed: 1}, wakesSince(t, before))
+
+	backoff := time.Duration(f.plugin.args.GangBackoffSeconds) * time.Second
+	require.Positive(t, backoff)
+	f.clock.Step(backoff - time.Millisecond)
+	assert.Empty(t, f.takeActivated(), "the gang is woken before its backoff ends")
+	f.clock.Step(time.Millisecond)
+	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated(), "the gang's members when its backoff ends")
+	assert.Equal(t, map[wakeReason]float64{wakeCapacityFreed: 1, wakeBackoffEnded: 1}, wakesSince(t, before))
+}
+
+// A member a Filter turned away from its planned node backs the gang off
+// and keeps the pair out of plans for a while; the gang is woken when each
+// ends.
+func TestWakeWhenBackoffAndAvoidanceEnd(t *testing.T) {
+	a, b := worker("g", 0, 8, ""), worker("g", 1, 8, "")
+	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, nil, []*v1.Pod{a, b})
+	_, plan := f.planAndWait(t, a)
+	bState, status := f.preFilter(t, b)
+	require.True(t, status.IsSuccess(), "PreFilter of b: %v", status)
+	f.takeActivated()
+	before := wakeCounts(t)
+
+	statuses := framework.NewDefaultNodeToStatus()
+	statuses.Set(plan.Slots[b.UID], fwk.NewStatus(fwk.Unschedulable, "node(s) had volume node affinity conflict"))
+	f.fw.RunPostFilterPlugins(context.Background(), bState, b, statuses)
+	assert.Empty(t, f.takeActivated(), "nobody waits for capacity: the drop wakes no one at once")
+
+	backoff := time.Duration(f.plugin.args.GangBackoffSeconds) * time.Second
+	f.clock.Step(backoff)
+	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
+	assert.Equal(t, map[wakeReason]float64{wakeBackoffEnded: 1}, wakesSince(t, before))
+
+	f.clock.Step(avoidFor - backoff - time.Millisecond)
+	assert.Empty(t, f.takeActivated(), "the gang is woken before the avoidance ends")
+	f.clock.Step(time.Millisecond)
+	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
+	assert.Equal(t, map[wakeReason]float64{wakeBackoffEnded: 1, wakeAvoidEnded: 1}, wakesSince(t, before))
+}
+
+// A plan that preempted wakes its member when the last victim is gone, not
+// when it is made.
+func TestWakeWhenTheLastVictimIsGone(t *testing.T) {
+	low0, low1 := worker("low", 0, 8, "n1"), worker("low", 1, 8, "n2")
+	for _, p := range []*v1.Pod{low0, low1} {
+		p.Spec.Priority = ptr.To[int32](1)
+	}
+	high := worker("g", 0, 8, "")
+	high.Spec.Priority = ptr.To[int32](100)
+	f := newQuietFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{low0, low1}, []*v1.Pod{high})
+	// The victims stay in the API: only the test tells the plugin they went.
+	f.plugin.handle.ClientSet().(*fake.Clientset).PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("kept by the test")
+	})
+	before := wakeCounts(t)
+
+	state, _ := f.preFilter(t, high)
+	f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
+	key, _ := gang.KeyOf(high)
+	require.NotNil(t, f.plugin.registry.Plan(key), "no preemption plan")
+	f.plugin.onPodDelete(low0)
+	assert.Empty(t, f.takeActivated(), "woken while a victim is still there")
+	f.plugin.onPodDelete(low1)
+	assert.Equal(t, []string{"ns/g-0"}, f.takeActivated())
+	assert.Equal(t, map[wakeReason]float64{wakeVictimsGone: 1}, wakesSince(t, before))
+}
+
+// The plugin's informers wake a gang when a new member completes its
+// quorum and when its Job is added or changes its quorum.
+func TestWakeFromTheInformers(t *testing.T) {
+	a, b := worker("g", 0, 1, ""), worker("g", 1, 1, "")
+	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8)}, nil, []*v1.Pod{a, b})
+	before := wakeCounts(t)
+
+	f.plugin.onPodAdd(b)
+	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
+	assert.Equal(t, map[wakeReason]float64{wakeQuorumReached: 1}, wakesSince(t, before))
+
+	job, err := f.plugin.jobs.Jobs("ns").Get("g")
+	require.NoError(t, err)
+	f.plugin.ownerHandler(gang.KindJob).OnAdd(job, false)
+	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
+	assert.Equal(t, map[wakeReason]float64{wakeQuorumReached: 1, wakeOwnerChanged: 1}, wakesSince(t, before))
+}
+
+// A member added to a gang still short of its quorum wakes nobody.
+func TestNoWakeBelowQuorum(t *testing.T) {
+	a, b := worker("g", 0, 1, ""), worker("g", 1, 1, "")
+	f := newQuietFramework(t, 3, []*v1.Node{gpuNode("n1", 8)}, nil, []*v1.Pod{a, b})
+	before := wakeCounts(t)
+	f.plugin.onPodAdd(b)
+	assert.Empty(t, f.takeActivated())
+	assert.Empty(t, wakesSince(t, before))
+}
+
+// A PodGroup member that finished successfully counts toward the quorum:
+// the rest of the gang is woken, once.
+func TestWakeWhenAPodGroupMemberSucceeded(t *testing.T) {
+	done, rest := worker("pg", 0, 1, "n1"), worker("pg", 1, 1, "")
+	for _, p := range []*v1.Pod{done, rest} {
+		p.OwnerReferences = nil
+		p.Labels[v1alpha1.PodGroupLabel] = "pg"
+	}
+	done.Status.Phase = v1.PodSucceeded
+	f := newQuietFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{done}, []*v1.Pod{rest})
+	key, _ := gang.KeyOf(done)
+	before := wakeCounts(t)
+
+	f.plugin.recordFinished(key, done)
+	assert.Equal(t, []string{"ns/pg-1"}, f.takeActivated())
+	f.plugin.recordFinished(key, done)
+	assert.Empty(t, f.takeActivated(), "the same member counted twice")
+	assert.Equal(t, map[wakeReason]float64{wakeMemberSucceeded: 1}, wakesSince(t, before))
+}
+
+// activator is the one part of the framework handle wake uses.
+type activator struct {
+	fwk.Handle
+	activated map[string]*v1.Pod
+}
+
+func (a *activator) Activate(_ klog.Logger, pods map[string]*v1.Pod) { a.activated = pods }
+
+// A wake is logged with the gang and the reason; waking nobody does
+// nothing.
+func TestWakeLogsGangAndReason(t *testing.T) {
+	registerMetrics()
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(4), ktesting.BufferLogs(true)))
+	h := &activator{}
+	p := &Plugin{handle: h}
+	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
+	before := wakeCounts(t)
+
+	p.wake(logger, key, wakeOwnerChanged, nil)
+	assert.Nil(t, h.activated)
+	assert.Empty(t, wakesSince(t, before))
+
+	p.wake(logger, key, wakeOwnerChanged, []*v1.Pod{worker("j", 0, 1, ""), worker("j", 1, 1, "")})
+	assert.Len(t, h.activated, 2)
+	assert.Equal(t, map[wakeReason]float64{wakeOwnerChanged: 1}, wakesSince(t, before))
+	out := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	assert.Contains(t, out, "Waking gang members")
+	assert.Contains(t, out, `gang="ns/j"`)
+	assert.Contains(t, out, `reason="owner_changed"`)
+}
