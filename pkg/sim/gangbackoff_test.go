@@ -92,9 +92,11 @@ func musterCounter(t *testing.T, name, label string, mayBeEmpty bool) map[string
 // row here (gangBackoffSeconds, then twice that), in the step it arrived
 // in. The simulator moves its clock to the plugin's backoff timer instead of
 // waiting for it, so the gang is retried exactly when its backoff ends in
-// virtual time, a moment later in real time, and the run ends with every
-// gang placed whole. On the real clock the retry would come at least the
-// backoff later in real time, at some later step's virtual time.
+// virtual time, and the run ends with every gang placed whole, the faulted
+// one in the step it arrived in. On the real clock the retry would come at
+// some later step's virtual time (or, here, never: the run ends first). The
+// real time between drop and retry is logged, not asserted: timing is not a
+// test's business.
 func TestGangBackoffRunsOnTheVirtualClock(t *testing.T) {
 	base := time.Duration(musterGangArgs(t).GangBackoffSeconds) * time.Second
 	require.Positive(t, base)
@@ -118,8 +120,6 @@ func TestGangBackoffRunsOnTheVirtualClock(t *testing.T) {
 			fault.gang, failed.virtual.Sub(epoch), retried.virtual.Sub(epoch), backoff, retried.real.Sub(failed.real))
 		assert.Equal(t, backoff, retried.virtual.Sub(failed.virtual),
 			"drop %d: the retry is not exactly one backoff later in virtual time", i+1)
-		assert.Less(t, retried.real.Sub(failed.real), backoff,
-			"drop %d: the retry waited its backoff out in real time", i+1)
 		backoff *= 2 // each drop in a row doubles the backoff
 	}
 
