@@ -77,6 +77,7 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 			wp.Allow(Name)
 		}
 	}
+	p.endDeadline(plan.ID)
 	gangsScheduled.Inc()
 	seen := p.registry.FirstSeen(s.key, pod.CreationTimestamp.Time)
 	gangLatency.Observe(p.now().Sub(seen).Seconds())
@@ -96,6 +97,7 @@ func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause
 	if plan == nil {
 		return
 	}
+	p.endDeadline(plan.ID)
 	logger := klog.FromContext(ctx)
 	rejections.WithLabelValues(cause).Inc()
 	if cause == "timeout" {

@@ -125,6 +125,9 @@ type Plugin struct {
 
 	timersMu sync.Mutex
 	timers   map[clock.Timer]bool // nil once the scheduler stopped
+	// deadlines are the plan deadline timers by plan ID.
+	deadlinesMu sync.Mutex
+	deadlines   map[int64]clock.Timer
 }
 
 // Factory returns the plugin's factory on clock c (the simulator's virtual
@@ -150,7 +153,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	if err := config.ValidateMusterGangArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), args); err != nil {
 		return nil, err
 	}
-	p := &Plugin{handle: h, args: args, registry: registryFor(ctx, h.SharedInformerFactory()), clock: c, timers: map[clock.Timer]bool{},
+	p := &Plugin{handle: h, args: args, registry: registryFor(ctx, h.SharedInformerFactory()), clock: c, timers: map[clock.Timer]bool{}, deadlines: map[int64]clock.Timer{},
 		gangIndex: gangIndexPrefix + h.ProfileName(), logger: klog.FromContext(ctx).WithValues("plugin", Name, "profile", h.ProfileName())}
 	go func() {
 		<-ctx.Done()
@@ -221,12 +224,13 @@ func (p *Plugin) Name() string { return Name }
 
 // after runs f after d unless the scheduler stops first. Pending timers hold
 // the plugin (and through its handle the scheduler's caches), so they are
-// stopped with the scheduler instead of firing minutes later.
-func (p *Plugin) after(d time.Duration, f func()) {
+// stopped with the scheduler instead of firing minutes later. It returns the
+// timer (nil once the scheduler stopped) for stopTimer.
+func (p *Plugin) after(d time.Duration, f func()) clock.Timer {
 	p.timersMu.Lock()
 	defer p.timersMu.Unlock()
 	if p.timers == nil {
-		return
+		return nil
 	}
 	var t clock.Timer
 	t = p.clock.AfterFunc(d, func() {
@@ -236,6 +240,48 @@ func (p *Plugin) after(d time.Duration, f func()) {
 		f()
 	})
 	p.timers[t] = true
+	return t
+}
+
+// stopTimer cancels a timer of after that has not fired yet.
+func (p *Plugin) stopTimer(t clock.Timer) {
+	if t == nil {
+		return
+	}
+	p.timersMu.Lock()
+	defer p.timersMu.Unlock()
+	if p.timers[t] {
+		t.Stop()
+		delete(p.timers, t)
+	}
+}
+
+// watchDeadline expires plan id of gang key after d unless endDeadline
+// comes first.
+func (p *Plugin) watchDeadline(key gang.Key, id int64, d time.Duration) {
+	t := p.after(d, func() {
+		p.deadlinesMu.Lock()
+		delete(p.deadlines, id)
+		p.deadlinesMu.Unlock()
+		p.expirePlan(key, id)
+	})
+	if t == nil {
+		return
+	}
+	p.deadlinesMu.Lock()
+	p.deadlines[id] = t
+	p.deadlinesMu.Unlock()
+}
+
+// endDeadline stops plan id's deadline timer once the plan is released or
+// dropped: a timer left pending holds the plugin for minutes, and in the
+// simulator each pending timer is a moment its virtual clock may move to.
+func (p *Plugin) endDeadline(id int64) {
+	p.deadlinesMu.Lock()
+	t := p.deadlines[id]
+	delete(p.deadlines, id)
+	p.deadlinesMu.Unlock()
+	p.stopTimer(t)
 }
 
 func (p *Plugin) now() time.Time { return p.clock.Now() }

@@ -252,8 +252,7 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 	if !p.registry.SetPlan(key, active, pod.CreationTimestamp.Time) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s was planned concurrently; retrying", key))
 	}
-	id := active.ID
-	p.after(info.timeout, func() { p.expirePlan(key, id) })
+	p.watchDeadline(key, active.ID, info.timeout)
 	logger.V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
 		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "victims", len(victims))
 	msg := fmt.Sprintf("gang %s: %d members planned on %d nodes in %s %s (%d preemptible)",
