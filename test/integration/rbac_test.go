@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
 )
 
@@ -181,8 +182,8 @@ func TestLeastPrivilege(t *testing.T) {
 			return err
 		}},
 		{"controller", "create pods", func() error {
-			_, err := ctrl.Client.CoreV1().Pods(c.ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
-				Spec: workerPodSpec("muster", 1)}, metav1.CreateOptions{})
+			_, err := ctrl.Client.CoreV1().Pods(c.ns).Create(ctx, testobj.MakePod("", "x").PodSpec(testobj.WorkerPodSpec("muster", 1)).Obj(),
+				metav1.CreateOptions{})
 			return err
 		}},
 		{"controller", "update Jobs", func() error {
