@@ -102,6 +102,12 @@ func (s *StatefulSetWrapper) PodSpec(spec corev1.PodSpec) *StatefulSetWrapper {
 	return s
 }
 
+// SchedulerName sets the scheduler of the pods.
+func (s *StatefulSetWrapper) SchedulerName(name string) *StatefulSetWrapper {
+	s.Spec.Template.Spec.SchedulerName = name
+	return s
+}
+
 // RestartPolicy sets the restart policy of the pods.
 func (s *StatefulSetWrapper) RestartPolicy(p corev1.RestartPolicy) *StatefulSetWrapper {
 	s.Spec.Template.Spec.RestartPolicy = p
