@@ -52,18 +52,15 @@ func (c *ContainerWrapper) Ports(ports ...corev1.ContainerPort) *ContainerWrappe
 	return c
 }
 
-// GPUWorker is the training worker container of the integration tests:
-// the TensorFlow image, one CPU and gpus GPUs.
-func GPUWorker(gpus int64) corev1.Container {
-	return MakeContainer("worker").Image(WorkerImage).Request(corev1.ResourceCPU, resource.MustParse("1")).GPUs(gpus).Obj()
-}
-
-// WorkerPodSpec is a pod of one GPUWorker for scheduler, never restarted.
+// WorkerPodSpec is the training worker of the integration tests, for
+// scheduler and never restarted: one container "worker" of the TensorFlow
+// image asking for one CPU and gpus GPUs.
 func WorkerPodSpec(scheduler string, gpus int64) corev1.PodSpec {
+	worker := MakeContainer("worker").Image(WorkerImage).Request(corev1.ResourceCPU, resource.MustParse("1")).GPUs(gpus)
 	return corev1.PodSpec{
 		SchedulerName: scheduler,
 		RestartPolicy: corev1.RestartPolicyNever,
-		Containers:    []corev1.Container{GPUWorker(gpus)},
+		Containers:    []corev1.Container{worker.Obj()},
 	}
 }
 

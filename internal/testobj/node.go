@@ -49,11 +49,6 @@ func (n *NodeWrapper) Rack(rack string) *NodeWrapper { return n.Label(configv1.L
 // Zone sets the zone label.
 func (n *NodeWrapper) Zone(zone string) *NodeWrapper { return n.Label(configv1.LabelZone, zone) }
 
-// NVLink sets the NVLink clique label (the default preset's nvlink level).
-func (n *NodeWrapper) NVLink(clique string) *NodeWrapper {
-	return n.Label(configv1.LabelNVLinkClique, clique)
-}
-
 // Spot labels the node a GKE spot node, preemptible by the default matchers.
 func (n *NodeWrapper) Spot() *NodeWrapper { return n.Label(configv1.LabelGKESpot, "true") }
 

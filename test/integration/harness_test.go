@@ -113,11 +113,15 @@ func (c *cluster) createJob(s jobSpec) *batchv1.Job {
 	if s.scheduler == "" {
 		s.scheduler = schedulerName
 	}
-	job := testobj.MakeJob(c.ns, s.name).Indexed().Workers(s.workers).BackoffLimit(0).
-		PodSpec(testobj.WorkerPodSpec(s.scheduler, s.gpus)).Obj()
-	job.Labels = s.labels
-	job.Spec.Template.Annotations = s.annotations
-	job.Spec.Template.Spec.Subdomain = s.subdomain
+	w := testobj.MakeJob(c.ns, s.name).Indexed().Workers(s.workers).BackoffLimit(0).
+		PodSpec(testobj.WorkerPodSpec(s.scheduler, s.gpus)).Subdomain(s.subdomain)
+	for k, v := range s.labels {
+		w.Label(k, v)
+	}
+	for k, v := range s.annotations {
+		w.PodAnnotation(k, v)
+	}
+	job := w.Obj()
 	if s.mutate != nil {
 		s.mutate(job)
 	}

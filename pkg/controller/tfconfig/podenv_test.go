@@ -23,6 +23,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 )
 
 const (
@@ -238,7 +240,7 @@ func TestStatefulSetExampleTFConfig(t *testing.T) {
 	if len(spec.InitContainers) != 0 {
 		t.Errorf("the example still has init containers %v: TF_CONFIG needs none", spec.InitContainers)
 	}
-	if gpus := spec.Containers[0].Resources.Limits["nvidia.com/gpu"]; gpus.Value() < 1 {
+	if gpus := spec.Containers[0].Resources.Limits[configv1.DefaultGPUResourceName]; gpus.Value() < 1 {
 		t.Errorf("the example's workers ask for no GPU")
 	}
 
