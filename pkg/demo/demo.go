@@ -23,7 +23,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/manifests"
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
 )
 
@@ -45,7 +47,7 @@ func Run(ctx context.Context, opts Options) error {
 	start := time.Now()
 	fmt.Fprintln(out, "muster demo: starting etcd, kube-apiserver and the Job and StatefulSet controllers in this process...")
 	cp := controlplane.Start(tb)
-	nodes := controlplane.Cluster(2, 4, 1, 8)
+	nodes := testobj.Cluster(2, 4, 1, 8)
 	if err := controlplane.CreateNodes(ctx, cp.Client, nodes...); err != nil {
 		return err
 	}
@@ -172,9 +174,9 @@ func printPlacement(out io.Writer, cp *controlplane.ControlPlane, ctx context.Co
 		if err != nil {
 			return err
 		}
-		gpus := p.Spec.Containers[0].Resources.Limits[controlplane.GPUResource]
+		gpus := p.Spec.Containers[0].Resources.Limits[configv1.DefaultGPUResourceName]
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.Annotations[batchv1.JobCompletionIndexAnnotation], p.Spec.NodeName,
-			node.Labels[controlplane.LabelRack], gpus.String())
+			node.Labels[configv1.LabelRack], gpus.String())
 	}
 	if err := w.Flush(); err != nil {
 		return err

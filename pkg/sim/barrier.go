@@ -12,6 +12,8 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
+
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 )
 
 // The scheduling loop is paused while a step's changes are applied, so the
@@ -256,7 +258,7 @@ func (h *harness) backoffExpiration(pod *v1.Pod) time.Time {
 
 func hasReclaimTaint(node *v1.Node) bool {
 	for _, t := range node.Spec.Taints {
-		if t.Key == TaintReclaim {
+		if t.Key == configv1.TaintGKEImpendingTermination {
 			return true
 		}
 	}

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -13,20 +12,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/muster-sched/muster/internal/testobj"
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
+	"github.com/muster-sched/muster/pkg/gang"
 	"github.com/muster-sched/muster/pkg/sim/scenario"
 )
 
-// Labels, taints and resources of the simulated cluster (DESIGN.md §2).
-const (
-	GPUResource    v1.ResourceName = "nvidia.com/gpu"
-	LabelHostname                  = "kubernetes.io/hostname"
-	LabelRack                      = "topology.kubernetes.io/rack"
-	LabelZone                      = "topology.kubernetes.io/zone"
-	LabelSpot                      = "cloud.google.com/gke-spot"
-	TaintReclaim                   = "cloud.google.com/impending-node-termination"
-	annPreemptible                 = "muster.dev/preemptible"
-	namespace                      = "sim"
-)
+// namespace holds every simulated workload. The cluster's labels, taints
+// and resources are muster's node vocabulary (pkg/apis/config/v1).
+const namespace = "sim"
 
 // epoch is virtual time zero; object timestamps are epoch plus virtual time,
 // so they are the same in every run of a seed.
@@ -35,57 +29,28 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // Per worker, CPU and memory grow with the GPUs (6 cores and 48Gi per GPU) so
 // they never bind before the GPUs do on a 64-core, 512Gi, 8-GPU node.
 const (
-	cpuPerGPU    = 6
-	memGiPerGPU  = 48
-	workerImage  = "tensorflow/tensorflow:2.15.0-gpu"
-	workerName   = "tensorflow"
-	podsPerNode  = "110"
-	reclaimValue = "true"
+	cpuPerGPU   = 6
+	memGiPerGPU = 48
+	workerName  = "tensorflow"
 )
 
 func nodeObject(n nodeSpec, cpu, memory resource.Quantity) *v1.Node {
-	labels := map[string]string{LabelHostname: n.name, LabelRack: n.rack, LabelZone: n.zone}
+	node := testobj.MakeNode(n.name).UID("node-" + n.name).CPU(cpu).Memory(memory).GPUs(n.gpus).
+		Rack(n.rack).Zone(n.zone).Ready()
 	if n.spot {
-		labels[LabelSpot] = "true"
+		node.Spot()
 	}
-	capacity := v1.ResourceList{
-		v1.ResourceCPU:    cpu,
-		v1.ResourceMemory: memory,
-		v1.ResourcePods:   resource.MustParse(podsPerNode),
-		GPUResource:       *resource.NewQuantity(n.gpus, resource.DecimalSI),
-	}
-	return &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.name, UID: types.UID("node-" + n.name), Labels: labels},
-		Status: v1.NodeStatus{
-			Capacity:    capacity,
-			Allocatable: capacity,
-			Conditions:  []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
-		},
-	}
+	return node.Obj()
 }
 
 // reclaimTaint is what GKE puts on a spot node about to be reclaimed.
 func reclaimTaint() v1.Taint {
-	return v1.Taint{Key: TaintReclaim, Value: reclaimValue, Effect: v1.TaintEffectNoSchedule}
+	return v1.Taint{Key: configv1.TaintGKEImpendingTermination, Value: "true", Effect: v1.TaintEffectNoSchedule}
 }
 
 func jobObject(j *scenario.Job, schedulerName string, submit time.Duration) *batchv1.Job {
-	workers := int32(j.Workers)
-	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: j.Name, Namespace: namespace, UID: types.UID("job-" + j.Name),
-			CreationTimestamp: metav1.NewTime(epoch.Add(submit)),
-		},
-		Spec: batchv1.JobSpec{
-			Parallelism:    &workers,
-			Completions:    &workers,
-			CompletionMode: ptr.To(batchv1.IndexedCompletion),
-			Template: v1.PodTemplateSpec{Spec: v1.PodSpec{
-				SchedulerName: schedulerName,
-				RestartPolicy: v1.RestartPolicyNever,
-			}},
-		},
-	}
+	return testobj.MakeJob(namespace, j.Name).UID("job-" + j.Name).Created(epoch.Add(submit)).
+		Indexed().Workers(int32(j.Workers)).SchedulerName(schedulerName).RestartPolicy(v1.RestartPolicyNever).Obj()
 }
 
 // podGroupName names the native PodGroup of one attempt of a job.
@@ -134,9 +99,9 @@ func topologyKeyFor(j *scenario.Job, c scenario.Cluster) string {
 	zoneGPUs := int64(racks/c.Zones) * rackGPUs
 	switch {
 	case gpus <= rackGPUs:
-		return LabelRack
+		return configv1.LabelRack
 	case gpus <= zoneGPUs:
-		return LabelZone
+		return configv1.LabelZone
 	}
 	return ""
 }
@@ -155,49 +120,23 @@ func podName(j *scenario.Job, attempt, index int) string {
 // native gang scheduling it also names its PodGroup.
 func podObject(j *scenario.Job, job *batchv1.Job, b *built, attempt, index int, created time.Duration) *v1.Pod {
 	name := podName(j, attempt, index)
-	gpus := resource.NewQuantity(j.GPUs, resource.DecimalSI)
-	annotations := map[string]string{batchv1.JobCompletionIndexAnnotation: strconv.Itoa(index)}
+	worker := testobj.MakeContainer(workerName).Image(testobj.WorkerImage).
+		Request(v1.ResourceCPU, *resource.NewQuantity(cpuPerGPU*j.GPUs, resource.DecimalSI)).
+		Request(v1.ResourceMemory, resource.MustParse(fmt.Sprintf("%dGi", memGiPerGPU*j.GPUs))).
+		GPUs(j.GPUs)
+	pod := testobj.MakePod(namespace, name).UID("pod-"+name).Created(epoch.Add(created)).JobMember(job, index).
+		SchedulerName(b.schedulerName).Priority(j.Priority).RestartPolicy(v1.RestartPolicyNever).
+		SchedulingGate(stepGate).Container(worker.Obj()).Phase(v1.PodPending)
 	if j.Policy != "" {
-		annotations[annPreemptible] = j.Policy
-	}
-	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: namespace, UID: types.UID("pod-" + name),
-			CreationTimestamp: metav1.NewTime(epoch.Add(created)),
-			Labels:            map[string]string{batchv1.JobNameLabel: j.Name, batchv1.ControllerUidLabel: string(job.UID)},
-			Annotations:       annotations,
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: batchv1.SchemeGroupVersion.String(), Kind: "Job", Name: job.Name, UID: job.UID,
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
-		Spec: v1.PodSpec{
-			SchedulerName:   b.schedulerName,
-			Priority:        ptr.To(j.Priority),
-			RestartPolicy:   v1.RestartPolicyNever,
-			SchedulingGates: []v1.PodSchedulingGate{{Name: stepGate}},
-			Containers: []v1.Container{{
-				Name:  workerName,
-				Image: workerImage,
-				Resources: v1.ResourceRequirements{
-					Requests: v1.ResourceList{
-						v1.ResourceCPU:    *resource.NewQuantity(cpuPerGPU*j.GPUs, resource.DecimalSI),
-						v1.ResourceMemory: resource.MustParse(fmt.Sprintf("%dGi", memGiPerGPU*j.GPUs)),
-						GPUResource:       *gpus,
-					},
-					Limits: v1.ResourceList{GPUResource: *gpus},
-				},
-			}},
-		},
-		Status: v1.PodStatus{Phase: v1.PodPending},
+		pod.Annotation(gang.AnnotationPreemptible, j.Policy)
 	}
 	if b.podGroups {
-		pod.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To(podGroupName(j, attempt))}
+		pod.PodGroup(podGroupName(j, attempt))
 	}
 	if b.schedulerName == v1.DefaultSchedulerName {
-		pod.Spec.Affinity = spotAffinity(j.Policy)
+		pod.Affinity(spotAffinity(j.Policy))
 	}
-	return pod
+	return pod.Obj()
 }
 
 // spotAffinity says with node affinity what the muster.dev/preemptible
@@ -205,8 +144,8 @@ func podObject(j *scenario.Job, job *batchv1.Job, b *built, attempt, index int, 
 // forbid and require are required terms on the spot label, avoid (the
 // default) and prefer are preferred ones.
 func spotAffinity(policy string) *v1.Affinity {
-	spot := v1.NodeSelectorRequirement{Key: LabelSpot, Operator: v1.NodeSelectorOpIn, Values: []string{"true"}}
-	onDemand := v1.NodeSelectorRequirement{Key: LabelSpot, Operator: v1.NodeSelectorOpDoesNotExist}
+	spot := v1.NodeSelectorRequirement{Key: configv1.LabelGKESpot, Operator: v1.NodeSelectorOpIn, Values: []string{"true"}}
+	onDemand := v1.NodeSelectorRequirement{Key: configv1.LabelGKESpot, Operator: v1.NodeSelectorOpDoesNotExist}
 	required := func(r v1.NodeSelectorRequirement) *v1.Affinity {
 		return &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
 			NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{r}}}}}}

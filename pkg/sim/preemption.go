@@ -88,9 +88,9 @@ func (h *harness) evictionsInFlight() (float64, error) {
 	if h.opts.Scheduler == Muster {
 		return testutil.GetGaugeMetricValue(schedmetrics.Goroutines.WithLabelValues(mustergang.EvictionOperation))
 	}
-	// Read the series themselves: gathering the whole registry, as
-	// metricSum does, on every poll of the settle loop took CPU from the
-	// scheduler it was waiting for.
+	// Read the series themselves: gathering the whole registry, as the
+	// readers by name do, on every poll of the settle loop took CPU from
+	// the scheduler it was waiting for.
 	started := histogramCount(schedmetrics.PreemptionVictims) + histogramCount(schedmetrics.WorkloadPreemptionVictims)
 	done := 0.0
 	for _, result := range []string{schedmetrics.GoroutineResultSuccess, schedmetrics.GoroutineResultError} {

@@ -274,7 +274,7 @@ func (h *harness) waitOutGangBackoff(rounds *int) (bool, error) {
 	}
 	// Read last (it gathers every metric): a plan dropped since the last
 	// look, in this step or an earlier one whose pods were all placed then.
-	if rejects := metricSum("muster_gang_rejections_total"); rejects > h.lastRejects {
+	if rejects := gangRejections(); rejects > h.lastRejects {
 		h.lastRejects, h.gangRejectedInStep = rejects, true
 	}
 	if !h.gangRejectedInStep {
@@ -364,46 +364,53 @@ func (h *harness) waitIdle(ctx context.Context, timeout time.Duration) (time.Tim
 	}
 }
 
-// metricSum adds up every series of a metric in the process's registry: a
-// counter's values, or a histogram's observation counts (0 when it is not
-// registered).
-func metricSum(name string) float64 {
+// The scheduler's counters in the report. kube-scheduler's
+// schedule_attempts_total and podgroup_schedule_attempts_total are
+// unexported in its metrics package, and muster's in mustergang: only their
+// names reach them, so they are read from the process's registry through
+// testutil.GetCounterValuesFromGatherer. batch_attempts_total is exported,
+// but asking its vector for a series creates the series: the report would
+// then show 0 for a result that never happened, where it shows none. So it
+// is read by name too. kube-scheduler's counters are read for the run's one
+// profile.
+
+// countersBy returns the series of counter name whose labels match match,
+// by the value of label: none before the counter has a series.
+func countersBy(name, label string, match map[string]string) map[string]float64 {
+	values, err := testutil.GetCounterValuesFromGatherer(legacyregistry.DefaultGatherer, name, match, label)
+	if err != nil {
+		return map[string]float64{} // not registered yet, or no series
+	}
+	return values
+}
+
+// counterTotal reads a counter without labels (muster's gangs_scheduled_total
+// and gang_unplaceable_total), which testutil's gatherer readers, keyed by a
+// label, do not: the one reader of the registry's families written here. 0
+// before the counter has a series.
+func counterTotal(name string) float64 {
 	families, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
 		return 0
 	}
 	total := 0.0
 	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			total += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
 		}
 	}
 	return total
 }
 
-// counterByLabel returns a counter's values by one label.
-func counterByLabel(name, label string) map[string]float64 {
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		return nil
+// gangRejections is muster_gang_rejections_total over all causes.
+func gangRejections() float64 {
+	total := 0.0
+	for _, v := range countersBy("muster_gang_rejections_total", "cause", nil) {
+		total += v
 	}
-	out := map[string]float64{}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label {
-					out[lp.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return out
+	return total
 }
 
 // extraMetrics collects scheduler-specific counters for the report, as
@@ -423,22 +430,24 @@ func (h *harness) extraMetrics() map[string]float64 {
 
 func (h *harness) counterValues() map[string]float64 {
 	out := map[string]float64{}
-	for result, v := range counterByLabel("scheduler_batch_attempts_total", "result") {
+	profile := map[string]string{"profile": h.b.schedulerName}
+	for result, v := range countersBy("scheduler_batch_attempts_total", "result", profile) {
 		out["batch_attempts_"+result] = v
 	}
-	out["schedule_attempts"] = metricSum("scheduler_schedule_attempts_total")
-	for result, v := range counterByLabel("scheduler_schedule_attempts_total", "result") {
+	out["schedule_attempts"] = 0
+	for result, v := range countersBy("scheduler_schedule_attempts_total", "result", profile) {
 		out["schedule_attempts_"+result] = v
+		out["schedule_attempts"] += v
 	}
 	switch h.opts.Scheduler {
 	case Muster:
-		out["muster_gangs_scheduled"] = metricSum("muster_gangs_scheduled_total")
-		out["muster_plans_unplaceable"] = metricSum("muster_gang_unplaceable_total")
-		for cause, v := range counterByLabel("muster_gang_rejections_total", "cause") {
+		out["muster_gangs_scheduled"] = counterTotal("muster_gangs_scheduled_total")
+		out["muster_plans_unplaceable"] = counterTotal("muster_gang_unplaceable_total")
+		for cause, v := range countersBy("muster_gang_rejections_total", "cause", nil) {
 			out["muster_plans_dropped_"+cause] = v
 		}
 	case NativeGang, NativeGangTAS:
-		for result, v := range counterByLabel("scheduler_podgroup_schedule_attempts_total", "result") {
+		for result, v := range countersBy("scheduler_podgroup_schedule_attempts_total", "result", profile) {
 			out["podgroup_attempts_"+result] = v
 		}
 	}

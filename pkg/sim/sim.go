@@ -259,7 +259,7 @@ func newHarness(ctx context.Context, opts Options) (*harness, error) {
 	// Scheduler and plugin metrics live in the process's registry and add up
 	// across runs in one process (tests, benchmarks): start from here.
 	h.baseline = h.counterValues()
-	h.lastRejects = metricSum("muster_gang_rejections_total")
+	h.lastRejects = gangRejections()
 	if h.opts.Scheduler != Muster {
 		h.preemptionsBefore, _ = h.evictionsInFlight()
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/pkg/sim/measure"
 	"github.com/muster-sched/muster/pkg/sim/report"
 	"github.com/muster-sched/muster/pkg/sim/scenario"
@@ -300,8 +301,8 @@ func TestSpotAffinityTranslatesThePolicy(t *testing.T) {
 			terms = append(terms, p.Preference)
 		}
 		if len(terms) != 1 || (na.RequiredDuringSchedulingIgnoredDuringExecution != nil) != tc.required ||
-			terms[0].MatchExpressions[0].Key != LabelSpot || terms[0].MatchExpressions[0].Operator != tc.op {
-			t.Errorf("policy %q: %+v; want required=%v, %s on %s", tc.policy, na, tc.required, tc.op, LabelSpot)
+			terms[0].MatchExpressions[0].Key != configv1.LabelGKESpot || terms[0].MatchExpressions[0].Operator != tc.op {
+			t.Errorf("policy %q: %+v; want required=%v, %s on %s", tc.policy, na, tc.required, tc.op, configv1.LabelGKESpot)
 		}
 	}
 }
@@ -337,7 +338,7 @@ func TestMostAllocatedControl(t *testing.T) {
 	for _, pc := range p.PluginConfig {
 		if args, ok := pc.Args.(*schedulerapi.NodeResourcesFitArgs); ok {
 			s := args.ScoringStrategy
-			found = s.Type == schedulerapi.MostAllocated && len(s.Resources) == 3 && s.Resources[0].Name == string(GPUResource) && s.Resources[0].Weight == 5
+			found = s.Type == schedulerapi.MostAllocated && len(s.Resources) == 3 && s.Resources[0].Name == configv1.DefaultGPUResourceName && s.Resources[0].Weight == 5
 		}
 	}
 	if !found {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 )
@@ -114,7 +115,7 @@ func burst(b *testing.B, scheduler string, config []byte, groups, perGroup, node
 	defer w.Stop()
 	// A warm-up pod, scheduled alone: the scheduler has listed everything
 	// and is idle before the counting starts.
-	warmup := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "warmup", Namespace: ns}, Spec: controlplane.WorkerPodSpec(scheduler, 1)}
+	warmup := testobj.MakePod(ns, "warmup").PodSpec(testobj.WorkerPodSpec(scheduler, 1)).Obj()
 	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, warmup, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
@@ -134,11 +135,8 @@ func burst(b *testing.B, scheduler string, config []byte, groups, perGroup, node
 			}
 		}
 		for i := 0; i < perGroup; i++ {
-			pod := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", group, i), Namespace: ns,
-					Labels: map[string]string{v1alpha1.PodGroupLabel: group}},
-				Spec: controlplane.WorkerPodSpec(scheduler, 1),
-			}
+			pod := testobj.MakePod(ns, fmt.Sprintf("%s-%d", group, i)).Label(v1alpha1.PodGroupLabel, group).
+				PodSpec(testobj.WorkerPodSpec(scheduler, 1)).Obj()
 			if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 				b.Fatal(err)
 			}

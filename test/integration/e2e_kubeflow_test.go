@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
-	"github.com/muster-sched/muster/internal/controlplane"
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 	"github.com/muster-sched/muster/test/e2e/tools"
 )
@@ -175,7 +175,7 @@ func TestE2EKubeflowTFJob(t *testing.T) {
 		if p.Spec.SchedulerName != schedulerName {
 			t.Errorf("pod %s: schedulerName %q, want %q set by the operator", p.Name, p.Spec.SchedulerName, schedulerName)
 		}
-		gpu := p.Spec.Containers[0].Resources.Limits[controlplane.GPUResource]
+		gpu := p.Spec.Containers[0].Resources.Limits[configv1.DefaultGPUResourceName]
 		gpusByType[p.Labels["training.kubeflow.org/replica-type"]] += gpu.Value()
 	}
 	if want := map[string]int64{"chief": 1, "worker": 3, "ps": 0}; fmt.Sprint(gpusByType) != fmt.Sprint(want) {

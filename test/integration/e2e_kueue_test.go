@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
-	"github.com/muster-sched/muster/internal/controlplane"
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/test/e2e/tools"
 )
 
@@ -255,7 +255,7 @@ func (c *e2eCluster) waitAdmittedAndBound(job string, workers int) ([]corev1.Pod
 	var flavor string
 	assignments, _, _ := unstructured.NestedSlice(wl.Object, "status", "admission", "podSetAssignments")
 	if len(assignments) == 1 {
-		flavor, _, _ = unstructured.NestedString(assignments[0].(map[string]any), "flavors", string(controlplane.GPUResource))
+		flavor, _, _ = unstructured.NestedString(assignments[0].(map[string]any), "flavors", configv1.DefaultGPUResourceName)
 	}
 	return pods, flavor
 }
@@ -336,12 +336,12 @@ func TestE2EKueueGPUQuota(t *testing.T) {
 // muster's default policy (avoid) would otherwise use them first.
 func TestE2EKueueSpotFlavor(t *testing.T) {
 	spotTaint := corev1.Taint{Key: "e2e.muster.dev/spot", Value: "true", Effect: corev1.TaintEffectNoSchedule}
-	nodes := []controlplane.GPUNode{
-		{Name: "on-demand-1", GPUs: 2, Labels: map[string]string{capacityTypeLabel: "on-demand"}},
-		{Name: "on-demand-2", GPUs: 2, Labels: map[string]string{capacityTypeLabel: "on-demand"}},
-		{Name: "on-demand-3", GPUs: 2, Labels: map[string]string{capacityTypeLabel: "on-demand"}},
-		{Name: "spot-1", GPUs: 2, Labels: map[string]string{capacityTypeLabel: "spot"}, Taints: []corev1.Taint{spotTaint}},
-		{Name: "spot-2", GPUs: 2, Labels: map[string]string{capacityTypeLabel: "spot"}, Taints: []corev1.Taint{spotTaint}},
+	nodes := []*corev1.Node{
+		gpuNode("on-demand-1", 2).Label(capacityTypeLabel, "on-demand").Obj(),
+		gpuNode("on-demand-2", 2).Label(capacityTypeLabel, "on-demand").Obj(),
+		gpuNode("on-demand-3", 2).Label(capacityTypeLabel, "on-demand").Obj(),
+		gpuNode("spot-1", 2).Label(capacityTypeLabel, "spot").Taint(spotTaint).Obj(),
+		gpuNode("spot-2", 2).Label(capacityTypeLabel, "spot").Taint(spotTaint).Obj(),
 	}
 	c := startE2ECluster(t, nodes...)
 	c.startKueue()

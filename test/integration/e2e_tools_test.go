@@ -31,7 +31,6 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/yaml"
 
-	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/test/e2e/tools"
 )
 
@@ -48,7 +47,7 @@ type e2eCluster struct {
 
 // startE2ECluster starts a control plane with the garbage collector, the
 // nodes and the muster scheduler (unless -e2e-without-muster).
-func startE2ECluster(t *testing.T, nodes ...controlplane.GPUNode) *e2eCluster {
+func startE2ECluster(t *testing.T, nodes ...*corev1.Node) *e2eCluster {
 	t.Helper()
 	c := startClusterWithoutScheduler(t, nodes...)
 	if err := c.StartGarbageCollector(); err != nil {

@@ -13,17 +13,18 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/internal/testobj"
 )
 
 // A lone pod that asks muster for GPUs is bound to the node that has them,
 // and a pod for another scheduler is left alone.
 func TestLonePodBoundToGPUNode(t *testing.T) {
 	c := startCluster(t,
-		controlplane.GPUNode{Name: "cpu-only", GPUs: 0},
-		controlplane.GPUNode{Name: "gpu-1", GPUs: 8},
+		gpuNode("cpu-only", 0).Obj(),
+		gpuNode("gpu-1", 8).Obj(),
 	)
-	mine := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: c.ns}, Spec: workerPodSpec(schedulerName, 4)}
-	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: c.ns}, Spec: workerPodSpec("someone-else", 4)}
+	mine := testobj.MakePod(c.ns, "mine").PodSpec(testobj.WorkerPodSpec(schedulerName, 4)).Obj()
+	other := testobj.MakePod(c.ns, "other").PodSpec(testobj.WorkerPodSpec("someone-else", 4)).Obj()
 	for _, p := range []*corev1.Pod{mine, other} {
 		if _, err := c.Client.CoreV1().Pods(c.ns).Create(c.ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

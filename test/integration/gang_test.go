@@ -12,13 +12,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/internal/testobj"
 )
 
-func gpuNodes(n int, gpus int64) []controlplane.GPUNode {
-	nodes := make([]controlplane.GPUNode, n)
+// gpuNode starts a Ready node of gpus GPUs, as the tests create them.
+func gpuNode(name string, gpus int64) *testobj.NodeWrapper {
+	return testobj.MakeNode(name).GPUs(gpus).Ready()
+}
+
+// gpuNodes is n nodes node-1..node-n of gpus GPUs in rack r1.
+func gpuNodes(n int, gpus int64) []*corev1.Node {
+	nodes := make([]*corev1.Node, n)
 	for i := range nodes {
-		nodes[i] = controlplane.GPUNode{Name: fmt.Sprintf("node-%d", i+1), GPUs: gpus, Rack: "r1"}
+		nodes[i] = gpuNode(fmt.Sprintf("node-%d", i+1), gpus).Rack("r1").Obj()
 	}
 	return nodes
 }
@@ -47,7 +53,7 @@ func TestGangWaitsWholeThenBindsWhenNodeAdded(t *testing.T) {
 	}
 	c.waitForEvent("Job", "mnist", "GangUnschedulable", "at most 3 fit")
 
-	c.addNodes(controlplane.GPUNode{Name: "node-4", GPUs: 8, Rack: "r1"})
+	c.addNodes(gpuNode("node-4", 8).Rack("r1").Obj())
 	c.waitJobBound("mnist", 4)
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/manifests"
 )
 
@@ -29,14 +30,14 @@ type cluster struct {
 
 // startCluster starts a fresh control plane, creates nodes and starts the
 // scheduler configured from the shipped manifests/scheduler/scheduler-config.yaml.
-func startCluster(t *testing.T, nodes ...controlplane.GPUNode) *cluster {
+func startCluster(t *testing.T, nodes ...*corev1.Node) *cluster {
 	t.Helper()
 	return startClusterWith(t, "", nodes...)
 }
 
 // startClusterWith is startCluster with extra top-level configuration
 // appended to the shipped scheduler configuration (e.g. an extender).
-func startClusterWith(t *testing.T, extraConfig string, nodes ...controlplane.GPUNode) *cluster {
+func startClusterWith(t *testing.T, extraConfig string, nodes ...*corev1.Node) *cluster {
 	t.Helper()
 	c := startClusterWithoutScheduler(t, nodes...)
 	c.startScheduler(extraConfig)
@@ -45,7 +46,7 @@ func startClusterWith(t *testing.T, extraConfig string, nodes ...controlplane.GP
 
 // startClusterWithoutScheduler starts a control plane with nodes; the test
 // prepares what a scheduler would find and starts one itself.
-func startClusterWithoutScheduler(t *testing.T, nodes ...controlplane.GPUNode) *cluster {
+func startClusterWithoutScheduler(t *testing.T, nodes ...*corev1.Node) *cluster {
 	t.Helper()
 	cp := controlplane.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -88,7 +89,7 @@ func (c *cluster) startScheduler(extraConfig ...string) (stop func()) {
 	return stop
 }
 
-func (c *cluster) addNodes(nodes ...controlplane.GPUNode) {
+func (c *cluster) addNodes(nodes ...*corev1.Node) {
 	c.t.Helper()
 	if err := controlplane.CreateNodes(c.ctx, c.Client, nodes...); err != nil {
 		c.t.Fatal(err)
@@ -112,10 +113,15 @@ func (c *cluster) createJob(s jobSpec) *batchv1.Job {
 	if s.scheduler == "" {
 		s.scheduler = schedulerName
 	}
-	job := controlplane.GPUJob(c.ns, s.name, s.workers, s.gpus, s.scheduler)
-	job.Labels = s.labels
-	job.Spec.Template.Annotations = s.annotations
-	job.Spec.Template.Spec.Subdomain = s.subdomain
+	w := testobj.MakeJob(c.ns, s.name).Indexed().Workers(s.workers).BackoffLimit(0).
+		PodSpec(testobj.WorkerPodSpec(s.scheduler, s.gpus)).Subdomain(s.subdomain)
+	for k, v := range s.labels {
+		w.Label(k, v)
+	}
+	for k, v := range s.annotations {
+		w.PodAnnotation(k, v)
+	}
+	job := w.Obj()
 	if s.mutate != nil {
 		s.mutate(job)
 	}
@@ -125,9 +131,6 @@ func (c *cluster) createJob(s jobSpec) *batchv1.Job {
 	}
 	return created
 }
-
-// workerPodSpec is a GPU worker for scheduler (see controlplane.WorkerPodSpec).
-var workerPodSpec = controlplane.WorkerPodSpec
 
 func (c *cluster) deleteJob(name string) {
 	c.t.Helper()

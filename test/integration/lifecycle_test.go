@@ -12,7 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/internal/testobj"
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 )
 
 // The life of a job after its start: workers fail and are replaced, members
@@ -24,12 +25,7 @@ import (
 func oneWorkerPerNode(job *batchv1.Job) {
 	job.Spec.BackoffLimit = ptr.To[int32](3)
 	job.Spec.Template.Labels = map[string]string{"app": job.Name}
-	job.Spec.Template.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": job.Name}},
-			TopologyKey:   controlplane.LabelHostname,
-		}},
-	}}
+	job.Spec.Template.Spec.Affinity = testobj.OnePerNode(map[string]string{"app": job.Name})
 }
 
 // setPhase ends a pod as the kubelet would report it.
@@ -120,7 +116,7 @@ func hardSpreadOver(key string) func(*batchv1.Job) {
 
 func TestHardTopologySpreadIsHonoured(t *testing.T) {
 	c := startCluster(t, gpuNodes(2, 8)...)
-	c.createJob(jobSpec{name: "spread", workers: 2, gpus: 4, mutate: hardSpreadOver(controlplane.LabelHostname)})
+	c.createJob(jobSpec{name: "spread", workers: 2, gpus: 4, mutate: hardSpreadOver(configv1.LabelHostname)})
 	pods := c.waitJobBound("spread", 2)
 	if got := nodesOf(pods); len(got) != 2 {
 		t.Errorf("spread workers on %v, want one per node", got)
@@ -131,7 +127,7 @@ func TestHardTopologySpreadIsHonoured(t *testing.T) {
 // with the framework's own reason, and nothing held.
 func TestImpossibleSpreadHoldsNothing(t *testing.T) {
 	c := startCluster(t, gpuNodes(1, 8)...)
-	c.createJob(jobSpec{name: "spread", workers: 2, gpus: 4, mutate: hardSpreadOver(controlplane.LabelZone)})
+	c.createJob(jobSpec{name: "spread", workers: 2, gpus: 4, mutate: hardSpreadOver(configv1.LabelZone)})
 	c.waitJobUnschedulable("spread", 2, "gang", "filters rejected", "didn't match pod topology spread constraints")
 	if held := c.holdingPods(); len(held) != 0 {
 		t.Errorf("pods hold capacity: %v", held)
@@ -229,8 +225,8 @@ func TestMissingClaimHoldsNothingAndGangCompletesWhenItArrives(t *testing.T) {
 // with an exactly fitting node sorts first.
 func TestReplacementJoinsTheGangsRack(t *testing.T) {
 	// r2 (2 nodes) fits the 2 × 8-GPU gang exactly; r1 has 3 nodes.
-	c := startCluster(t, append(controlplane.Cluster(1, 3, 1, 8),
-		controlplane.GPUNode{Name: "r2-n1", GPUs: 8, Rack: "r2"}, controlplane.GPUNode{Name: "r2-n2", GPUs: 8, Rack: "r2"})...)
+	c := startCluster(t, append(testobj.Cluster(1, 3, 1, 8),
+		gpuNode("r2-n1", 8).Rack("r2").Obj(), gpuNode("r2-n2", 8).Rack("r2").Obj())...)
 	c.createJob(jobSpec{name: "racked", workers: 2, gpus: 8, annotations: map[string]string{"muster.dev/topology-required": "rack"},
 		mutate: func(job *batchv1.Job) { job.Spec.BackoffLimit = ptr.To[int32](3) }})
 	pods := c.waitJobBound("racked", 2)
@@ -238,7 +234,7 @@ func TestReplacementJoinsTheGangsRack(t *testing.T) {
 		t.Fatalf("gang in racks %v, want both in r2 (best fit)", got)
 	}
 	// A new rack whose one node fits a replacement exactly and sorts first.
-	c.addNodes(controlplane.GPUNode{Name: "a0-n1", GPUs: 8, Rack: "a0"})
+	c.addNodes(gpuNode("a0-n1", 8).Rack("a0").Obj())
 	pods = c.failOneAndWaitReplaced("racked", 2, "r2-n1")
 	if got := racksOf(c, pods); got["r2"] != 2 {
 		t.Errorf("after the replacement, gang in racks %v; want both in r2", got)
@@ -250,9 +246,9 @@ func TestReplacementJoinsTheGangsRack(t *testing.T) {
 func TestRestartedSchedulerCompletesGangInItsRack(t *testing.T) {
 	// r1 fits the two remaining members exactly and sorts first; r2 holds
 	// the two bound members and has room for the rest.
-	c := startClusterWithoutScheduler(t, append(controlplane.Cluster(1, 2, 1, 8),
-		controlplane.GPUNode{Name: "r2-n1", GPUs: 8, Rack: "r2"}, controlplane.GPUNode{Name: "r2-n2", GPUs: 8, Rack: "r2"},
-		controlplane.GPUNode{Name: "r2-n3", GPUs: 8, Rack: "r2"}, controlplane.GPUNode{Name: "r2-n4", GPUs: 8, Rack: "r2"})...)
+	c := startClusterWithoutScheduler(t, append(testobj.Cluster(1, 2, 1, 8),
+		gpuNode("r2-n1", 8).Rack("r2").Obj(), gpuNode("r2-n2", 8).Rack("r2").Obj(),
+		gpuNode("r2-n3", 8).Rack("r2").Obj(), gpuNode("r2-n4", 8).Rack("r2").Obj())...)
 	c.createJob(jobSpec{name: "resume", workers: 4, gpus: 8, annotations: map[string]string{"muster.dev/topology-required": "rack"}})
 	c.waitFor("4 pods of job resume", 30*time.Second, func() (bool, error) { return len(c.jobPods("resume")) == 4, nil })
 	// What the previous scheduler bound before it stopped.

@@ -11,15 +11,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/internal/testobj"
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 )
 
 // fill binds a pod that uses gpus on node directly (no scheduler), like a
 // workload that was already running.
 func (c *cluster) fill(node string, gpus int64) {
 	c.t.Helper()
-	spec := workerPodSpec("none", gpus)
-	spec.NodeName = node
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "filler-", Namespace: c.ns}, Spec: spec}
+	pod := testobj.MakePod(c.ns, "").GenerateName("filler-").PodSpec(testobj.WorkerPodSpec("none", gpus)).Node(node).Obj()
 	if _, err := c.Client.CoreV1().Pods(c.ns).Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
@@ -32,14 +32,14 @@ func racksOf(c *cluster, pods []corev1.Pod) map[string]int {
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		out[node.Labels[controlplane.LabelRack]]++
+		out[node.Labels[configv1.LabelRack]]++
 	}
 	return out
 }
 
 func TestTopologyTightestDomain(t *testing.T) {
 	t.Run("gang lands in the rack that holds it whole", func(t *testing.T) {
-		c := startCluster(t, controlplane.Cluster(2, 4, 1, 8)...)
+		c := startCluster(t, testobj.Cluster(2, 4, 1, 8)...)
 		c.fill("r1-n1", 8)
 		c.fill("r1-n2", 8)
 		c.createJob(jobSpec{name: "big", workers: 4, gpus: 8})
@@ -50,7 +50,7 @@ func TestTopologyTightestDomain(t *testing.T) {
 	})
 
 	t.Run("topology-required rack waits while unconstrained gang spans racks", func(t *testing.T) {
-		c := startCluster(t, controlplane.Cluster(2, 4, 1, 8)...)
+		c := startCluster(t, testobj.Cluster(2, 4, 1, 8)...)
 		for _, n := range []string{"r1-n1", "r1-n2", "r2-n1", "r2-n2"} {
 			c.fill(n, 8)
 		}
@@ -67,7 +67,7 @@ func TestTopologyTightestDomain(t *testing.T) {
 	})
 
 	t.Run("small workers share one node", func(t *testing.T) {
-		c := startCluster(t, controlplane.Cluster(1, 4, 1, 8)...)
+		c := startCluster(t, testobj.Cluster(1, 4, 1, 8)...)
 		c.createJob(jobSpec{name: "small", workers: 4, gpus: 2})
 		pods := c.waitJobBound("small", 4)
 		if nodes := nodesOf(pods); len(nodes) != 1 {
@@ -85,7 +85,7 @@ profiles:
 // fragmentation submits the same seeded stream of small gangs to a cluster
 // of 8 × 8-GPU nodes and returns how many nodes are left whole.
 func fragmentation(t *testing.T, scheduler string) (*cluster, int) {
-	c := startCluster(t, controlplane.Cluster(2, 4, 1, 8)...)
+	c := startCluster(t, testobj.Cluster(2, 4, 1, 8)...)
 	if scheduler != schedulerName {
 		ctx, cancel := context.WithCancel(c.ctx)
 		done, err := c.StartSchedulerWithConfig(ctx, []byte(defaultSchedulerConfig))
@@ -110,11 +110,11 @@ func fragmentation(t *testing.T, scheduler string) (*cluster, int) {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		q := p.Spec.Containers[0].Resources.Limits[controlplane.GPUResource]
+		q := p.Spec.Containers[0].Resources.Limits[configv1.DefaultGPUResourceName]
 		used[p.Spec.NodeName] += q.Value()
 	}
 	whole := 0
-	for _, n := range controlplane.Cluster(2, 4, 1, 8) {
+	for _, n := range testobj.Cluster(2, 4, 1, 8) {
 		if used[n.Name] == 0 {
 			whole++
 		}
@@ -143,13 +143,12 @@ func TestFragmentationAgainstDefaultScheduler(t *testing.T) {
 	})
 }
 
-func spotNodes() []controlplane.GPUNode {
-	var nodes []controlplane.GPUNode
+func spotNodes() []*corev1.Node {
+	var nodes []*corev1.Node
 	for i := range 4 {
 		nodes = append(nodes,
-			controlplane.GPUNode{Name: fmt.Sprintf("od-%d", i), GPUs: 8, Rack: "r1", Zone: "z1"},
-			controlplane.GPUNode{Name: fmt.Sprintf("spot-%d", i), GPUs: 8, Rack: "r2", Zone: "z1",
-				Labels: map[string]string{"cloud.google.com/gke-spot": "true"}})
+			gpuNode(fmt.Sprintf("od-%d", i), 8).Rack("r1").Zone("z1").Obj(),
+			gpuNode(fmt.Sprintf("spot-%d", i), 8).Rack("r2").Zone("z1").Spot().Obj())
 	}
 	return nodes
 }
@@ -197,8 +196,8 @@ func TestPreemptiblePolicy(t *testing.T) {
 
 func TestReclaimingNodeGetsNoMember(t *testing.T) {
 	nodes := gpuNodes(3, 8)
-	nodes = append(nodes, controlplane.GPUNode{Name: "node-4", GPUs: 8, Rack: "r1",
-		Taints: []corev1.Taint{{Key: "cloud.google.com/impending-node-termination", Effect: corev1.TaintEffectNoSchedule}}})
+	nodes = append(nodes, gpuNode("node-4", 8).Rack("r1").
+		Taint(corev1.Taint{Key: configv1.TaintGKEImpendingTermination, Effect: corev1.TaintEffectNoSchedule}).Obj())
 	c := startCluster(t, nodes...)
 	c.createJob(jobSpec{name: "gang", workers: 4, gpus: 8})
 	c.waitJobUnschedulable("gang", 4, "1 nodes are being reclaimed or cordoned", "at most 3 fit")

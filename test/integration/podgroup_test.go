@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
+	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 )
 
@@ -37,10 +38,7 @@ func (c *cluster) createPodGroup(name string, minMember int32, timeoutSeconds *i
 
 func (c *cluster) createGroupPod(group, name string, gpus int64, mutate ...func(*corev1.Pod)) {
 	c.t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: map[string]string{v1alpha1.PodGroupLabel: group}},
-		Spec:       workerPodSpec(schedulerName, gpus),
-	}
+	pod := testobj.MakePod(c.ns, name).Label(v1alpha1.PodGroupLabel, group).PodSpec(testobj.WorkerPodSpec(schedulerName, gpus)).Obj()
 	for _, m := range mutate {
 		m(pod)
 	}

@@ -13,8 +13,6 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/muster-sched/muster/internal/controlplane"
 )
 
 // kubelet stands in for the kubelets of the test's nodes in one respect:
@@ -209,7 +207,7 @@ func TestPreemptionNeverAndEqualPriorityEvictNothing(t *testing.T) {
 			}
 			// Room arrives: the gang is placed there. Any eviction started by
 			// its earlier failed attempts would be over by now.
-			c.addNodes(controlplane.GPUNode{Name: "node-new", GPUs: 16, Rack: "r1"})
+			c.addNodes(gpuNode("node-new", 16).Rack("r1").Obj())
 			c.waitJobBound("waiting", 2)
 			if got := c.liveBound("low"); got != 2 {
 				t.Errorf("the low gang has %d running pods, want 2", got)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
 )
 
@@ -66,7 +66,7 @@ func TestLeastPrivilege(t *testing.T) {
 
 	// The controller's StatefulSet path and its Secret writes without reading: the Secret and Service
 	// of a StatefulSet; someone else's Secret given back as it was; its own Secret deleted with the Job.
-	set := tfStatefulSet(c.ns, "tf", 2, func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.SchedulerName = "none" })
+	set := tfStatefulSet(c.ns, "tf", 2).SchedulerName("none").Obj()
 	if _, err := admin.Client.AppsV1().StatefulSets(c.ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := tfStatefulSet(c.ns, "other", 1, func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.SchedulerName = "none" })
+	other := tfStatefulSet(c.ns, "other", 1).SchedulerName("none").Obj()
 	if _, err := admin.Client.AppsV1().StatefulSets(c.ns).Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,8 +181,8 @@ func TestLeastPrivilege(t *testing.T) {
 			return err
 		}},
 		{"controller", "create pods", func() error {
-			_, err := ctrl.Client.CoreV1().Pods(c.ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
-				Spec: workerPodSpec("muster", 1)}, metav1.CreateOptions{})
+			_, err := ctrl.Client.CoreV1().Pods(c.ns).Create(ctx, testobj.MakePod("", "x").PodSpec(testobj.WorkerPodSpec("muster", 1)).Obj(),
+				metav1.CreateOptions{})
 			return err
 		}},
 		{"controller", "update Jobs", func() error {

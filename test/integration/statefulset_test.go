@@ -9,9 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
-	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/internal/testobj"
 )
 
 const stsLabel = "muster.test/statefulset"
@@ -20,21 +19,9 @@ const stsLabel = "muster.test/statefulset"
 // the real StatefulSet controller.
 func (c *cluster) createStatefulSet(name string, replicas int32, gpus int64, policy appsv1.PodManagementPolicyType) {
 	c.t.Helper()
-	labels := map[string]string{stsLabel: name}
-	sts := &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas:            ptr.To(replicas),
-			ServiceName:         name,
-			PodManagementPolicy: policy,
-			Selector:            &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       workerPodSpec(schedulerName, gpus),
-			},
-		},
-	}
-	sts.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	sts := testobj.MakeStatefulSet(c.ns, name).Replicas(replicas).ServiceName(name).PodManagementPolicy(policy).
+		SelectPods(map[string]string{stsLabel: name}).
+		PodSpec(testobj.WorkerPodSpec(schedulerName, gpus)).RestartPolicy(corev1.RestartPolicyAlways).Obj()
 	if _, err := c.Client.AppsV1().StatefulSets(c.ns).Create(c.ctx, sts, metav1.CreateOptions{}); err != nil {
 		c.t.Fatalf("creating StatefulSet %s: %v", name, err)
 	}
@@ -80,7 +67,7 @@ func TestParallelStatefulSetIsAGang(t *testing.T) {
 	if n := countBound(c.setPods("tf")); n != 0 || len(c.holdingPods()) != 0 {
 		t.Fatalf("%d pods bound, holding %v; a gang that cannot fit holds nothing", n, c.holdingPods())
 	}
-	c.addNodes(controlplane.GPUNode{Name: "node-3", GPUs: 8})
+	c.addNodes(gpuNode("node-3", 8).Obj())
 	if got := nodesOf(c.waitSetBound("tf", 3)); len(got) != 3 {
 		t.Errorf("workers on %v, want one per node", got)
 	}
@@ -113,13 +100,12 @@ func TestOrderedReadyStatefulSetIsExplainedAndPlacedAlone(t *testing.T) {
 // bin-packing alone would pick a tighter node elsewhere.
 func TestScaledStatefulSetJoinsItsDomain(t *testing.T) {
 	c := startClusterWithoutScheduler(t,
-		controlplane.GPUNode{Name: "a-1", GPUs: 8, Rack: "rack-a"},
-		controlplane.GPUNode{Name: "a-2", GPUs: 8, Rack: "rack-a"},
-		controlplane.GPUNode{Name: "b-1", GPUs: 8, Rack: "rack-b"},
+		gpuNode("a-1", 8).Rack("rack-a").Obj(),
+		gpuNode("a-2", 8).Rack("rack-a").Obj(),
+		gpuNode("b-1", 8).Rack("rack-b").Obj(),
 	)
 	// b-1 has exactly 4 GPUs free: the best fit for one 4-GPU worker.
-	filler := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler", Namespace: c.ns}, Spec: workerPodSpec(schedulerName, 4)}
-	filler.Spec.NodeName = "b-1"
+	filler := testobj.MakePod(c.ns, "filler").PodSpec(testobj.WorkerPodSpec(schedulerName, 4)).Node("b-1").Obj()
 	if _, err := c.Client.CoreV1().Pods(c.ns).Create(c.ctx, filler, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

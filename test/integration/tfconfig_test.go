@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/muster-sched/muster/internal/controlplane"
+	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
 )
@@ -53,10 +54,7 @@ func TestTFConfigController(t *testing.T) {
 			t.Run(fmt.Sprintf("N=%d", tc.n), func(t *testing.T) {
 				ns := cp.Namespace(t, "tfconfig-content")
 				tfStartController(t, client, ns)
-				job := tfCreateJob(t, client, tfIndexedJob(ns, "mnist", tc.n, func(j *batchv1.Job) {
-					j.Spec.Template.Spec.Subdomain = tc.subdomain
-					j.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort = tc.port
-				}))
+				job := tfCreateJob(t, client, tfIndexedJob(ns, "mnist", tc.n).Subdomain(tc.subdomain).ContainerPorts(tfjobPort(tc.port)).Obj())
 				want := tfWorkers(ns, "mnist", tc.subdomain, tc.n, tc.port)
 				secret := tfWaitForCluster(t, client, ns, "mnist", want)
 
@@ -82,7 +80,7 @@ func TestTFConfigController(t *testing.T) {
 	t.Run("resize", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-resize")
 		tfStartController(t, client, ns)
-		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2))
+		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2).Obj())
 		tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
 		for _, n := range []int32{5, 3} {
 			// Indexed Jobs may change completions together with parallelism. A merge patch does not
@@ -100,7 +98,7 @@ func TestTFConfigController(t *testing.T) {
 			t.Run(string(policy), func(t *testing.T) {
 				ns := cp.Namespace(t, "tfconfig-delete")
 				tfStartController(t, client, ns)
-				tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2))
+				tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2).Obj())
 				tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
 				tfWaitForService(t, client, ns, "mnist")
 
@@ -144,7 +142,7 @@ func TestTFConfigController(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2))
+				tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2).Obj())
 				if msg := tfWaitForEventOn(t, client, ns, "Job", "mnist", corev1.EventTypeWarning, tfconfig.ReasonSecretConflict); !strings.Contains(msg, tc.why) {
 					t.Errorf("%s event says %q, want it to say %q", tfconfig.ReasonSecretConflict, msg, tc.why)
 				}
@@ -176,7 +174,7 @@ func TestTFConfigController(t *testing.T) {
 	t.Run("a Secret replaced by the user is not deleted with the Job", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-replaced")
 		tfStartController(t, client, ns)
-		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2))
+		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2).Obj())
 		tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
 		tfWaitForService(t, client, ns, "mnist")
 		if err := client.CoreV1().Secrets(ns).Delete(t.Context(), "mnist-tf-config", metav1.DeleteOptions{}); err != nil {
@@ -205,26 +203,9 @@ func TestTFConfigController(t *testing.T) {
 	t.Run("foreign Service", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-foreign-service")
 		tfStartController(t, client, ns)
-		foreign, err := client.CoreV1().Services(ns).Create(t.Context(), &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "mnist"},
-			Spec: corev1.ServiceSpec{ // not headless: pod hostnames would not resolve through it
-				Selector: map[string]string{batchv1.JobNameLabel: "mnist"},
-				Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2))
-		tfWaitForEvent(t, client, ns, "mnist", corev1.EventTypeWarning, tfconfig.ReasonServiceConflict)
-		tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
-		got, err := client.CoreV1().Services(ns).Get(t.Context(), "mnist", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.ResourceVersion != foreign.ResourceVersion {
-			t.Errorf("foreign Service was modified: resourceVersion %s → %s", foreign.ResourceVersion, got.ResourceVersion)
-		}
+		tfCheckForeignServiceKept(t, client, ns, "Job", "mnist", map[string]string{batchv1.JobNameLabel: "mnist"}, func() {
+			tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2).Obj())
+		})
 	})
 
 	t.Run("bad Jobs", func(t *testing.T) {
@@ -232,24 +213,24 @@ func TestTFConfigController(t *testing.T) {
 		tfStartController(t, client, ns)
 		for _, tc := range []struct {
 			name   string
-			mutate func(*batchv1.Job)
+			mutate func(*testobj.JobWrapper)
 			reason string
 		}{
-			{"not-indexed", func(j *batchv1.Job) { j.Spec.CompletionMode = ptr.To(batchv1.NonIndexedCompletion) }, tfconfig.ReasonNotIndexed},
-			{"half-parallel", func(j *batchv1.Job) { j.Spec.Parallelism = ptr.To[int32](1) }, tfconfig.ReasonParallelismMismatch},
-			{"no-subdomain", func(j *batchv1.Job) { j.Spec.Template.Spec.Subdomain = "" }, tfconfig.ReasonMissingSubdomain},
-			{"udp-port", func(j *batchv1.Job) {
-				j.Spec.Template.Spec.Containers[0].Ports[0].Protocol = corev1.ProtocolUDP
+			{"not-indexed", func(j *testobj.JobWrapper) { j.CompletionMode(batchv1.NonIndexedCompletion) }, tfconfig.ReasonNotIndexed},
+			{"half-parallel", func(j *testobj.JobWrapper) { j.Parallelism(1) }, tfconfig.ReasonParallelismMismatch},
+			{"no-subdomain", func(j *testobj.JobWrapper) { j.Subdomain("") }, tfconfig.ReasonMissingSubdomain},
+			{"udp-port", func(j *testobj.JobWrapper) {
+				j.ContainerPorts(corev1.ContainerPort{Name: tfconfig.PortName, ContainerPort: 2222, Protocol: corev1.ProtocolUDP})
 			}, tfconfig.ReasonInvalidPort},
-			{"master-role", func(j *batchv1.Job) {
-				j.Annotations = map[string]string{tfconfig.RoleAnnotation: "master"}
-			}, tfconfig.ReasonInvalidRole},
-			{"two-chiefs", func(j *batchv1.Job) {
-				j.Annotations = map[string]string{tfconfig.RoleAnnotation: string(tfconfig.RoleChief)}
+			{"master-role", func(j *testobj.JobWrapper) { j.Annotation(tfconfig.RoleAnnotation, "master") }, tfconfig.ReasonInvalidRole},
+			{"two-chiefs", func(j *testobj.JobWrapper) {
+				j.Annotation(tfconfig.RoleAnnotation, string(tfconfig.RoleChief))
 			}, tfconfig.ReasonInvalidReplicas},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				tfCreateJob(t, client, tfIndexedJob(ns, tc.name, 2, tc.mutate))
+				job := tfIndexedJob(ns, tc.name, 2)
+				tc.mutate(job)
+				tfCreateJob(t, client, job.Obj())
 				tfWaitForEvent(t, client, ns, tc.name, corev1.EventTypeWarning, tc.reason)
 				// The Event is recorded by the reconcile that decided not to write anything.
 				if _, err := client.CoreV1().Secrets(ns).Get(t.Context(), tc.name+"-tf-config", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -268,16 +249,12 @@ func TestTFConfigController(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-group")
 		tfStartController(t, client, ns)
 		member := func(name string, role tfconfig.Role, n int32) *batchv1.Job {
-			return tfIndexedJob(ns, name, n, func(j *batchv1.Job) {
-				j.Labels[tfconfig.GroupLabel] = "ps-mnist"
-				j.Annotations = map[string]string{
-					tfconfig.RoleAnnotation:       string(role),
-					tfconfig.GroupRolesAnnotation: "chief,evaluator,ps,worker",
-				}
-				if role == tfconfig.RoleEvaluator {
-					j.Spec.Template.Spec.Subdomain = ""
-				}
-			})
+			job := tfIndexedJob(ns, name, n).Label(tfconfig.GroupLabel, "ps-mnist").
+				Annotation(tfconfig.RoleAnnotation, string(role)).Annotation(tfconfig.GroupRolesAnnotation, "chief,evaluator,ps,worker")
+			if role == tfconfig.RoleEvaluator {
+				job.Subdomain("")
+			}
+			return job.Obj()
 		}
 		// Created one by one: no Secret may appear before the last role exists.
 		tfCreateJob(t, client, member("w", tfconfig.RoleWorker, 3))
@@ -304,7 +281,7 @@ func TestTFConfigController(t *testing.T) {
 	t.Run("restart changes nothing", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-restart")
 		stop := tfStartController(t, client, ns)
-		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 3))
+		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 3).Obj())
 		secret := tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 3, 2222))
 		svc := tfWaitForService(t, client, ns, "mnist")
 		stop()
@@ -332,6 +309,33 @@ func TestTFConfigController(t *testing.T) {
 	})
 }
 
+// tfCheckForeignServiceKept creates a Service that is not the controller's under name, selecting the
+// pods by selector, then the 2-task workload kind/name (create). The controller says so with a
+// ServiceConflict Event on the workload, writes the Secret all the same and leaves the Service alone.
+func tfCheckForeignServiceKept(t *testing.T, client kubernetes.Interface, ns, kind, name string, selector map[string]string, create func()) {
+	t.Helper()
+	foreign, err := client.CoreV1().Services(ns).Create(t.Context(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ServiceSpec{ // not headless: pod hostnames would not resolve through it
+			Selector: selector,
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create()
+	tfWaitForEventOn(t, client, ns, kind, name, corev1.EventTypeWarning, tfconfig.ReasonServiceConflict)
+	tfWaitForCluster(t, client, ns, name, tfWorkers(ns, name, name, 2, 2222))
+	got, err := client.CoreV1().Services(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != foreign.ResourceVersion {
+		t.Errorf("foreign Service was modified: resourceVersion %s → %s", foreign.ResourceVersion, got.ResourceVersion)
+	}
+}
+
 // tfStartController runs a controller limited to namespace ns until the test ends or stop is called,
 // and returns once its caches have synced.
 func tfStartController(t *testing.T, client kubernetes.Interface, ns string) (stop func()) {
@@ -355,35 +359,19 @@ func tfStartController(t *testing.T, client kubernetes.Interface, ns string) (st
 }
 
 // tfIndexedJob is an opted-in Indexed Job of n tasks with subdomain name and a tfjob-port 2222.
-func tfIndexedJob(ns, name string, n int32, mutate ...func(*batchv1.Job)) *batchv1.Job {
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns,
-			Name:      name,
-			Labels:    map[string]string{tfconfig.OptInLabel: "true"},
-		},
-		Spec: batchv1.JobSpec{
-			CompletionMode: ptr.To(batchv1.IndexedCompletion),
-			Parallelism:    ptr.To(n),
-			Completions:    ptr.To(n),
-			BackoffLimit:   ptr.To[int32](0),
-			Template: corev1.PodTemplateSpec{
-				Spec: corev1.PodSpec{
-					Subdomain:     name,
-					RestartPolicy: corev1.RestartPolicyNever,
-					Containers: []corev1.Container{{
-						Name:  "tensorflow",
-						Image: "registry.k8s.io/pause:3.10",
-						Ports: []corev1.ContainerPort{{Name: tfconfig.PortName, ContainerPort: 2222}},
-					}},
-				},
-			},
-		},
-	}
-	for _, m := range mutate {
-		m(job)
-	}
-	return job
+func tfIndexedJob(ns, name string, n int32) *testobj.JobWrapper {
+	return testobj.MakeJob(ns, name).Label(tfconfig.OptInLabel, "true").Indexed().Workers(n).BackoffLimit(0).
+		Subdomain(name).RestartPolicy(corev1.RestartPolicyNever).Container(tfContainer())
+}
+
+// tfContainer is the TensorFlow container of tfIndexedJob and tfStatefulSet; no kubelet runs it.
+func tfContainer() corev1.Container {
+	return testobj.MakeContainer("tensorflow").Image("registry.k8s.io/pause:3.10").Ports(tfjobPort(2222)).Obj()
+}
+
+// tfjobPort is the container port named tfjob-port.
+func tfjobPort(port int32) corev1.ContainerPort {
+	return corev1.ContainerPort{Name: tfconfig.PortName, ContainerPort: port}
 }
 
 func tfCreateJob(t *testing.T, client kubernetes.Interface, job *batchv1.Job) *batchv1.Job {
@@ -494,10 +482,7 @@ func TestTFConfigControllerStatefulSet(t *testing.T) {
 	t.Run("Secret content and scaling", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-sts")
 		tfStartController(t, client, ns)
-		set := tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 3, func(s *appsv1.StatefulSet) {
-			s.Spec.ServiceName = "peers"
-			s.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort = 3333
-		}))
+		set := tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 3).ServiceName("peers").ContainerPorts(tfjobPort(3333)).Obj())
 		secret := tfWaitForCluster(t, client, ns, "tf", tfWorkers(ns, "tf", "peers", 3, 3333))
 		if !metav1.IsControlledBy(secret, set) || secret.Labels[tfconfig.JobLabel] != "tf" || len(secret.Data) != 1 || secret.Type != corev1.SecretTypeOpaque {
 			t.Errorf("Secret = labels %v, owners %+v, %d keys, type %s; want labelled, controlled by the StatefulSet, only %q, Opaque",
@@ -548,32 +533,15 @@ func TestTFConfigControllerStatefulSet(t *testing.T) {
 	t.Run("foreign Service", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-sts-foreign-service")
 		tfStartController(t, client, ns)
-		foreign, err := client.CoreV1().Services(ns).Create(t.Context(), &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "tf"},
-			Spec: corev1.ServiceSpec{ // not headless: pod hostnames would not resolve through it
-				Selector: map[string]string{"app": "tf"},
-				Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2))
-		tfWaitForEventOn(t, client, ns, "StatefulSet", "tf", corev1.EventTypeWarning, tfconfig.ReasonServiceConflict)
-		tfWaitForCluster(t, client, ns, "tf", tfWorkers(ns, "tf", "tf", 2, 2222))
-		got, err := client.CoreV1().Services(ns).Get(t.Context(), "tf", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.ResourceVersion != foreign.ResourceVersion {
-			t.Errorf("foreign Service was modified: resourceVersion %s → %s", foreign.ResourceVersion, got.ResourceVersion)
-		}
+		tfCheckForeignServiceKept(t, client, ns, "StatefulSet", "tf", map[string]string{"app": "tf"}, func() {
+			tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2).Obj())
+		})
 	})
 
 	t.Run("no serviceName", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-sts-no-service")
 		tfStartController(t, client, ns)
-		tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2, func(s *appsv1.StatefulSet) { s.Spec.ServiceName = "" }))
+		tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2).ServiceName("").Obj())
 		msg := tfWaitForEventOn(t, client, ns, "StatefulSet", "tf", corev1.EventTypeWarning, tfconfig.ReasonMissingServiceName)
 		if !strings.Contains(msg, "spec.serviceName") {
 			t.Errorf("%s event says %q, want it to name spec.serviceName", tfconfig.ReasonMissingServiceName, msg)
@@ -592,7 +560,7 @@ func TestTFConfigControllerStatefulSet(t *testing.T) {
 		t.Run(leave, func(t *testing.T) {
 			ns := cp.Namespace(t, "tfconfig-sts-cleanup")
 			tfStartController(t, client, ns)
-			tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2))
+			tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2).Obj())
 			tfWaitForCluster(t, client, ns, "tf", tfWorkers(ns, "tf", "tf", 2, 2222))
 			tfWaitForService(t, client, ns, "tf")
 			var err error
@@ -617,29 +585,9 @@ func TestTFConfigControllerStatefulSet(t *testing.T) {
 // tfStatefulSet is an opted-in Parallel StatefulSet of n pods with serviceName name, selecting its pods
 // by app=name, with a tfjob-port 2222. No scheduler runs: its pods stay pending, which is all the
 // controller needs.
-func tfStatefulSet(ns, name string, n int32, mutate ...func(*appsv1.StatefulSet)) *appsv1.StatefulSet {
-	labels := map[string]string{"app": name}
-	set := &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{tfconfig.OptInLabel: "true"}},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas:            ptr.To(n),
-			ServiceName:         name,
-			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Selector:            &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name:  "tensorflow",
-					Image: "registry.k8s.io/pause:3.10",
-					Ports: []corev1.ContainerPort{{Name: tfconfig.PortName, ContainerPort: 2222}},
-				}}},
-			},
-		},
-	}
-	for _, m := range mutate {
-		m(set)
-	}
-	return set
+func tfStatefulSet(ns, name string, n int32) *testobj.StatefulSetWrapper {
+	return testobj.MakeStatefulSet(ns, name).Label(tfconfig.OptInLabel, "true").Replicas(n).ServiceName(name).
+		PodManagementPolicy(appsv1.ParallelPodManagement).SelectPods(map[string]string{"app": name}).Container(tfContainer())
 }
 
 func tfCreateStatefulSet(t *testing.T, client kubernetes.Interface, set *appsv1.StatefulSet) *appsv1.StatefulSet {

@@ -8,164 +8,37 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/internal/testobj"
 )
 
-// jobWrapper builds Jobs for tests: makeJob("ns", "mnist", 3) is an opted-in Indexed Job of 3 tasks
-// with subdomain "mnist", shaped as the API server would store it (template labels defaulted).
-type jobWrapper struct{ batchv1.Job }
-
-func makeJob(namespace, name string, n int32) *jobWrapper {
-	uid := types.UID(fmt.Sprintf("uid-%s-%s", namespace, name))
-	return &jobWrapper{batchv1.Job{
-		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: namespace, Name: name, UID: uid, Generation: 1, ResourceVersion: "1",
-			Labels: map[string]string{OptInLabel: "true"},
-		},
-		Spec: batchv1.JobSpec{
-			CompletionMode: ptr.To(batchv1.IndexedCompletion),
-			Parallelism:    ptr.To(n),
-			Completions:    ptr.To(n),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{
-					batchv1.JobNameLabel:       name,
-					batchv1.ControllerUidLabel: string(uid),
-				}},
-				Spec: corev1.PodSpec{
-					Subdomain:     name,
-					RestartPolicy: corev1.RestartPolicyNever,
-					Containers: []corev1.Container{{
-						Name:  "tensorflow",
-						Image: "tf",
-						Ports: []corev1.ContainerPort{{Name: PortName, ContainerPort: 2222, Protocol: corev1.ProtocolTCP}},
-					}},
-				},
-			},
-		},
-	}}
+// makeJob is an opted-in Indexed Job of n tasks with subdomain name and a tfjob-port 2222, shaped as
+// the API server would store it (uid, generation, resourceVersion, template labels defaulted).
+func makeJob(namespace, name string, n int32) *testobj.JobWrapper {
+	uid := fmt.Sprintf("uid-%s-%s", namespace, name)
+	return testobj.MakeJob(namespace, name).TypeMeta().UID(uid).Generation(1).ResourceVersion("1").
+		Label(OptInLabel, "true").Indexed().Workers(n).
+		PodLabel(batchv1.JobNameLabel, name).PodLabel(batchv1.ControllerUidLabel, uid).
+		Subdomain(name).RestartPolicy(corev1.RestartPolicyNever).Container(tfContainer())
 }
 
-func (w *jobWrapper) obj() *batchv1.Job { return &w.Job }
-
-func (w *jobWrapper) uid(uid types.UID) *jobWrapper { w.UID = uid; return w }
-
-func (w *jobWrapper) label(k, v string) *jobWrapper { w.Labels[k] = v; return w }
-
-func (w *jobWrapper) noLabel(k string) *jobWrapper { delete(w.Labels, k); return w }
-
-func (w *jobWrapper) annotation(k, v string) *jobWrapper {
-	if w.Annotations == nil {
-		w.Annotations = map[string]string{}
-	}
-	w.Annotations[k] = v
-	return w
+// makeSet is an opted-in Parallel StatefulSet of n replicas with serviceName name, selecting its pods
+// by app=name, with a tfjob-port 2222.
+func makeSet(namespace, name string, n int32) *testobj.StatefulSetWrapper {
+	return testobj.MakeStatefulSet(namespace, name).TypeMeta().UID(fmt.Sprintf("uid-sts-%s-%s", namespace, name)).
+		Generation(1).ResourceVersion("1").Label(OptInLabel, "true").
+		Replicas(n).ServiceName(name).PodManagementPolicy(appsv1.ParallelPodManagement).
+		SelectPods(map[string]string{"app": name}).Container(tfContainer())
 }
 
-func (w *jobWrapper) role(r Role) *jobWrapper { return w.annotation(RoleAnnotation, string(r)) }
-
-func (w *jobWrapper) group(g string) *jobWrapper { return w.label(GroupLabel, g) }
-
-func (w *jobWrapper) subdomain(s string) *jobWrapper { w.Spec.Template.Spec.Subdomain = s; return w }
-
-func (w *jobWrapper) port(p int32, proto corev1.Protocol) *jobWrapper {
-	w.Spec.Template.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: PortName, ContainerPort: p, Protocol: proto}}
-	return w
+// tfContainer is the TensorFlow container of makeJob and makeSet.
+func tfContainer() corev1.Container {
+	return testobj.MakeContainer("tensorflow").Image("tf").Ports(tfjobPort(2222, corev1.ProtocolTCP)).Obj()
 }
 
-func (w *jobWrapper) noPorts() *jobWrapper { w.Spec.Template.Spec.Containers[0].Ports = nil; return w }
-
-func (w *jobWrapper) nonIndexed() *jobWrapper {
-	w.Spec.CompletionMode = ptr.To(batchv1.NonIndexedCompletion)
-	return w
-}
-
-func (w *jobWrapper) parallelism(p int32) *jobWrapper { w.Spec.Parallelism = ptr.To(p); return w }
-
-func (w *jobWrapper) size(n int32) *jobWrapper {
-	w.Spec.Parallelism, w.Spec.Completions = ptr.To(n), ptr.To(n)
-	w.Generation++
-	return w
-}
-
-func (w *jobWrapper) created(t metav1.Time) *jobWrapper { w.CreationTimestamp = t; return w }
-
-func (w *jobWrapper) deleting() *jobWrapper {
-	w.DeletionTimestamp = ptr.To(metav1.Now())
-	w.Finalizers = []string{metav1.FinalizerOrphanDependents}
-	return w
-}
-
-// setWrapper builds StatefulSets for tests: makeSet("ns", "tf", 3) is an opted-in Parallel StatefulSet
-// of 3 replicas with serviceName "tf", selecting its pods by app=tf.
-type setWrapper struct{ appsv1.StatefulSet }
-
-func makeSet(namespace, name string, n int32) *setWrapper {
-	labels := map[string]string{"app": name}
-	return &setWrapper{appsv1.StatefulSet{
-		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: namespace, Name: name, UID: types.UID(fmt.Sprintf("uid-sts-%s-%s", namespace, name)),
-			Generation: 1, ResourceVersion: "1",
-			Labels: map[string]string{OptInLabel: "true"},
-		},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas:            ptr.To(n),
-			ServiceName:         name,
-			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Selector:            &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{
-						Name:  "tensorflow",
-						Image: "tf",
-						Ports: []corev1.ContainerPort{{Name: PortName, ContainerPort: 2222, Protocol: corev1.ProtocolTCP}},
-					}},
-				},
-			},
-		},
-	}}
-}
-
-func (w *setWrapper) obj() *appsv1.StatefulSet { return &w.StatefulSet }
-
-func (w *setWrapper) label(k, v string) *setWrapper { w.Labels[k] = v; return w }
-
-func (w *setWrapper) noLabel(k string) *setWrapper { delete(w.Labels, k); return w }
-
-func (w *setWrapper) annotation(k, v string) *setWrapper {
-	if w.Annotations == nil {
-		w.Annotations = map[string]string{}
-	}
-	w.Annotations[k] = v
-	return w
-}
-
-func (w *setWrapper) role(r Role) *setWrapper { return w.annotation(RoleAnnotation, string(r)) }
-
-func (w *setWrapper) group(g string) *setWrapper { return w.label(GroupLabel, g) }
-
-func (w *setWrapper) serviceName(s string) *setWrapper { w.Spec.ServiceName = s; return w }
-
-func (w *setWrapper) port(p int32, proto corev1.Protocol) *setWrapper {
-	w.Spec.Template.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: PortName, ContainerPort: p, Protocol: proto}}
-	return w
-}
-
-// scale sets the replicas as a spec change does: the API server bumps the generation.
-func (w *setWrapper) scale(n int32) *setWrapper {
-	w.Spec.Replicas = ptr.To(n)
-	w.Generation++
-	return w
-}
-
-func (w *setWrapper) created(t metav1.Time) *setWrapper { w.CreationTimestamp = t; return w }
-
-func (w *setWrapper) deleting() *setWrapper {
-	w.DeletionTimestamp = ptr.To(metav1.Now())
-	w.Finalizers = []string{metav1.FinalizerOrphanDependents}
-	return w
+// tfjobPort is the container port named tfjob-port.
+func tfjobPort(port int32, protocol corev1.Protocol) corev1.ContainerPort {
+	return corev1.ContainerPort{Name: PortName, ContainerPort: port, Protocol: protocol}
 }
 
 // addrs returns the JSON list of the addresses of n tasks named <name>-<i> under service svc.

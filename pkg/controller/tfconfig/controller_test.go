@@ -25,6 +25,8 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/muster-sched/muster/internal/testobj"
 )
 
 // fixture drives Controller.sync directly against a fake clientset, with the informer caches filled
@@ -261,7 +263,7 @@ func onlyAppliedByController(t *testing.T, s *corev1.Secret) {
 }
 
 func TestSyncCreatesSecretAndService(t *testing.T) {
-	job := makeJob("team-a", "mnist", 3).obj()
+	job := makeJob("team-a", "mnist", 3).Obj()
 	f := newFixture(t, job)
 
 	result, writes := f.sync("team-a", "mnist")
@@ -325,11 +327,11 @@ func TestSyncPortAndSize(t *testing.T) {
 		job  *batchv1.Job
 		want string
 	}{
-		{"one task", makeJob("ns", "a", 1).obj(), `{"worker":["a-0.a.ns.svc:2222"]}`},
-		{"custom port", makeJob("ns", "a", 2).port(3333, "").obj(), `{"worker":["a-0.a.ns.svc:3333","a-1.a.ns.svc:3333"]}`},
-		{"no tfjob-port: default port", makeJob("ns", "a", 1).noPorts().obj(), `{"worker":["a-0.a.ns.svc:2222"]}`},
-		{"subdomain differs from name", makeJob("ns", "a", 1).subdomain("net").obj(), `{"worker":["a-0.net.ns.svc:2222"]}`},
-		{"64 tasks", makeJob("ns", "a", 64).obj(), `{"worker":` + workers("ns", "a", 64, 2222) + `}`},
+		{"one task", makeJob("ns", "a", 1).Obj(), `{"worker":["a-0.a.ns.svc:2222"]}`},
+		{"custom port", makeJob("ns", "a", 2).ContainerPorts(tfjobPort(3333, "")).Obj(), `{"worker":["a-0.a.ns.svc:3333","a-1.a.ns.svc:3333"]}`},
+		{"no tfjob-port: default port", makeJob("ns", "a", 1).ContainerPorts().Obj(), `{"worker":["a-0.a.ns.svc:2222"]}`},
+		{"subdomain differs from name", makeJob("ns", "a", 1).Subdomain("net").Obj(), `{"worker":["a-0.net.ns.svc:2222"]}`},
+		{"64 tasks", makeJob("ns", "a", 64).Obj(), `{"worker":` + workers("ns", "a", 64, 2222) + `}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -344,12 +346,12 @@ func TestSyncPortAndSize(t *testing.T) {
 
 func TestSyncResize(t *testing.T) {
 	w := makeJob("ns", "mnist", 3)
-	f := newFixture(t, w.obj())
+	f := newFixture(t, w.Obj())
 	f.sync("ns", "mnist")
 	before := f.secret("ns", "mnist-tf-config")
 	f.drainEvents()
 
-	f.updateJob(w.size(5).obj())
+	f.updateJob(w.Resize(5).Obj())
 	result, writes := f.sync("ns", "mnist")
 	if result != resultSynced || !slices.Equal(writes, []string{"apply secrets mnist-tf-config"}) {
 		t.Errorf("resize: result %s, writes %v; want synced and one Secret apply", result, writes)
@@ -366,7 +368,7 @@ func TestSyncResize(t *testing.T) {
 	}
 
 	// Parallelism alone changes (allowed by the API): the Job is reported, the Secret stays as it was.
-	f.updateJob(w.parallelism(2).obj())
+	f.updateJob(w.Parallelism(2).Obj())
 	if result, writes := f.sync("ns", "mnist"); result != resultInvalid || len(writes) != 0 {
 		t.Errorf("parallelism != completions: result %s, writes %v; want invalid and none", result, writes)
 	}
@@ -375,28 +377,41 @@ func TestSyncResize(t *testing.T) {
 	}
 }
 
-func TestSyncBadJobs(t *testing.T) {
+// TestSyncBadWorkloads: a Job or StatefulSet that cannot be one role of a TensorFlow cluster gets no
+// writes and one Warning that says how to fix it; the operator reads it in the logs too.
+func TestSyncBadWorkloads(t *testing.T) {
+	job := func(w *testobj.JobWrapper) workload { return jobWorkload{w.Obj()} }
+	set := func(w *testobj.StatefulSetWrapper) workload { return statefulSetWorkload{w.Obj()} }
+	fromOrdinal1 := makeSet("ns", "bad", 2)
+	fromOrdinal1.Spec.Ordinals = &appsv1.StatefulSetOrdinals{Start: 1}
 	tests := []struct {
 		name   string
-		job    *batchv1.Job
+		w      workload
 		reason string
 		hint   string // part of the message that says how to fix it
 	}{
-		{"not indexed", makeJob("ns", "bad", 2).nonIndexed().obj(), ReasonNotIndexed, "completionMode: Indexed"},
-		{"parallelism != completions", makeJob("ns", "bad", 4).parallelism(2).obj(), ReasonParallelismMismatch, "set both"},
-		{"no subdomain", makeJob("ns", "bad", 2).subdomain("").obj(), ReasonMissingSubdomain, "set it"},
-		{"subdomain not a Service name", makeJob("ns", "bad", 2).subdomain("9net").obj(), ReasonInvalidName, "starting with a letter"},
-		{"UDP port", makeJob("ns", "bad", 2).port(2222, corev1.ProtocolUDP).obj(), ReasonInvalidPort, "TCP"},
-		{"port out of range", makeJob("ns", "bad", 2).port(70000, "").obj(), ReasonInvalidPort, "1 to 65535"},
-		{"unknown role", makeJob("ns", "bad", 2).role("master").obj(), ReasonInvalidRole, "chief, worker, ps, evaluator"},
-		{"two chiefs", makeJob("ns", "bad", 2).role(RoleChief).obj(), ReasonInvalidReplicas, "set spec.parallelism and spec.completions to 1"},
-		{"zero tasks", makeJob("ns", "bad", 0).obj(), ReasonInvalidReplicas, "at least 1"},
-		{"hostname too long", makeJob("ns", strings.Repeat("x", 62), 11).obj(), ReasonInvalidName, "shorter Job name"},
+		{"not indexed", job(makeJob("ns", "bad", 2).CompletionMode(batchv1.NonIndexedCompletion)), ReasonNotIndexed, "completionMode: Indexed"},
+		{"parallelism != completions", job(makeJob("ns", "bad", 4).Parallelism(2)), ReasonParallelismMismatch, "set both"},
+		{"no subdomain", job(makeJob("ns", "bad", 2).Subdomain("")), ReasonMissingSubdomain, "set it"},
+		{"subdomain not a Service name", job(makeJob("ns", "bad", 2).Subdomain("9net")), ReasonInvalidName, "starting with a letter"},
+		{"UDP port", job(makeJob("ns", "bad", 2).ContainerPorts(tfjobPort(2222, corev1.ProtocolUDP))), ReasonInvalidPort, "TCP"},
+		{"port out of range", job(makeJob("ns", "bad", 2).ContainerPorts(tfjobPort(70000, ""))), ReasonInvalidPort, "1 to 65535"},
+		{"unknown role", job(makeJob("ns", "bad", 2).Annotation(RoleAnnotation, "master")), ReasonInvalidRole, "chief, worker, ps, evaluator"},
+		{"two chiefs", job(makeJob("ns", "bad", 2).Annotation(RoleAnnotation, string(RoleChief))), ReasonInvalidReplicas, "set spec.parallelism and spec.completions to 1"},
+		{"zero tasks", job(makeJob("ns", "bad", 0)), ReasonInvalidReplicas, "at least 1"},
+		{"hostname too long", job(makeJob("ns", strings.Repeat("x", 62), 11)), ReasonInvalidName, "shorter Job name"},
+
+		{"no serviceName", set(makeSet("ns", "bad", 2).ServiceName("")), ReasonMissingServiceName, "re-create it with one"},
+		{"serviceName not a Service name", set(makeSet("ns", "bad", 2).ServiceName("9net")), ReasonInvalidName, "serviceName \"9net\""},
+		{"ordinals not from 0", set(fromOrdinal1), ReasonInvalidOrdinals, "remove spec.ordinals"},
+		{"UDP port", set(makeSet("ns", "bad", 2).ContainerPorts(tfjobPort(2222, corev1.ProtocolUDP))), ReasonInvalidPort, "TCP"},
+		{"two chiefs", set(makeSet("ns", "bad", 2).Annotation(RoleAnnotation, string(RoleChief))), ReasonInvalidReplicas, "set spec.replicas to 1"},
+		{"hostname too long", set(makeSet("ns", strings.Repeat("x", 62), 11)), ReasonInvalidName, "shorter StatefulSet name"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, tc.job)
-			result, writes := f.sync("ns", tc.job.Name)
+		t.Run(string(tc.w.kind())+"/"+tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.w.object())
+			result, writes := f.syncKey(keyOf(tc.w))
 			if result != resultInvalid || len(writes) != 0 {
 				t.Errorf("result %s, writes %v; want invalid and no writes", result, writes)
 			}
@@ -404,13 +419,16 @@ func TestSyncBadJobs(t *testing.T) {
 			if len(events) != 1 || !strings.HasPrefix(events[0], "Warning "+tc.reason+" ") || !strings.Contains(events[0], tc.hint) {
 				t.Errorf("events = %q, want one Warning %s saying %q", events, tc.reason, tc.hint)
 			}
+			if logs := f.logs(); !strings.Contains(logs, "Cannot be served") || !strings.Contains(logs, tc.reason) {
+				t.Errorf("logs = %s, want a line saying the %s cannot be served, with reason %s", logs, tc.w.kind(), tc.reason)
+			}
 		})
 	}
 }
 
 func TestSyncStatefulSet(t *testing.T) {
-	set := makeSet("ns", "tf", 3).serviceName("peers").port(3333, "")
-	f := newFixture(t, set.obj())
+	set := makeSet("ns", "tf", 3).ServiceName("peers").ContainerPorts(tfjobPort(3333, ""))
+	f := newFixture(t, set.Obj())
 
 	result, writes := f.syncSet("ns", "tf")
 	if want := []string{"apply secrets tf-tf-config", "create services peers"}; result != resultSynced || !slices.Equal(writes, want) {
@@ -421,8 +439,8 @@ func TestSyncStatefulSet(t *testing.T) {
 		t.Errorf("cluster = %s, want %s", got, want)
 	}
 	ref := metav1.GetControllerOf(s)
-	if ref == nil || ref.Kind != "StatefulSet" || ref.APIVersion != "apps/v1" || ref.Name != "tf" || ref.UID != set.UID || *ref.BlockOwnerDeletion {
-		t.Errorf("Secret controller reference = %+v, want StatefulSet tf %s without blockOwnerDeletion", ref, set.UID)
+	if ref == nil || ref.Kind != "StatefulSet" || ref.APIVersion != "apps/v1" || ref.Name != "tf" || ref.UID != set.Obj().UID || *ref.BlockOwnerDeletion {
+		t.Errorf("Secret controller reference = %+v, want StatefulSet tf %s without blockOwnerDeletion", ref, set.Obj().UID)
 	}
 	if s.Labels[JobLabel] != "tf" {
 		t.Errorf("Secret labels = %v, want %s=tf", s.Labels, JobLabel)
@@ -439,7 +457,7 @@ func TestSyncStatefulSet(t *testing.T) {
 	}
 
 	for _, n := range []int32{5, 2} {
-		f.updateSet(set.scale(n).obj())
+		f.updateSet(set.Scale(n).Obj())
 		if result, writes := f.syncSet("ns", "tf"); result != resultSynced || !slices.Equal(writes, []string{"apply secrets tf-tf-config"}) {
 			t.Errorf("scale to %d: result %s, writes %v; want synced, the Secret applied", n, result, writes)
 		}
@@ -452,7 +470,7 @@ func TestSyncStatefulSet(t *testing.T) {
 	}
 
 	// Scaled to zero: no pod needs the Secret, which is kept for the scale-up.
-	f.updateSet(set.scale(0).obj())
+	f.updateSet(set.Scale(0).Obj())
 	if result, writes := f.syncSet("ns", "tf"); result != resultWaiting || len(writes) != 0 {
 		t.Errorf("scale to 0: result %s, writes %v; want waiting and no writes", result, writes)
 	}
@@ -469,47 +487,10 @@ func TestStatefulSetServiceSelector(t *testing.T) {
 	set.Spec.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 		{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"tf"}}}}
 	set.Spec.Template.Labels = map[string]string{"app": "tf", "tier": "train"}
-	f := newFixture(t, set.obj())
+	f := newFixture(t, set.Obj())
 	f.syncSet("ns", "tf")
 	if got := f.service("ns", "tf").Spec.Selector; len(got) != 2 || got["app"] != "tf" || got["tier"] != "train" {
 		t.Errorf("Service selector = %v, want the template's labels when the StatefulSet selects by expressions", got)
-	}
-}
-
-func TestSyncBadStatefulSets(t *testing.T) {
-	tests := []struct {
-		name   string
-		set    *appsv1.StatefulSet
-		reason string
-		hint   string
-	}{
-		{"no serviceName", makeSet("ns", "bad", 2).serviceName("").obj(), ReasonMissingServiceName, "re-create it with one"},
-		{"serviceName not a Service name", makeSet("ns", "bad", 2).serviceName("9net").obj(), ReasonInvalidName, "serviceName \"9net\""},
-		{"ordinals not from 0", func() *appsv1.StatefulSet {
-			s := makeSet("ns", "bad", 2).obj()
-			s.Spec.Ordinals = &appsv1.StatefulSetOrdinals{Start: 1}
-			return s
-		}(), ReasonInvalidOrdinals, "remove spec.ordinals"},
-		{"UDP port", makeSet("ns", "bad", 2).port(2222, corev1.ProtocolUDP).obj(), ReasonInvalidPort, "TCP"},
-		{"two chiefs", makeSet("ns", "bad", 2).role(RoleChief).obj(), ReasonInvalidReplicas, "set spec.replicas to 1"},
-		{"hostname too long", makeSet("ns", strings.Repeat("x", 62), 11).obj(), ReasonInvalidName, "shorter StatefulSet name"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, tc.set)
-			result, writes := f.syncSet("ns", tc.set.Name)
-			if result != resultInvalid || len(writes) != 0 {
-				t.Errorf("result %s, writes %v; want invalid and no writes", result, writes)
-			}
-			events := f.drainEvents()
-			if len(events) != 1 || !strings.HasPrefix(events[0], "Warning "+tc.reason+" ") || !strings.Contains(events[0], tc.hint) {
-				t.Errorf("events = %q, want one Warning %s saying %q", events, tc.reason, tc.hint)
-			}
-			// The operator reads the logs too.
-			if logs := f.logs(); !strings.Contains(logs, "Cannot be served") || !strings.Contains(logs, tc.reason) {
-				t.Errorf("logs = %s, want a line saying the StatefulSet cannot be served, with reason %s", logs, tc.reason)
-			}
-		})
 	}
 }
 
@@ -547,7 +528,7 @@ func TestSyncForeignSecret(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, makeJob("ns", "mnist", 2).obj())
+			f := newFixture(t, makeJob("ns", "mnist", 2).Obj())
 			before := f.createSecret(tc.foreign, "kubectl-create")
 
 			result, writes := f.sync("ns", "mnist")
@@ -595,7 +576,7 @@ func TestSyncForeignSecret(t *testing.T) {
 // A Secret the controller wrote by update (before it used server-side apply) is still its own: the
 // apply takes its fields over, even when the cluster changed.
 func TestSyncTakesOverSecretWrittenByUpdate(t *testing.T) {
-	job := makeJob("ns", "mnist", 3).obj()
+	job := makeJob("ns", "mnist", 3).Obj()
 	f := newFixture(t, job)
 	old := desiredSecretByUpdate(jobWorkload{job}, []byte(`{"worker":["old"]}`))
 	f.createSecret(old, FieldManager)
@@ -639,7 +620,7 @@ func TestSyncForeignService(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, makeJob("ns", "mnist", 2).obj(), tc.svc)
+			f := newFixture(t, makeJob("ns", "mnist", 2).Obj(), tc.svc)
 			result, writes := f.sync("ns", "mnist")
 			if !slices.Equal(writes, []string{"apply secrets mnist-tf-config"}) {
 				t.Errorf("writes = %v, want the Secret applied and the Service left alone", writes)
@@ -663,14 +644,14 @@ func TestSyncForeignService(t *testing.T) {
 		{"not headless", makeService("ns", "tf", false, map[string]string{"app": "tf"}), true},
 		{"selecting other pods", makeService("ns", "tf", true, map[string]string{"app": "web"}), true},
 		{"controlled by a Job of that name", func() *corev1.Service {
-			s := desiredService(jobWorkload{makeJob("ns", "tf", 2).obj()}, TaskSet{Subdomain: "tf", Port: 2222})
+			s := desiredService(jobWorkload{makeJob("ns", "tf", 2).Obj()}, TaskSet{Subdomain: "tf", Port: 2222})
 			s.Spec.ClusterIP = corev1.ClusterIPNone
 			return s
 		}(), true},
 	}
 	for _, tc := range setTests {
 		t.Run("StatefulSet: "+tc.name, func(t *testing.T) {
-			f := newFixture(t, makeSet("ns", "tf", 2).obj(), tc.svc)
+			f := newFixture(t, makeSet("ns", "tf", 2).Obj(), tc.svc)
 			before := f.service("ns", "tf")
 			result, writes := f.syncSet("ns", "tf")
 			if !slices.Equal(writes, []string{"apply secrets tf-tf-config"}) {
@@ -692,14 +673,14 @@ func TestSyncForeignService(t *testing.T) {
 
 func TestSyncAdoptsObjectsOfEarlierJobOfSameName(t *testing.T) {
 	// A Job deleted with orphan propagation while the controller was down, then re-created.
-	old := jobWorkload{makeJob("ns", "mnist", 2).uid("old-uid").obj()}
+	old := jobWorkload{makeJob("ns", "mnist", 2).UID("old-uid").Obj()}
 	staleSvc := desiredService(old, TaskSet{Subdomain: "mnist", Port: 2222})
-	f := newFixture(t, makeJob("ns", "mnist", 3).obj(), staleSvc, makeJob("ns", "b", 1).uid("new-b").obj())
+	f := newFixture(t, makeJob("ns", "mnist", 3).Obj(), staleSvc, makeJob("ns", "b", 1).UID("new-b").Obj())
 	// The old Job's Secret, applied by the controller.
 	_, err := f.client.CoreV1().Secrets("ns").Apply(f.ctx, secretApply(old, []byte(`{"worker":["stale"]}`)), metav1.ApplyOptions{FieldManager: FieldManager})
 	must(t, err)
 	// b's Secret, orphaned: the garbage collector removed the owner reference by update.
-	oldB := jobWorkload{makeJob("ns", "b", 1).uid("old-b").obj()}
+	oldB := jobWorkload{makeJob("ns", "b", 1).UID("old-b").Obj()}
 	stripped, err := f.client.CoreV1().Secrets("ns").Apply(f.ctx, secretApply(oldB, []byte("x")), metav1.ApplyOptions{FieldManager: FieldManager})
 	must(t, err)
 	stripped.OwnerReferences = nil
@@ -738,7 +719,7 @@ func TestSyncCleanup(t *testing.T) {
 	foreignLabelled.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "u", Controller: ptrTrue()}}
 	// synced is a fixture where the controller has made the Job's Secret and Service.
 	synced := func(t *testing.T) *fixture {
-		f := newFixture(t, w.obj(), foreignLabelled, makeSecret(ns, "unrelated", "x"))
+		f := newFixture(t, w.Obj(), foreignLabelled, makeSecret(ns, "unrelated", "x"))
 		if result, _ := f.sync(ns, "mnist"); result != resultSynced {
 			t.Fatalf("first sync: %s", result)
 		}
@@ -762,14 +743,16 @@ func TestSyncCleanup(t *testing.T) {
 	})
 	t.Run("Job being deleted (orphan propagation, no garbage collector)", func(t *testing.T) {
 		f := synced(t)
-		f.updateJob(makeJob(ns, "mnist", 2).deleting().obj())
+		f.updateJob(makeJob(ns, "mnist", 2).Deleting().Obj())
 		if result, writes := f.sync(ns, "mnist"); result != resultCleaned || !slices.Equal(writes, wantDeleted) {
 			t.Errorf("result %s, writes %v; want cleaned, %v", result, writes, wantDeleted)
 		}
 	})
 	t.Run("opt-in label removed", func(t *testing.T) {
 		f := synced(t)
-		f.updateJob(makeJob(ns, "mnist", 2).noLabel(OptInLabel).obj())
+		optedOut := makeJob(ns, "mnist", 2).Obj()
+		delete(optedOut.Labels, OptInLabel)
+		f.updateJob(optedOut)
 		if result, writes := f.sync(ns, "mnist"); result != resultCleaned || !slices.Equal(writes, wantDeleted) {
 			t.Errorf("result %s, writes %v; want cleaned, %v", result, writes, wantDeleted)
 		}
@@ -800,7 +783,7 @@ func TestSyncCleanup(t *testing.T) {
 		if result, writes := f.sync(ns, "mnist"); result != resultCleaned || !slices.Equal(writes, []string{"delete services mnist"}) {
 			t.Errorf("result %s, writes %v; want cleaned, only the Service deleted", result, writes)
 		}
-		if ref := metav1.GetControllerOf(f.secret(ns, "mnist-tf-config")); ref == nil || ref.UID != w.UID {
+		if ref := metav1.GetControllerOf(f.secret(ns, "mnist-tf-config")); ref == nil || ref.UID != w.Obj().UID {
 			t.Errorf("Secret left without its owner reference for the garbage collector: %+v", ref)
 		}
 	})
@@ -817,7 +800,7 @@ func TestSyncCleanup(t *testing.T) {
 		}
 	})
 	t.Run("StatefulSet deleted", func(t *testing.T) {
-		f := newFixture(t, makeSet(ns, "tf", 2).obj(), makeJob(ns, "tf2", 1).subdomain("tf2").obj())
+		f := newFixture(t, makeSet(ns, "tf", 2).Obj(), makeJob(ns, "tf2", 1).Subdomain("tf2").Obj())
 		f.syncSet(ns, "tf")
 		must(t, f.client.AppsV1().StatefulSets(ns).Delete(f.ctx, "tf", metav1.DeleteOptions{}))
 		f.refreshCaches()
@@ -844,8 +827,8 @@ func TestSyncNamesakes(t *testing.T) {
 		{"same second: the Job", early, early, ownerKey{kindJob, ns, "tf"}, ownerKey{kindStatefulSet, ns, "tf"}, "Job tf was created first"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			job := makeJob(ns, "tf", 2).subdomain("tf-job").created(tc.job).obj()
-			set := makeSet(ns, "tf", 3).serviceName("tf-set").created(tc.set).obj()
+			job := makeJob(ns, "tf", 2).Subdomain("tf-job").Created(tc.job.Time).Obj()
+			set := makeSet(ns, "tf", 3).ServiceName("tf-set").Created(tc.set.Time).Obj()
 			f := newFixture(t, job, set)
 			if result, writes := f.syncKey(tc.loser); result != resultConflict || len(writes) != 0 {
 				t.Errorf("loser: result %s, writes %v; want conflict and no writes", result, writes)
@@ -880,14 +863,14 @@ func TestSyncNamesakes(t *testing.T) {
 
 func TestSyncGroup(t *testing.T) {
 	const ns = "ns"
-	chief := makeJob(ns, "c", 1).group("g").role(RoleChief)
-	ps := makeJob(ns, "p", 2).group("g").role(RolePS).port(2223, "")
-	worker := makeJob(ns, "w", 3).group("g") // role defaults to worker
-	eval := makeJob(ns, "e", 1).group("g").role(RoleEvaluator).subdomain("")
+	chief := makeJob(ns, "c", 1).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RoleChief))
+	ps := makeJob(ns, "p", 2).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RolePS)).ContainerPorts(tfjobPort(2223, ""))
+	worker := makeJob(ns, "w", 3).Label(GroupLabel, "g") // role defaults to worker
+	eval := makeJob(ns, "e", 1).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RoleEvaluator)).Subdomain("")
 	const want = `{"chief":["c-0.c.ns.svc:2222"],"ps":["p-0.p.ns.svc:2223","p-1.p.ns.svc:2223"],"worker":["w-0.w.ns.svc:2222","w-1.w.ns.svc:2222","w-2.w.ns.svc:2222"]}`
 
 	t.Run("every member gets the whole cluster", func(t *testing.T) {
-		f := newFixture(t, chief.obj(), ps.obj(), worker.obj(), eval.obj(), makeJob(ns, "solo", 1).obj())
+		f := newFixture(t, chief.Obj(), ps.Obj(), worker.Obj(), eval.Obj(), makeJob(ns, "solo", 1).Obj())
 		for _, name := range []string{"c", "p", "w", "e"} {
 			if result, _ := f.sync(ns, name); result != resultSynced {
 				t.Errorf("%s: result %s, want synced; events %v", name, result, f.drainEvents())
@@ -909,8 +892,8 @@ func TestSyncGroup(t *testing.T) {
 
 	t.Run("a StatefulSet member", func(t *testing.T) {
 		// Parameter servers as a StatefulSet, which outlives the Jobs that train against it.
-		psSet := makeSet(ns, "p", 2).group("g").role(RolePS).port(2223, "").serviceName("p")
-		f := newFixture(t, chief.obj(), psSet.obj(), worker.obj())
+		psSet := makeSet(ns, "p", 2).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RolePS)).ContainerPorts(tfjobPort(2223, "")).ServiceName("p")
+		f := newFixture(t, chief.Obj(), psSet.Obj(), worker.Obj())
 		for _, key := range []ownerKey{{kindJob, ns, "c"}, {kindStatefulSet, ns, "p"}, {kindJob, ns, "w"}} {
 			if result, _ := f.syncKey(key); result != resultSynced {
 				t.Errorf("%s: result %s, want synced; events %v", key, result, f.drainEvents())
@@ -923,7 +906,7 @@ func TestSyncGroup(t *testing.T) {
 			t.Errorf("StatefulSet Service selector = %v, want app=p", sel)
 		}
 		// Scaling the StatefulSet changes every member's Secret.
-		f.updateSet(psSet.scale(3).obj())
+		f.updateSet(psSet.Scale(3).Obj())
 		for _, key := range []ownerKey{{kindJob, ns, "c"}, {kindStatefulSet, ns, "p"}} {
 			f.syncKey(key)
 			if got := string(f.secret(ns, key.name+"-tf-config").Data[ClusterKey]); !strings.Contains(got, "p-2.p.ns.svc:2223") {
@@ -933,9 +916,9 @@ func TestSyncGroup(t *testing.T) {
 	})
 
 	t.Run("waits for the roles it declares", func(t *testing.T) {
-		c := makeJob(ns, "c", 1).group("g").role(RoleChief).annotation(GroupRolesAnnotation, "worker, chief,ps")
-		w := makeJob(ns, "w", 3).group("g").annotation(GroupRolesAnnotation, "chief,ps,worker")
-		f := newFixture(t, c.obj(), w.obj())
+		c := makeJob(ns, "c", 1).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RoleChief)).Annotation(GroupRolesAnnotation, "worker, chief,ps")
+		w := makeJob(ns, "w", 3).Label(GroupLabel, "g").Annotation(GroupRolesAnnotation, "chief,ps,worker")
+		f := newFixture(t, c.Obj(), w.Obj())
 		for _, name := range []string{"c", "w"} {
 			if result, writes := f.sync(ns, name); result != resultWaiting || len(writes) != 0 {
 				t.Errorf("%s: result %s, writes %v; want waiting and no writes", name, result, writes)
@@ -944,8 +927,8 @@ func TestSyncGroup(t *testing.T) {
 		if events := f.drainEvents(); !hasEvent(events, "Normal "+ReasonWaitingForGroup) || !strings.Contains(events[0], "[ps]") {
 			t.Errorf("events = %v, want Normal %s naming the missing ps", events, ReasonWaitingForGroup)
 		}
-		p := makeJob(ns, "p", 2).group("g").role(RolePS).port(2223, "")
-		if _, err := f.client.BatchV1().Jobs(ns).Create(f.ctx, p.obj(), metav1.CreateOptions{}); err != nil {
+		p := makeJob(ns, "p", 2).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RolePS)).ContainerPorts(tfjobPort(2223, ""))
+		if _, err := f.client.BatchV1().Jobs(ns).Create(f.ctx, p.Obj(), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		f.refreshCaches()
@@ -965,18 +948,18 @@ func TestSyncGroup(t *testing.T) {
 		reason string
 		hint   string
 	}{
-		{"two workers", []runtime.Object{worker.obj(), makeJob(ns, "w2", 2).group("g").obj()}, ReasonInvalidGroup, "both have role worker"},
-		{"a Job and a StatefulSet with one role", []runtime.Object{worker.obj(), makeSet(ns, "w2", 2).group("g").obj()}, ReasonInvalidGroup, `Job "w" and StatefulSet "w2" both have role worker`},
-		{"bad sibling", []runtime.Object{worker.obj(), makeJob(ns, "p2", 2).group("g").role(RolePS).nonIndexed().obj()}, ReasonInvalidGroup, `Job "p2" of group "g" cannot be served`},
-		{"bad StatefulSet sibling", []runtime.Object{worker.obj(), makeSet(ns, "p2", 2).group("g").role(RolePS).serviceName("").obj()}, ReasonInvalidGroup, `StatefulSet "p2" of group "g" cannot be served`},
-		{"ps without workers", []runtime.Object{makeJob(ns, "w", 2).group("g").role(RolePS).obj()}, ReasonInvalidGroup, "no chief or worker"},
+		{"two workers", []runtime.Object{worker.Obj(), makeJob(ns, "w2", 2).Label(GroupLabel, "g").Obj()}, ReasonInvalidGroup, "both have role worker"},
+		{"a Job and a StatefulSet with one role", []runtime.Object{worker.Obj(), makeSet(ns, "w2", 2).Label(GroupLabel, "g").Obj()}, ReasonInvalidGroup, `Job "w" and StatefulSet "w2" both have role worker`},
+		{"bad sibling", []runtime.Object{worker.Obj(), makeJob(ns, "p2", 2).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RolePS)).CompletionMode(batchv1.NonIndexedCompletion).Obj()}, ReasonInvalidGroup, `Job "p2" of group "g" cannot be served`},
+		{"bad StatefulSet sibling", []runtime.Object{worker.Obj(), makeSet(ns, "p2", 2).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RolePS)).ServiceName("").Obj()}, ReasonInvalidGroup, `StatefulSet "p2" of group "g" cannot be served`},
+		{"ps without workers", []runtime.Object{makeJob(ns, "w", 2).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RolePS)).Obj()}, ReasonInvalidGroup, "no chief or worker"},
 		{"roles disagree", []runtime.Object{
-			makeJob(ns, "w", 2).group("g").annotation(GroupRolesAnnotation, "worker").obj(),
-			makeJob(ns, "x", 2).group("g").role(RolePS).annotation(GroupRolesAnnotation, "ps,worker").obj(),
+			makeJob(ns, "w", 2).Label(GroupLabel, "g").Annotation(GroupRolesAnnotation, "worker").Obj(),
+			makeJob(ns, "x", 2).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RolePS)).Annotation(GroupRolesAnnotation, "ps,worker").Obj(),
 		}, ReasonInvalidGroup, "disagree"},
 		{"role not declared", []runtime.Object{
-			makeJob(ns, "w", 2).group("g").annotation(GroupRolesAnnotation, "worker").obj(),
-			makeJob(ns, "x", 2).group("g").role(RolePS).obj(),
+			makeJob(ns, "w", 2).Label(GroupLabel, "g").Annotation(GroupRolesAnnotation, "worker").Obj(),
+			makeJob(ns, "x", 2).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RolePS)).Obj(),
 		}, ReasonInvalidGroup, "does not list"},
 	}
 	for _, tc := range badGroups {
@@ -994,9 +977,9 @@ func TestSyncGroup(t *testing.T) {
 
 func TestWorkloadEventFilter(t *testing.T) {
 	f := newFixture(t)
-	old := makeJob("ns", "a", 2).group("g").obj()
-	sibling := makeSet("ns", "b", 2).group("g").obj()
-	namesake := makeSet("ns", "a", 2).obj()
+	old := makeJob("ns", "a", 2).Label(GroupLabel, "g").Obj()
+	sibling := makeSet("ns", "b", 2).Label(GroupLabel, "g").Obj()
+	namesake := makeSet("ns", "a", 2).Obj()
 	must(t, f.c.jobIndexer.Add(old))
 	must(t, f.c.setIndexer.Add(sibling))
 	must(t, f.c.setIndexer.Add(namesake))
@@ -1074,9 +1057,9 @@ func TestRun(t *testing.T) {
 
 	w := makeJob("ns", "mnist", 2)
 	set := makeSet("ns", "tf", 2)
-	_, err := client.BatchV1().Jobs("ns").Create(ctx, w.obj(), metav1.CreateOptions{})
+	_, err := client.BatchV1().Jobs("ns").Create(ctx, w.Obj(), metav1.CreateOptions{})
 	must(t, err)
-	_, err = client.AppsV1().StatefulSets("ns").Create(ctx, set.obj(), metav1.CreateOptions{})
+	_, err = client.AppsV1().StatefulSets("ns").Create(ctx, set.Obj(), metav1.CreateOptions{})
 	must(t, err)
 	// The test reads Secrets from the tracker, so that every Secret request in the fake's log is the
 	// controller's.
@@ -1106,9 +1089,9 @@ func TestRun(t *testing.T) {
 	waitForCluster("mnist", `{"worker":`+workers("ns", "mnist", 2, 2222)+`}`)
 	waitForCluster("tf", `{"worker":`+workers("ns", "tf", 2, 2222)+`}`)
 
-	_, err = client.BatchV1().Jobs("ns").Update(ctx, w.size(4).obj(), metav1.UpdateOptions{})
+	_, err = client.BatchV1().Jobs("ns").Update(ctx, w.Resize(4).Obj(), metav1.UpdateOptions{})
 	must(t, err)
-	_, err = client.AppsV1().StatefulSets("ns").Update(ctx, set.scale(3).obj(), metav1.UpdateOptions{})
+	_, err = client.AppsV1().StatefulSets("ns").Update(ctx, set.Scale(3).Obj(), metav1.UpdateOptions{})
 	must(t, err)
 	waitForCluster("mnist", `{"worker":`+workers("ns", "mnist", 4, 2222)+`}`)
 	waitForCluster("tf", `{"worker":`+workers("ns", "tf", 3, 2222)+`}`)

@@ -19,11 +19,11 @@ func TestSecretApplyConfiguration(t *testing.T) {
 		w    workload
 		want string
 	}{
-		{"Job", jobWorkload{makeJob("ns", "mnist", 2).obj()},
+		{"Job", jobWorkload{makeJob("ns", "mnist", 2).Obj()},
 			`{"kind":"Secret","apiVersion":"v1","metadata":{"name":"mnist-tf-config","namespace":"ns","labels":{"muster.dev/tf-config-job":"mnist"},` +
 				`"ownerReferences":[{"apiVersion":"batch/v1","kind":"Job","name":"mnist","uid":"uid-ns-mnist","controller":true,"blockOwnerDeletion":false}]},` +
 				`"data":{"cluster":"eyJ3b3JrZXIiOltdfQ=="}}`},
-		{"StatefulSet in a group", statefulSetWorkload{makeSet("ns", "ps", 2).group("g").obj()},
+		{"StatefulSet in a group", statefulSetWorkload{makeSet("ns", "ps", 2).Label(GroupLabel, "g").Obj()},
 			`{"kind":"Secret","apiVersion":"v1","metadata":{"name":"ps-tf-config","namespace":"ns","labels":{"muster.dev/tf-config-job":"ps","muster.dev/tf-group":"g"},` +
 				`"ownerReferences":[{"apiVersion":"apps/v1","kind":"StatefulSet","name":"ps","uid":"uid-sts-ns-ps","controller":true,"blockOwnerDeletion":false}]},` +
 				`"data":{"cluster":"eyJ3b3JrZXIiOltdfQ=="}}`},
@@ -49,7 +49,7 @@ func TestSecretApplyConfiguration(t *testing.T) {
 }
 
 func TestForeignSecret(t *testing.T) {
-	w := jobWorkload{makeJob("ns", "mnist", 2).obj()}
+	w := jobWorkload{makeJob("ns", "mnist", 2).Obj()}
 	entry := func(manager string, op metav1.ManagedFieldsOperationType, fields string) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
 	}

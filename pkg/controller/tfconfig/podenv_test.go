@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -22,6 +23,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 )
 
 const (
@@ -77,22 +80,22 @@ func apiServerDefaults(job *batchv1.Job, namespace string) {
 	}
 }
 
+// podFromTemplate is the pod a workload controller makes from tmpl: a copy of its metadata and spec,
+// named name in namespace.
+func podFromTemplate(tmpl *corev1.PodTemplateSpec, namespace, name string) *corev1.Pod {
+	copied := tmpl.DeepCopy()
+	pod := &corev1.Pod{ObjectMeta: copied.ObjectMeta, Spec: copied.Spec}
+	pod.Namespace, pod.Name = namespace, name
+	return pod
+}
+
 // podForIndex builds the pod the Job controller (v1.37, pkg/controller/job) creates for index i:
 // index annotation and label, hostname <job>-<i>, and JOB_COMPLETION_INDEX appended to every
 // container's env unless the container already declares it.
 func podForIndex(job *batchv1.Job, i int) *corev1.Pod {
-	tmpl := job.Spec.Template.DeepCopy()
-	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
-	pod.Namespace = job.Namespace
-	pod.Name = fmt.Sprintf("%s-%d-x7k2p", job.Name, i)
-	if pod.Labels == nil {
-		pod.Labels = map[string]string{}
-	}
-	if pod.Annotations == nil {
-		pod.Annotations = map[string]string{}
-	}
-	pod.Labels[batchv1.JobCompletionIndexAnnotation] = strconv.Itoa(i)
-	pod.Annotations[batchv1.JobCompletionIndexAnnotation] = strconv.Itoa(i)
+	pod := podFromTemplate(&job.Spec.Template, job.Namespace, fmt.Sprintf("%s-%d-x7k2p", job.Name, i))
+	metav1.SetMetaDataLabel(&pod.ObjectMeta, batchv1.JobCompletionIndexAnnotation, strconv.Itoa(i))
+	metav1.SetMetaDataAnnotation(&pod.ObjectMeta, batchv1.JobCompletionIndexAnnotation, strconv.Itoa(i))
 	pod.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, i)
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for c := range cs {
@@ -201,15 +204,9 @@ func checkWorkerTFConfig(t *testing.T, pod *corev1.Pod, i, n int, port int32, se
 // newStatefulSetPod and initIdentity) creates for ordinal i: name and hostname <set>-<i>, subdomain
 // the serviceName, the template's labels plus the pod-name and pod-index labels. It adds no env.
 func podForOrdinal(set *appsv1.StatefulSet, i int) *corev1.Pod {
-	tmpl := set.Spec.Template.DeepCopy()
-	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
-	pod.Namespace = set.Namespace
-	pod.Name = fmt.Sprintf("%s-%d", set.Name, i)
-	if pod.Labels == nil {
-		pod.Labels = map[string]string{}
-	}
-	pod.Labels[appsv1.StatefulSetPodNameLabel] = pod.Name
-	pod.Labels[appsv1.PodIndexLabel] = strconv.Itoa(i)
+	pod := podFromTemplate(&set.Spec.Template, set.Namespace, fmt.Sprintf("%s-%d", set.Name, i))
+	metav1.SetMetaDataLabel(&pod.ObjectMeta, appsv1.StatefulSetPodNameLabel, pod.Name)
+	metav1.SetMetaDataLabel(&pod.ObjectMeta, appsv1.PodIndexLabel, strconv.Itoa(i))
 	pod.Spec.Hostname = pod.Name
 	pod.Spec.Subdomain = set.Spec.ServiceName
 	return pod
@@ -243,7 +240,7 @@ func TestStatefulSetExampleTFConfig(t *testing.T) {
 	if len(spec.InitContainers) != 0 {
 		t.Errorf("the example still has init containers %v: TF_CONFIG needs none", spec.InitContainers)
 	}
-	if gpus := spec.Containers[0].Resources.Limits["nvidia.com/gpu"]; gpus.Value() < 1 {
+	if gpus := spec.Containers[0].Resources.Limits[configv1.DefaultGPUResourceName]; gpus.Value() < 1 {
 		t.Errorf("the example's workers ask for no GPU")
 	}
 
@@ -272,7 +269,7 @@ func TestStatefulSetExampleTFConfig(t *testing.T) {
 // TestJobControllerAppendTrap shows why the example declares JOB_COMPLETION_INDEX first: left to the
 // Job controller, it is appended after TF_CONFIG and $(JOB_COMPLETION_INDEX) stays unexpanded.
 func TestJobControllerAppendTrap(t *testing.T) {
-	job := makeJob("ns", "mnist", 2).obj()
+	job := makeJob("ns", "mnist", 2).Obj()
 	job.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{
 		{Name: "TF_CLUSTER_SPEC", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "mnist-tf-config"}, Key: ClusterKey}}},

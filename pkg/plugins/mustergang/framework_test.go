@@ -12,9 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
@@ -34,6 +32,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/apis/config"
 	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/pkg/gang"
@@ -106,41 +105,26 @@ func defaultArgs(t testing.TB) *config.MusterGangArgs {
 	return internal
 }
 
-func gpuNode(name string, gpus int64) *v1.Node {
-	capacity := v1.ResourceList{
-		v1.ResourceCPU: resource.MustParse("64"), v1.ResourceMemory: resource.MustParse("512Gi"), v1.ResourcePods: resource.MustParse("110"),
-		"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI),
-	}
-	return &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
-		Status:     v1.NodeStatus{Capacity: capacity, Allocatable: capacity},
-	}
+// gpuNode is an idle node of gpus GPUs (and 64 CPUs).
+func gpuNode(name string, gpus int64) *v1.Node { return testobj.MakeNode(name).GPUs(gpus).Obj() }
+
+// jobUID is the UID of every test Job; members of Jobs of other names only
+// differ by the name in their controller reference.
+const jobUID = "job-uid"
+
+// gangJob is Job name of parallelism workers, the owner of worker's pods.
+func gangJob(name string, workers int32) *batchv1.Job {
+	return testobj.MakeJob("ns", name).UID(jobUID).Workers(workers).Obj()
 }
 
 // worker is member index of Job job asking for gpus GPUs, one per node by
 // required anti-affinity, bound to node when node is set.
 func worker(job string, index int, gpus int64, node string) *v1.Pod {
-	gpu := *resource.NewQuantity(gpus, resource.DecimalSI)
-	return &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: "ns", Name: fmt.Sprintf("%s-%d", job, index), UID: types.UID(fmt.Sprintf("%s-%d", job, index)),
-			Labels:            map[string]string{"app": job},
-			CreationTimestamp: metav1.NewTime(t0),
-			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job, UID: "job-uid", Controller: ptr.To(true)}},
-		},
-		Spec: v1.PodSpec{
-			SchedulerName: "muster",
-			NodeName:      node,
-			Containers: []v1.Container{{Name: "w", Resources: v1.ResourceRequirements{
-				Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), "nvidia.com/gpu": gpu},
-				Limits:   v1.ResourceList{"nvidia.com/gpu": gpu},
-			}}},
-			Affinity: &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
-				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": job}},
-				TopologyKey:   "kubernetes.io/hostname",
-			}}}},
-		},
-	}
+	name := fmt.Sprintf("%s-%d", job, index)
+	return testobj.MakePod("ns", name).UID(name).Label("app", job).Created(t0).OwnedByJob(job, jobUID).
+		SchedulerName("muster").Node(node).
+		Container(testobj.MakeContainer("w").Request(v1.ResourceCPU, resource.MustParse("1")).GPUs(gpus).Obj()).
+		Affinity(testobj.OnePerNode(map[string]string{"app": job})).Obj()
 }
 
 type testFramework struct {
@@ -159,8 +143,7 @@ func newTestFramework(t testing.TB, workers int32, nodes []*v1.Node, pods []*v1.
 	schedmetrics.Register()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	job := jobObject("j", workers)
-	objects := []runtime.Object{job}
+	objects := []runtime.Object{gangJob("j", workers)}
 	var bound []*v1.Pod
 	for _, p := range pods {
 		objects = append(objects, p)
@@ -378,13 +361,6 @@ func TestDryRunSkipsMusterGang(t *testing.T) {
 	}
 }
 
-func jobObject(name string, workers int32) *batchv1.Job {
-	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: "job-uid"},
-		Spec:       batchv1.JobSpec{Parallelism: ptr.To(workers), Completions: ptr.To(workers)},
-	}
-}
-
 func contains(s, part string) bool { return strings.Contains(s, part) }
 
 type binder struct{}
@@ -536,7 +512,7 @@ func TestMissingStateIsAnErrorNotALonePod(t *testing.T) {
 // the quorum (spec, finished members) wakes them.
 func TestOwnerChangeWakesItsGang(t *testing.T) {
 	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{worker("j", 0, 1, ""), worker("j", 1, 1, "")})
-	job := jobObject("j", 2)
+	job := gangJob("j", 2)
 	job.Generation = 1
 	with := func(change func(*batchv1.Job)) *batchv1.Job {
 		j := job.DeepCopy()
@@ -553,7 +529,7 @@ func TestOwnerChangeWakesItsGang(t *testing.T) {
 		{"status write that changes no count", job, with(func(j *batchv1.Job) { j.Status.Active = 2 }), false},
 		{"a member succeeded", job, with(func(j *batchv1.Job) { j.Status.Succeeded = 1 }), true},
 		{"an index failed for good", job, with(func(j *batchv1.Job) { j.Status.FailedIndexes = ptr.To("1") }), true},
-		{"another Job added", nil, jobObject("other", 2), false},
+		{"another Job added", nil, gangJob("other", 2), false},
 		{"same name, another namespace", nil, with(func(j *batchv1.Job) { j.Namespace = "elsewhere" }), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -584,10 +560,10 @@ func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
 	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, nil)
 	ni := framework.NewNodeInfo()
 	ni.SetNode(gpuNode("n1", 8))
-	gpus := func(views []gang.NodeView) int64 { return views[0].Free.Scalars["nvidia.com/gpu"] }
+	gpus := func(views []gang.NodeView) int64 { return views[0].Free.Scalars[configv1.DefaultGPUResourceName] }
 
 	assert.Equal(t, int64(8), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, nil)))
-	held := map[string]gang.Resources{"n1": {Scalars: map[v1.ResourceName]int64{"nvidia.com/gpu": 3}}}
+	held := map[string]gang.Resources{"n1": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 3}}}
 	assert.Equal(t, int64(5), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, held)), "held capacity subtracted")
 	assert.Equal(t, int64(8), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, nil)), "the kept view was not changed by the subtraction")
 

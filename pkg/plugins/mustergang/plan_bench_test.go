@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
@@ -19,9 +20,8 @@ func BenchmarkPlanGang(b *testing.B) {
 	for _, n := range []int{1000, 5000} {
 		nodes := make([]*v1.Node, n)
 		for i := range nodes {
-			nodes[i] = gpuNode(fmt.Sprintf("n%05d", i), 8)
-			nodes[i].Labels["topology.kubernetes.io/rack"] = fmt.Sprintf("r%d", i/32)
-			nodes[i].Labels["topology.kubernetes.io/zone"] = fmt.Sprintf("z%d", i/32%4)
+			nodes[i] = testobj.MakeNode(fmt.Sprintf("n%05d", i)).GPUs(8).
+				Rack(fmt.Sprintf("r%d", i/32)).Zone(fmt.Sprintf("z%d", i/32%4)).Obj()
 		}
 		for _, g := range []struct {
 			workers int

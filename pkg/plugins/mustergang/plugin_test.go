@@ -9,12 +9,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"k8s.io/utils/ptr"
 
+	"github.com/muster-sched/muster/internal/testobj"
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
@@ -22,14 +22,8 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 // jobPod is member index of Job job, created at t0+created seconds.
 func jobPod(job string, index int, created int, priority int32) *v1.Pod {
-	return &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: "ns", Name: job + "-" + string(rune('0'+index)), UID: types.UID(job + string(rune('0'+index))),
-			CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(created) * time.Second)),
-			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job, Controller: ptr.To(true)}},
-		},
-		Spec: v1.PodSpec{Priority: ptr.To(priority)},
-	}
+	return testobj.MakePod("ns", job+"-"+string(rune('0'+index))).UID(job+string(rune('0'+index))).
+		Created(t0.Add(time.Duration(created)*time.Second)).OwnedByJob(job, "").Priority(priority).Obj()
 }
 
 func lonePod(name string, created int, priority int32) *v1.Pod {
@@ -154,7 +148,7 @@ func TestQueueingHints(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"rack": "r1"}},
 		Spec: v1.NodeSpec{Taints: []v1.Taint{{Key: "a", Effect: v1.TaintEffectNoSchedule}}}}
 	withTaint := node.DeepCopy()
-	withTaint.Spec.Taints = append(withTaint.Spec.Taints, v1.Taint{Key: "cloud.google.com/impending-node-termination", Effect: v1.TaintEffectNoSchedule})
+	withTaint.Spec.Taints = append(withTaint.Spec.Taints, v1.Taint{Key: configv1.TaintGKEImpendingTermination, Effect: v1.TaintEffectNoSchedule})
 	untainted := node.DeepCopy()
 	untainted.Spec.Taints = nil
 	relabelled := node.DeepCopy()

@@ -1,7 +1,32 @@
 package v1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+)
+
+// The node vocabulary muster's defaults speak: the GPU resource and the node
+// labels and taint of the presets and matchers below. The simulator, the
+// test builders (internal/testobj) and the demo use these names, so what
+// they build is what the defaults read. Labels that only one preset or
+// matcher names stay literals there.
+const (
+	// DefaultGPUResourceName is the extended resource gpuResourceName
+	// defaults to (NVIDIA's device plugin).
+	DefaultGPUResourceName = "nvidia.com/gpu"
+	// LabelHostname is the node level of every preset (Kubernetes' well-known label).
+	LabelHostname = corev1.LabelHostname
+	// LabelNVLinkClique is the NVLink domain NVIDIA's GPU Operator labels nodes with.
+	LabelNVLinkClique = "nvidia.com/gpu.clique"
+	// LabelRack is the rack level of the default preset.
+	LabelRack = "topology.kubernetes.io/rack"
+	// LabelZone is the zone level (Kubernetes' well-known label).
+	LabelZone = corev1.LabelTopologyZone
+	// LabelGKESpot marks a GKE spot node ("true"); the first preemptible node matcher.
+	LabelGKESpot = "cloud.google.com/gke-spot"
+	// TaintGKEImpendingTermination is put on a GKE node about to be reclaimed;
+	// the first reclaim taint.
+	TaintGKEImpendingTermination = "cloud.google.com/impending-node-termination"
 )
 
 // DefaultTopologyPreset is used when the args name neither a preset nor levels.
@@ -13,29 +38,29 @@ const DefaultTopologyPreset = "default"
 var TopologyPresets = map[string][]TopologyLevel{
 	// Kubernetes well-known labels plus NVIDIA GPU Operator's NVLink clique.
 	"default": {
-		{Name: "node", NodeLabel: "kubernetes.io/hostname"},
-		{Name: "nvlink", NodeLabel: "nvidia.com/gpu.clique"},
-		{Name: "rack", NodeLabel: "topology.kubernetes.io/rack"},
-		{Name: "zone", NodeLabel: "topology.kubernetes.io/zone"},
+		{Name: "node", NodeLabel: LabelHostname},
+		{Name: "nvlink", NodeLabel: LabelNVLinkClique},
+		{Name: "rack", NodeLabel: LabelRack},
+		{Name: "zone", NodeLabel: LabelZone},
 	},
 	// GKE compact placement: sub-block ≈ rack, block ≈ a group of racks.
 	"gke": {
-		{Name: "node", NodeLabel: "kubernetes.io/hostname"},
+		{Name: "node", NodeLabel: LabelHostname},
 		{Name: "rack", NodeLabel: "cloud.google.com/gce-topology-subblock"},
 		{Name: "block", NodeLabel: "cloud.google.com/gce-topology-block"},
-		{Name: "zone", NodeLabel: "topology.kubernetes.io/zone"},
+		{Name: "zone", NodeLabel: LabelZone},
 	},
 	// EC2 instance topology: layer 3 is the switch nearest the node.
 	"aws": {
-		{Name: "node", NodeLabel: "kubernetes.io/hostname"},
+		{Name: "node", NodeLabel: LabelHostname},
 		{Name: "rack", NodeLabel: "topology.k8s.aws/network-node-layer-3"},
 		{Name: "spine", NodeLabel: "topology.k8s.aws/network-node-layer-2"},
 		{Name: "core", NodeLabel: "topology.k8s.aws/network-node-layer-1"},
-		{Name: "zone", NodeLabel: "topology.kubernetes.io/zone"},
+		{Name: "zone", NodeLabel: LabelZone},
 	},
 	// NVIDIA topograph: accelerator (NVLink) domain, then leaf/spine/core switches.
 	"topograph": {
-		{Name: "node", NodeLabel: "kubernetes.io/hostname"},
+		{Name: "node", NodeLabel: LabelHostname},
 		{Name: "nvlink", NodeLabel: "network.topology.nvidia.com/accelerator"},
 		{Name: "rack", NodeLabel: "network.topology.nvidia.com/leaf"},
 		{Name: "spine", NodeLabel: "network.topology.nvidia.com/spine"},
@@ -47,7 +72,7 @@ var TopologyPresets = map[string][]TopologyLevel{
 // EKS, Karpenter and AKS.
 func DefaultPreemptibleNodeMatchers() []NodeMatcher {
 	return []NodeMatcher{
-		{Source: "Label", Key: "cloud.google.com/gke-spot", Value: "true"},
+		{Source: "Label", Key: LabelGKESpot, Value: "true"},
 		{Source: "Label", Key: "cloud.google.com/gke-preemptible", Value: "true"},
 		{Source: "Label", Key: "eks.amazonaws.com/capacityType", Value: "SPOT"},
 		{Source: "Label", Key: "karpenter.sh/capacity-type", Value: "spot"},
@@ -58,7 +83,7 @@ func DefaultPreemptibleNodeMatchers() []NodeMatcher {
 // DefaultReclaimTaintKeys are taints that announce a node is going away.
 func DefaultReclaimTaintKeys() []string {
 	return []string{
-		"cloud.google.com/impending-node-termination",
+		TaintGKEImpendingTermination,
 		"karpenter.sh/disrupted",
 		"node.kubernetes.io/unschedulable",
 		"aws-node-termination-handler/spot-itn",
@@ -74,7 +99,7 @@ func SetDefaults_MusterGangArgs(obj *MusterGangArgs) {
 		obj.GangBackoffSeconds = ptr.To[int64](5)
 	}
 	if obj.GPUResourceName == nil {
-		obj.GPUResourceName = ptr.To("nvidia.com/gpu")
+		obj.GPUResourceName = ptr.To(DefaultGPUResourceName)
 	}
 	if len(obj.TopologyLevels) == 0 {
 		preset := ptr.Deref(obj.TopologyPreset, DefaultTopologyPreset)
