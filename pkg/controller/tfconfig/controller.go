@@ -512,10 +512,36 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 	secrets := c.client.CoreV1().Secrets(w.GetNamespace())
 	want := secretApply(w, p.cluster)
 
-	// No force: a field another manager set to another value is a conflict, never overwritten.
-	applied, err := secrets.Apply(ctx, want, metav1.ApplyOptions{FieldManager: FieldManager})
-	if err != nil && conflictsOnlyWithItself(err) {
-		applied, err = secrets.Apply(ctx, want, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	apply := func(dryRun bool) (*corev1.Secret, error) {
+		// No force: a field another manager set to another value is a conflict, never overwritten.
+		opts := metav1.ApplyOptions{FieldManager: FieldManager}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		applied, err := secrets.Apply(ctx, want, opts)
+		if err != nil && conflictsOnlyWithItself(err) {
+			opts.Force = true
+			applied, err = secrets.Apply(ctx, want, opts)
+		}
+		return applied, err
+	}
+	var applied *corev1.Secret
+	var err error
+	if !c.knowsSecret(key) {
+		// A Secret not yet known to be this workload's (the first sync, a restart, a foreign Secret
+		// looked at again) is applied as a dry run first: a Secret someone else made is then never
+		// written into, not even for the moment it takes to give the fields back.
+		applied, err = apply(true)
+		if err == nil {
+			if why := foreignSecret(applied, w); why != "" {
+				logger.V(2).Info("TF_CONFIG Secret belongs to someone else; nothing applied", "secret", name, "why", why)
+				c.reportForeignSecret(w, name, why)
+				return true, nil
+			}
+		}
+	}
+	if err == nil {
+		applied, err = apply(false)
 	}
 	// Conflict: someone else's value in a field the apply sets. Invalid: a Secret that cannot take it
 	// (another controller reference, immutable).
@@ -531,7 +557,8 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 	secretWritesTotal.WithLabelValues("apply").Inc()
 
 	if why := foreignSecret(applied, w); why != "" {
-		// The apply merged into a Secret someone else made: take back everything it added.
+		// The apply merged into a Secret someone else made between the dry run and the apply: take
+		// back everything it added.
 		c.forgetSecret(key)
 		_, err := secrets.Apply(ctx, secretRelease(w.GetNamespace(), name), metav1.ApplyOptions{FieldManager: FieldManager})
 		switch {
@@ -581,6 +608,14 @@ func (c *Controller) appliedSecretOf(key ownerKey) (appliedSecret, bool) {
 	defer c.appliedMu.Unlock()
 	s, ok := c.applied[key]
 	return s, ok
+}
+
+// knowsSecret says whether an apply of key's Secret was seen to be the workload's own.
+func (c *Controller) knowsSecret(key ownerKey) bool {
+	c.appliedMu.Lock()
+	defer c.appliedMu.Unlock()
+	_, known := c.applied[key]
+	return known
 }
 
 func (c *Controller) forgetSecret(key ownerKey) {

@@ -56,9 +56,19 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	created := 0
 	client.PrependReactor("patch", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		ns, name := a.GetNamespace(), a.(k8stesting.PatchAction).GetName()
-		_, err := tracker.Get(secretsResource, ns, name)
+		old, err := tracker.Get(secretsResource, ns, name)
 		existed := err == nil
 		handled, obj, err := k8stesting.ObjectReaction(tracker)(a)
+		if isDryRun(a) {
+			// The fake tracker writes dry runs; the API server does not: put back what was there.
+			if err == nil {
+				must(t, tracker.Delete(secretsResource, ns, name))
+			}
+			if existed && err == nil {
+				must(t, tracker.Add(old))
+			}
+			return handled, obj, err
+		}
 		if err != nil || existed {
 			return handled, obj, err
 		}
@@ -156,6 +166,12 @@ func (f *fixture) syncKey(key ownerKey) (string, []string) {
 	return result, writes
 }
 
+// isDryRun says whether a patch (an apply) only asked what it would do.
+func isDryRun(a k8stesting.Action) bool {
+	p, ok := a.(interface{ GetPatchOptions() metav1.PatchOptions })
+	return ok && len(p.GetPatchOptions().DryRun) > 0
+}
+
 func writesOf(actions []k8stesting.Action) []string {
 	var writes []string
 	for _, a := range actions {
@@ -167,6 +183,9 @@ func writesOf(actions []k8stesting.Action) []string {
 		case "delete":
 			writes = append(writes, fmt.Sprintf("delete %s %s", a.GetResource().Resource, a.(k8stesting.DeleteAction).GetName()))
 		case "patch":
+			if isDryRun(a) {
+				continue // writes nothing
+			}
 			p := a.(k8stesting.PatchAction)
 			verb := "patch"
 			if p.GetPatchType() == types.ApplyPatchType {
@@ -517,19 +536,41 @@ func TestSyncForeignSecret(t *testing.T) {
 		wantWrites []string
 		why        string // in the event
 	}{
-		// The apply would change a field another manager set: a conflict, nothing written.
-		{"its own cluster key", secret(map[string]string{ClusterKey: "written by hand"}), []string{"apply secrets mnist-tf-config"}, `conflict with "kubectl-create"`},
-		// The apply merges into these; the controller sees whose they are in the response and gives
-		// back what it added.
-		{"no cluster key", secret(map[string]string{"password": "hunter2"}), []string{"apply secrets mnist-tf-config", "apply secrets mnist-tf-config"}, `holds the key "password"`},
-		{"the same cluster", secret(map[string]string{ClusterKey: want}), []string{"apply secrets mnist-tf-config", "apply secrets mnist-tf-config"}, `"kubectl-create" wrote its data`},
-		{"empty", secret(nil), []string{"apply secrets mnist-tf-config", "apply secrets mnist-tf-config"}, `"kubectl-create" wrote its type`},
-		{"controlled by another object", controlledByConfigMap, []string{"apply secrets mnist-tf-config", "apply secrets mnist-tf-config"}, "not controlled by Job mnist"},
+		// The dry run would change a field another manager set: a conflict, nothing written.
+		{"its own cluster key", secret(map[string]string{ClusterKey: "written by hand"}), nil, `conflict with "kubectl-create"`},
+		// The dry run would merge into these; its response says whose they are, and nothing is
+		// written.
+		{"no cluster key", secret(map[string]string{"password": "hunter2"}), nil, `holds the key "password"`},
+		{"the same cluster", secret(map[string]string{ClusterKey: want}), nil, `"kubectl-create" wrote its data`},
+		{"empty", secret(nil), nil, `"kubectl-create" wrote its type`},
+		{"controlled by another object", controlledByConfigMap, nil, "not controlled by Job mnist"},
+		// Made between the dry run and the apply: the apply merges into it, and the controller
+		// gives back what it added.
+		{"made after the dry run", nil, []string{"apply secrets mnist-tf-config", "apply secrets mnist-tf-config"}, `"kubectl-create" wrote its data`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, makeJob("ns", "mnist", 2).Obj())
-			before := f.createSecret(tc.foreign, "kubectl-create")
+			var before *corev1.Secret
+			if tc.foreign != nil {
+				before = f.createSecret(tc.foreign, "kubectl-create")
+			} else {
+				// The user's Secret arrives right after the controller's dry run.
+				made := false
+				f.client.PrependReactor("patch", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					if !made && !isDryRun(a) {
+						made = true
+						// Through the tracker: the fake client is locked while its reactors run.
+						tracker := f.client.Tracker()
+						must(t, tracker.Create(secretsResource, secret(map[string]string{ClusterKey: want}), "ns",
+							metav1.CreateOptions{FieldManager: "kubectl-create"}))
+						obj, err := tracker.Get(secretsResource, "ns", "mnist-tf-config")
+						must(t, err)
+						before = obj.(*corev1.Secret).DeepCopy()
+					}
+					return false, nil, nil
+				})
+			}
 
 			result, writes := f.sync("ns", "mnist")
 			if result != resultConflict {
