@@ -2,6 +2,7 @@ package mustergang
 
 import (
 	"context"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -13,7 +14,13 @@ import (
 // notice explains the gang's state once per change: an Event on the Job or
 // PodGroup, a log line, and the PodGroup status.
 func (p *Plugin) notice(ctx context.Context, info *gangInfo, outcome gang.Outcome, message string) {
-	if !p.registry.Notice(info.key, outcome, message, p.now()) {
+	p.noticeAt(ctx, info, outcome, message, p.now())
+}
+
+// noticeAt is notice at a time the caller knows (a timer's callback must not
+// read a fake clock that is running it).
+func (p *Plugin) noticeAt(ctx context.Context, info *gangInfo, outcome gang.Outcome, message string, now time.Time) {
+	if !p.registry.Notice(info.key, outcome, message, now) {
 		return
 	}
 	klog.FromContext(ctx).V(2).Info("Gang notice", "gang", info.key, "reason", outcome.Reason(), "message", message)

@@ -128,6 +128,10 @@ type Plugin struct {
 	// deadlines are the plan deadline timers by plan ID.
 	deadlinesMu sync.Mutex
 	deadlines   map[int64]clock.Timer
+	// short are the gangs short of members with a check pending
+	// (explainShortLater).
+	shortMu sync.Mutex
+	short   map[gang.Key]bool
 }
 
 // Factory returns the plugin's factory on clock c (the simulator's virtual
@@ -153,7 +157,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	if err := config.ValidateMusterGangArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), args); err != nil {
 		return nil, err
 	}
-	p := &Plugin{handle: h, args: args, registry: registryFor(ctx, h.SharedInformerFactory()), clock: c, timers: map[clock.Timer]bool{}, deadlines: map[int64]clock.Timer{},
+	p := &Plugin{handle: h, args: args, registry: registryFor(ctx, h.SharedInformerFactory()), clock: c, timers: map[clock.Timer]bool{}, deadlines: map[int64]clock.Timer{}, short: map[gang.Key]bool{},
 		gangIndex: gangIndexPrefix + h.ProfileName(), logger: klog.FromContext(ctx).WithValues("plugin", Name, "profile", h.ProfileName())}
 	go func() {
 		<-ctx.Done()

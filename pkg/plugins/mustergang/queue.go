@@ -147,7 +147,41 @@ func (p *Plugin) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
 	if total >= info.quorum {
 		return nil
 	}
-	msg := fmt.Sprintf("gang %s has %d of %d members; waiting for the rest to be created", info.key, total, info.quorum)
-	p.notice(ctx, info, gang.OutcomeWaitingForMembers, msg)
-	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+	p.explainShortLater(info)
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, shortMessage(info.key, total, info.quorum))
+}
+
+// membersGrace is how long a gang may lack members before muster says so. A
+// Job controller or a client creates a gang's pods one after another; a gang
+// whose pods all arrive within the grace needs no explanation, and an Event
+// and a PodGroup status write for every such gang cost API calls that a
+// burst of gangs pays for in throughput.
+const membersGrace = time.Second
+
+func shortMessage(key gang.Key, total, quorum int) string {
+	return fmt.Sprintf("gang %s has %d of %d members; waiting for the rest to be created", key, total, quorum)
+}
+
+// explainShortLater explains, with GangWaitingForMembers, a gang that still
+// has fewer pods than its quorum membersGrace after a member was held for
+// it. One check per gang is pending at a time; a member held after a check
+// fired arms the next.
+func (p *Plugin) explainShortLater(info *gangInfo) {
+	p.shortMu.Lock()
+	defer p.shortMu.Unlock()
+	if p.short[info.key] {
+		return
+	}
+	key, quorum, owner, due := info.key, info.quorum, info.owner, p.now().Add(membersGrace)
+	if p.after(membersGrace, func() {
+		p.shortMu.Lock()
+		delete(p.short, key)
+		p.shortMu.Unlock()
+		if total := p.members(key).total; total < quorum {
+			p.noticeAt(p.handlerCtx(), &gangInfo{key: key, quorum: quorum, owner: owner}, gang.OutcomeWaitingForMembers,
+				shortMessage(key, total, quorum), due)
+		}
+	}) != nil {
+		p.short[info.key] = true
+	}
 }
