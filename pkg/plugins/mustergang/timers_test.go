@@ -1,5 +1,8 @@
 package mustergang
 
+// Timers of the plugin other than the wakes (wake_test.go): the plan
+// deadline and the members grace.
+
 import (
 	"context"
 	"testing"
@@ -12,6 +15,45 @@ import (
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
+
+// A plan's deadline timer ends with the plan: released or dropped, nothing
+// of it stays pending on the plugin's clock (in the simulator each pending
+// timer is a moment the virtual clock may move to).
+func TestPlanDeadlineTimerEndsWithThePlan(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, f *testFramework, b *v1.Pod)
+	}{
+		{"released", func(t *testing.T, f *testFramework, b *v1.Pod) {
+			state, status := f.preFilter(t, b)
+			require.True(t, status.IsSuccess(), "PreFilter: %v", status)
+			key, _ := gang.KeyOf(b)
+			slot := f.plugin.registry.Plan(key).Slots[b.UID]
+			require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, b, slot).IsSuccess())
+			_, st := f.fw.RunPermitPlugins(context.Background(), state, b, slot)
+			require.True(t, st.IsSuccess(), "the last member's Permit releases the gang: %v", st)
+		}},
+		{"dropped", func(t *testing.T, f *testFramework, b *v1.Pod) {
+			key, _ := gang.KeyOf(b)
+			f.plugin.failPlan(context.Background(), key, 0, "rejected", "test")
+			// The gang's first backoff is the one timer left; it is much
+			// shorter than the plan's deadline.
+			f.clock.Step(time.Duration(f.plugin.args.GangBackoffSeconds) * time.Second)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := worker("g", 0, 8, ""), worker("g", 1, 8, "")
+			f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil, []*v1.Pod{a, b})
+			f.planAndWait(t, a)
+			require.True(t, f.clock.HasWaiters(), "the plan's deadline is pending while a member waits")
+			tc.end(t, f, b)
+			assert.False(t, f.clock.HasWaiters(), "a timer is still pending on the plugin's clock")
+			f.plugin.deadlinesMu.Lock()
+			defer f.plugin.deadlinesMu.Unlock()
+			assert.Empty(t, f.plugin.deadlines)
+		})
+	}
+}
 
 // A gang short of members is explained (GangWaitingForMembers) only when it
 // is still short membersGrace after a member was held: pods created one
