@@ -133,8 +133,6 @@ func newScan(req Request, eligible []*NodeView) *scan {
 	return s
 }
 
-func (s *scan) spot(i int) bool { return s.spots[i] }
-
 // domain is a set of eligible nodes sharing a label value at one level.
 type domain struct {
 	name        string
@@ -434,7 +432,7 @@ func domainsAt(req Request, li int, sc *scan, minGPU int64, slots []int, minMemb
 	if li == len(req.Levels) {
 		d := &domain{name: "*", nodes: make([]int, 0, len(sc.gpu))}
 		for i, free := range sc.gpu {
-			d.add(i, free, sc.spot(i))
+			d.add(i, free, sc.spots[i])
 		}
 		return clusterLevel, func(yield func(*domain) bool) { yield(d) }
 	}

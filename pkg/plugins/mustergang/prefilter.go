@@ -100,7 +100,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 	key := info.key
 	set := p.members(key)
 	if set.total < info.quorum {
-		msg := fmt.Sprintf("gang %s has %d of %d members; waiting for the rest to be created", key, set.total, info.quorum)
+		msg := shortMessage(key, set.total, info.quorum)
 		p.notice(ctx, info, gang.OutcomeWaitingForMembers, msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
