@@ -527,7 +527,7 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 	}
 	var applied *corev1.Secret
 	var err error
-	if !c.knowsSecret(key) {
+	if _, known := c.appliedSecretOf(key); !known {
 		// A Secret not yet known to be this workload's (the first sync, a restart, a foreign Secret
 		// looked at again) is applied as a dry run first: a Secret someone else made is then never
 		// written into, not even for the moment it takes to give the fields back.
@@ -608,14 +608,6 @@ func (c *Controller) appliedSecretOf(key ownerKey) (appliedSecret, bool) {
 	defer c.appliedMu.Unlock()
 	s, ok := c.applied[key]
 	return s, ok
-}
-
-// knowsSecret says whether an apply of key's Secret was seen to be the workload's own.
-func (c *Controller) knowsSecret(key ownerKey) bool {
-	c.appliedMu.Lock()
-	defer c.appliedMu.Unlock()
-	_, known := c.applied[key]
-	return known
 }
 
 func (c *Controller) forgetSecret(key ownerKey) {
