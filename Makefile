@@ -55,13 +55,13 @@ generate: ## Regenerate deepcopy, conversion and defaulting code (pkg/apis).
 demo: ## The main job on an embedded control plane: a GPU cluster, the scheduler, a TensorFlow job.
 	go run -ldflags "$(LDFLAGS)" ./cmd/muster-sim demo
 
-bench: ## Planner benchmarks, then the simulator set: every equal-work burst (gangs of 2/8/64 at 1000/5000/15000 nodes) and one stream over 5 seeds, contended scenarios over 3, a profile (writes bench/results, updates BENCHMARKS.md; about an hour on 2 cores).
+bench: ## Planner benchmarks, then the simulator set: every equal-work burst and stream (gangs of 2/8/64 at 1000/5000/15000 nodes) over 5 seeds, contended scenarios over 3, a profile (writes bench/results, updates BENCHMARKS.md; about two hours on 2 cores).
 	mkdir -p bench/results
 	go test -run '^$$' -bench . -benchmem -count 6 ./pkg/gang/... | tee bench/results/planner.txt
 	hack/bench.sh
 
 .PHONY: bench-full
-bench-full: bench-api ## The real-API-server burst, planner benchmarks and every equal-work scenario (gangs of 2/8/64 at 1000/5000/15000 nodes, TAS everywhere) plus large: several hours.
+bench-full: bench-api ## The real-API-server burst, then make bench's set with native gang + TAS on every equal-work scenario, plus large: several hours.
 	mkdir -p bench/results
 	go test -run '^$$' -bench . -benchmem -count 6 ./pkg/gang/... | tee bench/results/planner.txt
 	FULL=1 hack/bench.sh

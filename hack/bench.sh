@@ -8,11 +8,11 @@
 #   - contended scenarios: SEEDS seeds each;
 #   - a CPU profile of muster on PROFILE_SCENARIO, summarised in BENCHMARKS.md.
 #
-# The standard set (make bench) is sized for about an hour on 2 cores: every
-# burst and one stream; FULL=1 (make bench-full) runs every equal-work scenario
-# (gangs of 2, 8 and 64 at 1000, 5000 and 15000 nodes, burst and stream),
-# native gang scheduling with TAS on all of them, and the `large` scenario:
-# several hours.
+# The standard set (make bench) is every equal-work scenario (gangs of 2, 8
+# and 64 at 1000, 5000 and 15000 nodes, burst and stream) and the contended
+# scenarios: about two hours on 2 cores. FULL=1 (make bench-full) adds native
+# gang scheduling with TAS on every equal-work scenario and the `large`
+# scenario: several hours.
 #
 #   SEEDS="1" CONTENDED_SCENARIOS="exact-fill" EQUAL_SCENARIOS="" hack/bench.sh
 #   GO_WRAP="flock build.lock" hack/bench.sh   # serialise the build
@@ -34,15 +34,17 @@ if [[ -n "${FULL}" ]]; then
   TAS_EQUAL_SCENARIOS=${TAS_EQUAL_SCENARIOS:-${all_equal}}
   CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS:-"exact-fill contention priority spot-churn steady large"}
 fi
-# The standard set: every burst (gangs of 2, 8 and 64 at 1000, 5000 and 15000
-# nodes) and the 8-worker stream at 5000 nodes.
+# The standard set: every stream and every burst (gangs of 2, 8 and 64 at
+# 1000, 5000 and 15000 nodes).
 standard_equal=""
-for nodes in 1000 5000 15000; do
-  for workers in 2 8 64; do
-    standard_equal+=" equal-burst-g${workers}-n${nodes}"
+for kind in steady burst; do
+  for nodes in 1000 5000 15000; do
+    for workers in 2 8 64; do
+      standard_equal+=" equal-${kind}-g${workers}-n${nodes}"
+    done
   done
 done
-EQUAL_SCENARIOS=${EQUAL_SCENARIOS-"${standard_equal} equal-steady-g8-n5000"}
+EQUAL_SCENARIOS=${EQUAL_SCENARIOS-"${standard_equal}"}
 # Native gang scheduling with TAS costs tens of seconds per run at 5000 nodes
 # and more (its placement evaluation); the standard set runs it where it is
 # affordable.
