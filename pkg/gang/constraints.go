@@ -18,6 +18,9 @@ import (
 type NodeConstraints struct {
 	tolerations []v1.Toleration
 	affinity    nodeaffinity.RequiredNodeAffinity
+	// logger is the scheduler's, for what the toleration matcher reports
+	// (an unparsable comparison toleration).
+	logger klog.Logger
 	// OnePerNode: the pod has required anti-affinity against its own labels
 	// per hostname ("one worker per node"), the one intra-gang rule the
 	// planner models. Other affinity between members is checked only by each
@@ -25,9 +28,10 @@ type NodeConstraints struct {
 	OnePerNode bool
 }
 
-// ConstraintsOf extracts a pod's node constraints.
-func ConstraintsOf(pod *v1.Pod) *NodeConstraints {
+// ConstraintsOf extracts a pod's node constraints; logger is the scheduler's.
+func ConstraintsOf(logger klog.Logger, pod *v1.Pod) *NodeConstraints {
 	return &NodeConstraints{
+		logger:      logger,
 		tolerations: pod.Spec.Tolerations,
 		affinity:    nodeaffinity.GetRequiredNodeAffinity(pod),
 		OnePerNode:  antiAffinityPerNode(pod),
@@ -55,7 +59,7 @@ func (c *NodeConstraints) Match(node *v1.Node) bool {
 	if c == nil {
 		return true
 	}
-	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, c.tolerations, func(t *v1.Taint) bool {
+	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(c.logger, node.Spec.Taints, c.tolerations, func(t *v1.Taint) bool {
 		return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
 	}, false); untolerated {
 		return false

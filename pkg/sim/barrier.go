@@ -139,10 +139,18 @@ func (h *harness) waitDelivered(ctx context.Context) error {
 		}
 	}
 	q := h.sched.SchedulingQueue
+	// While the loop is parked nothing is attempted, so a pod of this step
+	// that is among the queue's unschedulable pods was gated there (by its
+	// scheduling gate or a PreEnqueue plugin). The queue lists them under its
+	// lock; a QueuedPodInfo it returns must not be read after (a race).
 	stillGated := func() map[string]*v1.Pod {
+		unschedulable := map[types.UID]bool{}
+		for _, pod := range q.UnschedulablePods() {
+			unschedulable[pod.UID] = true
+		}
 		gated := map[string]*v1.Pod{}
 		for _, pod := range h.changes.created {
-			if info, ok := q.GetPod(pod.Name, pod.Namespace, pod.Spec.SchedulingGroup); ok && info.Gated() {
+			if unschedulable[pod.UID] {
 				gated[pod.Namespace+"/"+pod.Name] = pod
 			}
 		}
@@ -156,7 +164,7 @@ func (h *harness) waitDelivered(ctx context.Context) error {
 	// not one of them. Activate re-runs PreEnqueue now that the step is
 	// complete.
 	if gated := stillGated(); len(gated) > 0 {
-		q.Activate(klog.Background(), gated)
+		q.Activate(klog.FromContext(ctx), gated)
 	}
 	return h.waitFor(ctx, func() string {
 		for name := range stillGated() {

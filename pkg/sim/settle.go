@@ -356,7 +356,7 @@ func (h *harness) waitIdle(ctx context.Context, timeout time.Duration) (time.Tim
 			idleSince = time.Time{}
 		}
 		if now.After(deadline) {
-			klog.Background().Info("Simulator step did not settle", "virtual", h.now, "busy", h.busyReason(),
+			klog.FromContext(ctx).Info("Simulator step did not settle", "virtual", h.now, "busy", h.busyReason(),
 				"backoffQ", len(h.sched.SchedulingQueue.PodsInBackoffQ()))
 			return now, false, nil
 		}

@@ -137,7 +137,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		tmpl := templateKey(m)
 		nc := byTemplate[tmpl]
 		if nc == nil {
-			nc = gang.ConstraintsOf(m)
+			nc = gang.ConstraintsOf(klog.FromContext(ctx), m)
 			byTemplate[tmpl] = nc
 		}
 		gr.req.Members = append(gr.req.Members, gang.Member{UID: m.UID, Name: m.Name, Request: gang.PodRequest(m), Constraints: nc})
