@@ -27,6 +27,14 @@ const (
 // Reason is the Event (and condition) reason of the outcome.
 func (o Outcome) Reason() string { return string(o) }
 
+// IsEvent reports whether the outcome is also recorded as an Event on the
+// gang's owner. A plan is not: within moments the gang is either released
+// (GangScheduled names the same placement) or its plan is dropped
+// (GangScheduleTimeout, GangRejected); meanwhile the log and the PodGroup's
+// Scheduled condition show it. One Event fewer per gang is one API call
+// fewer per gang on a burst.
+func (o Outcome) IsEvent() bool { return o != OutcomePlanned }
+
 // EventType is Warning for outcomes that need the user's attention.
 func (o Outcome) EventType() string {
 	switch o {

@@ -11,8 +11,9 @@ import (
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
-// notice explains the gang's state once per change: an Event on the Job or
-// PodGroup, a log line, and the PodGroup status.
+// notice explains the gang's state once per change: a log line, the PodGroup
+// status and, for outcomes that are Events (Outcome.IsEvent), an Event on the
+// gang's owner.
 func (p *Plugin) notice(ctx context.Context, info *gangInfo, outcome gang.Outcome, message string) {
 	p.noticeAt(ctx, info, outcome, message, p.now())
 }
@@ -24,7 +25,7 @@ func (p *Plugin) noticeAt(ctx context.Context, info *gangInfo, outcome gang.Outc
 		return
 	}
 	klog.FromContext(ctx).V(2).Info("Gang notice", "gang", info.key, "reason", outcome.Reason(), "message", message)
-	if info.owner != nil {
+	if info.owner != nil && outcome.IsEvent() {
 		p.handle.EventRecorder().Eventf(info.owner, nil, outcome.EventType(), outcome.Reason(), "Scheduling", "%s", message)
 	}
 	p.status.enqueue(info.key)

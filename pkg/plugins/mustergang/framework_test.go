@@ -133,6 +133,7 @@ type testFramework struct {
 	queue  *fakeQueue
 	nodes  []fwk.NodeInfo
 	clock  *clocktesting.FakeClock
+	events *events.FakeRecorder
 }
 
 // newTestFramework builds the framework over nodes and pods (bound pods are
@@ -158,7 +159,8 @@ func newTestFramework(t testing.TB, workers int32, nodes []*v1.Node, pods []*v1.
 	factory := informers.NewSharedInformerFactory(client, 0)
 	snapshot := schedcache.NewSnapshot(bound, nodes)
 	queue := &fakeQueue{nominated: map[string][]fwk.PodInfo{}}
-	tfw := &testFramework{queue: queue, clock: clocktesting.NewFakeClock(t0.Add(time.Hour))}
+	tfw := &testFramework{queue: queue, clock: clocktesting.NewFakeClock(t0.Add(time.Hour)),
+		events: &events.FakeRecorder{Events: make(chan string, 1000), Verbose: true}}
 	args := defaultArgs(t)
 	newMuster := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		pl, err := Factory(tfw.clock)(ctx, args, h)
@@ -188,7 +190,7 @@ func newTestFramework(t testing.TB, workers int32, nodes []*v1.Node, pods []*v1.
 		frameworkruntime.WithPodNominator(queue),
 		frameworkruntime.WithPodActivator(queue),
 		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
-		frameworkruntime.WithEventRecorder(&events.FakeRecorder{}),
+		frameworkruntime.WithEventRecorder(tfw.events),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -198,6 +200,20 @@ func newTestFramework(t testing.TB, workers int32, nodes []*v1.Node, pods []*v1.
 	tfw.fw = fw
 	tfw.nodes, _ = snapshot.NodeInfos().List()
 	return tfw
+}
+
+// takeEvents returns the Events recorded since the last call, each as
+// "type reason action message kind/namespace/name".
+func (f *testFramework) takeEvents() []string {
+	var got []string
+	for {
+		select {
+		case e := <-f.events.Events:
+			got = append(got, e)
+		default:
+			return got
+		}
+	}
 }
 
 func (f *testFramework) preFilter(t testing.TB, pod *v1.Pod) (fwk.CycleState, *fwk.Status) {
