@@ -55,15 +55,19 @@ generate: ## Regenerate deepcopy, conversion and defaulting code (pkg/apis).
 demo: ## The main job on an embedded control plane: a GPU cluster, the scheduler, a TensorFlow job.
 	go run -ldflags "$(LDFLAGS)" ./cmd/muster-sim demo
 
+# The planner alone (BenchmarkCompute) and the whole plan in PreFilter with the
+# profile's filters (BenchmarkPlanGang), median of 6 each.
+PLANNER_BENCH = go test -run '^$$' -bench 'BenchmarkCompute|BenchmarkPlanGang' -benchmem -count 6 ./pkg/gang/ ./pkg/plugins/mustergang/ | tee bench/results/planner.txt
+
 bench: ## Planner benchmarks, then the simulator set: every equal-work burst and stream (gangs of 2/8/64 at 1000/5000/15000 nodes) over 5 seeds, contended scenarios over 3, a profile (writes bench/results, updates BENCHMARKS.md; about two hours on 2 cores).
 	mkdir -p bench/results
-	go test -run '^$$' -bench . -benchmem -count 6 ./pkg/gang/... | tee bench/results/planner.txt
+	$(PLANNER_BENCH)
 	hack/bench.sh
 
 .PHONY: bench-full
 bench-full: bench-api ## The real-API-server burst, then make bench's set with native gang + TAS on every equal-work scenario, plus large: several hours.
 	mkdir -p bench/results
-	go test -run '^$$' -bench . -benchmem -count 6 ./pkg/gang/... | tee bench/results/planner.txt
+	$(PLANNER_BENCH)
 	FULL=1 hack/bench.sh
 
 API_BENCH_RUNS ?= 3

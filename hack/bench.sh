@@ -113,6 +113,9 @@ fi
 if [[ -f bench/results/apiserver.txt ]]; then
   profile_args+=(--apiserver bench/results/apiserver.txt)
 fi
+if [[ -f bench/results/planner.txt ]]; then
+  profile_args+=(--planner bench/results/planner.txt)
+fi
 
 elapsed=$(( $(date +%s) - start ))
 "${BIN}" summarize --update BENCHMARKS.md --command "make bench${FULL:+-full}" \

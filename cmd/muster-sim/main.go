@@ -231,24 +231,25 @@ func summarize(args []string) error {
 	profile := fs.String("profile", "", "file with `go tool pprof -top` output of a muster run, shown in the summary")
 	profileCommand := fs.String("profile-command", "", "how the profile was made")
 	apiServer := fs.String("apiserver", "", "bench/results/apiserver.txt (make bench-api) to show in the summary")
+	planner := fs.String("planner", "", "bench/results/planner.txt (the planner benchmarks' go test -bench output) to show in the summary")
 	_ = fs.Parse(args)
 	if fs.NArg() == 0 {
 		return fmt.Errorf("name at least one results directory")
 	}
 	o := report.SummaryOptions{Command: *command, Elapsed: *elapsed, Date: time.Now().UTC().Format("2006-01-02"), ProfileCommand: *profileCommand}
-	if *profile != "" {
-		data, err := os.ReadFile(*profile)
+	// Files shown in the summary, each when named.
+	for _, f := range []struct {
+		path string
+		into *string
+	}{{*profile, &o.Profile}, {*apiServer, &o.APIServer}, {*planner, &o.Planner}} {
+		if f.path == "" {
+			continue
+		}
+		data, err := os.ReadFile(f.path)
 		if err != nil {
 			return err
 		}
-		o.Profile = string(data)
-	}
-	if *apiServer != "" {
-		data, err := os.ReadFile(*apiServer)
-		if err != nil {
-			return err
-		}
-		o.APIServer = string(data)
+		*f.into = string(data)
 	}
 	section, err := report.Summary(fs.Args(), o)
 	if err != nil {

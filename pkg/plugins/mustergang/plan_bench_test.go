@@ -17,7 +17,7 @@ import (
 // is empty 8-GPU nodes in 32-node racks; the plan is forgotten after each
 // iteration so every iteration plans afresh.
 func BenchmarkPlanGang(b *testing.B) {
-	for _, n := range []int{1000, 5000} {
+	for _, n := range []int{1000, 5000, 15000} {
 		nodes := make([]*v1.Node, n)
 		for i := range nodes {
 			nodes[i] = testobj.MakeNode(fmt.Sprintf("n%05d", i)).GPUs(8).

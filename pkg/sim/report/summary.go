@@ -158,6 +158,9 @@ type SummaryOptions struct {
 	// APIServer is bench/results/apiserver.txt (make bench-api), shown as
 	// it is ("" when none).
 	APIServer string
+	// Planner is the planner benchmarks' `go test -bench` output
+	// (bench/results/planner.txt), rendered as a table ("" when none).
+	Planner string
 }
 
 // Summary renders results directories (one scenario and seed each; several
@@ -189,6 +192,9 @@ func Summary(dirs []string, o SummaryOptions) (string, error) {
 	if len(contended) > 0 {
 		contendedTables(&b, contended)
 		preemptionTable(&b, contended)
+	}
+	if o.Planner != "" {
+		plannerTable(&b, o.Planner)
 	}
 	slower(&b, equal, contended)
 	if o.Profile != "" {

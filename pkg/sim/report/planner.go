@@ -1,0 +1,81 @@
+package report
+
+import (
+	"bufio"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// PlannerTargets are issue 15's bounds on planning one gang, by cluster
+// size: ms per plan, median of the runs.
+var PlannerTargets = map[int]float64{5000: 1, 15000: 2}
+
+// benchLine matches one result line of `go test -bench`:
+// "BenchmarkCompute/nodes=5000/8x8gpu-avoid-2   2823   434805 ns/op ...".
+var benchLine = regexp.MustCompile(`^(Benchmark[^/\s]+)/nodes=(\d+)/(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op`)
+
+// plannerCase is one benchmark case and its runs (ms per plan).
+type plannerCase struct {
+	bench, name string
+	nodes       int
+	ms          []float64
+}
+
+// parsePlanner reads the cases of `go test -bench -count N` output in the
+// order they first appear.
+func parsePlanner(out string) []*plannerCase {
+	var cases []*plannerCase
+	byKey := map[string]*plannerCase{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		nodes, _ := strconv.Atoi(m[2])
+		ns, err := strconv.ParseFloat(m[4], 64)
+		if err != nil {
+			continue
+		}
+		key := m[1] + "/" + m[2] + "/" + m[3]
+		c := byKey[key]
+		if c == nil {
+			c = &plannerCase{bench: m[1], name: m[3], nodes: nodes}
+			byKey[key] = c
+			cases = append(cases, c)
+		}
+		c.ms = append(c.ms, ns/1e6)
+	}
+	return cases
+}
+
+// plannerTable renders the planner benchmarks (make bench's
+// bench/results/planner.txt): ms per gang plan, median and range, and the
+// targets per cluster size.
+func plannerTable(b *strings.Builder, out string) {
+	cases := parsePlanner(out)
+	if len(cases) == 0 {
+		return
+	}
+	b.WriteString("\n### Planning one gang\n\n")
+	b.WriteString("`BenchmarkCompute` is the planner alone over a snapshot of empty 8-GPU nodes in 32-node racks; `BenchmarkPlanGang` is the whole plan in the first member's PreFilter as the scheduler pays it, the profile's filters (NodeResourcesFit, InterPodAffinity) confirming every choice. ms per plan, median (range) of the runs (bench/results/planner.txt).\n\n")
+	b.WriteString("| benchmark | nodes | gang | ms per plan | runs | target |\n|---|--:|---|--:|--:|---|\n")
+	worst := map[int]float64{}
+	for _, c := range cases {
+		s := SpreadOf(c.ms)
+		target := "–"
+		if want, ok := PlannerTargets[c.nodes]; ok {
+			target = fmt.Sprintf("≤ %g ms: %s", want, map[bool]string{true: "met", false: "missed"}[s.Median <= want])
+			worst[c.nodes] = max(worst[c.nodes], s.Median)
+		}
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %d | %s |\n", c.bench, c.nodes, c.name, s.Format("%.3f"), s.N, target)
+	}
+	for _, nodes := range []int{5000, 15000} {
+		if w, ok := worst[nodes]; ok {
+			fmt.Fprintf(b, "\nSlowest median at %d nodes: %.3f ms (target ≤ %g ms).", nodes, w, PlannerTargets[nodes])
+		}
+	}
+	b.WriteString("\n")
+}

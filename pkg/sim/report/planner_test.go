@@ -1,0 +1,41 @@
+package report
+
+import (
+	"strings"
+	"testing"
+)
+
+// The planner table reads `go test -bench -count N` output: one row per
+// case with the median and range of its runs, and the verdict against the
+// target of its cluster size.
+func TestPlannerTable(t *testing.T) {
+	out := `goos: linux
+pkg: github.com/muster-sched/muster/pkg/gang
+BenchmarkCompute/nodes=5000/8x8gpu-avoid-2         	    2823	    400000 ns/op	  239396 B/op	     154 allocs/op
+BenchmarkCompute/nodes=5000/8x8gpu-avoid-2         	    2852	    600000 ns/op	  239292 B/op	     154 allocs/op
+BenchmarkCompute/nodes=5000/8x8gpu-avoid-2         	    2852	    500000 ns/op	  239292 B/op	     154 allocs/op
+BenchmarkCompute/nodes=15000/64x8gpu-avoid-2       	     900	   2500000 ns/op
+PASS
+pkg: github.com/muster-sched/muster/pkg/plugins/mustergang
+BenchmarkPlanGang/nodes=1000/8x1gpu-2              	    1000	   1200000 ns/op
+`
+	var b strings.Builder
+	plannerTable(&b, out)
+	got := b.String()
+	for _, want := range []string{
+		"| BenchmarkCompute | 5000 | 8x8gpu-avoid | 0.500 (0.400–0.600) | 3 | ≤ 1 ms: met |",
+		"| BenchmarkCompute | 15000 | 64x8gpu-avoid | 2.500 | 1 | ≤ 2 ms: missed |",
+		"| BenchmarkPlanGang | 1000 | 8x1gpu | 1.200 | 1 | – |",
+		"Slowest median at 5000 nodes: 0.500 ms",
+		"Slowest median at 15000 nodes: 2.500 ms",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+	b.Reset()
+	plannerTable(&b, "PASS\n")
+	if b.Len() != 0 {
+		t.Errorf("no benchmark lines, yet a table:\n%s", b.String())
+	}
+}
