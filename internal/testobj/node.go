@@ -6,13 +6,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 )
 
 // NodeWrapper builds a Node.
-type NodeWrapper struct{ corev1.Node }
+type NodeWrapper struct {
+	corev1.Node
+	objectMeta[*NodeWrapper]
+}
 
 // MakeNode starts node name as its kubelet would register a GPU machine of
 // muster's tests: the hostname label, and a capacity (the same list is the
@@ -25,23 +27,16 @@ func MakeNode(name string) *NodeWrapper {
 		corev1.ResourcePods:             resource.MustParse("110"),
 		configv1.DefaultGPUResourceName: *resource.NewQuantity(0, resource.DecimalSI),
 	}
-	return &NodeWrapper{corev1.Node{
+	n := &NodeWrapper{Node: corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{configv1.LabelHostname: name}},
 		Status:     corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
 	}}
+	n.objectMeta = newObjectMeta(n, &n.ObjectMeta)
+	return n
 }
 
 // Obj returns the Node.
 func (n *NodeWrapper) Obj() *corev1.Node { return &n.Node }
-
-// UID sets the node's UID.
-func (n *NodeWrapper) UID(uid string) *NodeWrapper { n.ObjectMeta.UID = types.UID(uid); return n }
-
-// Label sets label k to v.
-func (n *NodeWrapper) Label(k, v string) *NodeWrapper {
-	metav1.SetMetaDataLabel(&n.ObjectMeta, k, v)
-	return n
-}
 
 // Rack sets the rack label (the default preset's rack level).
 func (n *NodeWrapper) Rack(rack string) *NodeWrapper { return n.Label(configv1.LabelRack, rack) }

@@ -2,7 +2,6 @@ package testobj
 
 import (
 	"strconv"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,42 +11,20 @@ import (
 )
 
 // PodWrapper builds a Pod.
-type PodWrapper struct{ corev1.Pod }
+type PodWrapper struct {
+	corev1.Pod
+	objectMeta[*PodWrapper]
+}
 
 // MakePod starts pod namespace/name with an empty spec.
 func MakePod(namespace, name string) *PodWrapper {
-	return &PodWrapper{corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}}
+	p := &PodWrapper{Pod: corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}}
+	p.objectMeta = newObjectMeta(p, &p.ObjectMeta)
+	return p
 }
 
 // Obj returns the Pod.
 func (p *PodWrapper) Obj() *corev1.Pod { return &p.Pod }
-
-// GenerateName sets the prefix the API server names the pod from.
-func (p *PodWrapper) GenerateName(prefix string) *PodWrapper {
-	p.ObjectMeta.GenerateName = prefix
-	return p
-}
-
-// UID sets the pod's UID.
-func (p *PodWrapper) UID(uid string) *PodWrapper { p.ObjectMeta.UID = types.UID(uid); return p }
-
-// Created sets the creation timestamp.
-func (p *PodWrapper) Created(t time.Time) *PodWrapper {
-	p.CreationTimestamp = metav1.NewTime(t)
-	return p
-}
-
-// Label sets label k to v.
-func (p *PodWrapper) Label(k, v string) *PodWrapper {
-	metav1.SetMetaDataLabel(&p.ObjectMeta, k, v)
-	return p
-}
-
-// Annotation sets annotation k to v.
-func (p *PodWrapper) Annotation(k, v string) *PodWrapper {
-	metav1.SetMetaDataAnnotation(&p.ObjectMeta, k, v)
-	return p
-}
 
 // OwnedByJob sets the pod's one owner reference: a controller reference to
 // Job name (uid may be empty), which makes it a member of the Job's gang.

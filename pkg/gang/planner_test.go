@@ -392,16 +392,19 @@ func withFailedIndexes(job *batchv1.Job, indexes string) *batchv1.Job {
 	return job
 }
 
+// quorumPod is a gang member with the min-available annotation, or none
+// when minAvailable is "".
+func quorumPod(minAvailable string) *v1.Pod {
+	p := &v1.Pod{}
+	if minAvailable != "" {
+		p.Annotations = map[string]string{AnnotationMinAvailable: minAvailable}
+	}
+	return p
+}
+
 func TestJobQuorum(t *testing.T) {
 	job := func(parallelism, completions, succeeded int32) *batchv1.Job {
 		return &batchv1.Job{Spec: batchv1.JobSpec{Parallelism: &parallelism, Completions: &completions}, Status: batchv1.JobStatus{Succeeded: succeeded}}
-	}
-	pod := func(minAvailable string) *v1.Pod {
-		p := &v1.Pod{}
-		if minAvailable != "" {
-			p.Annotations = map[string]string{AnnotationMinAvailable: minAvailable}
-		}
-		return p
 	}
 	tests := []struct {
 		name    string
@@ -410,20 +413,20 @@ func TestJobQuorum(t *testing.T) {
 		want    int
 		wantErr string
 	}{
-		{"parallelism", job(4, 4, 0), pod(""), 4, ""},
-		{"capped by completions left", job(4, 8, 6), pod(""), 2, ""},
-		{"all done but one replacement", job(4, 4, 4), pod(""), 1, ""},
-		{"lowered by annotation", job(4, 4, 0), pod("3"), 3, ""},
-		{"annotation above parallelism", job(4, 4, 0), pod("5"), 0, "the Job runs at most 4 pods at once"},
-		{"annotation equal to parallelism after a member succeeded", job(4, 4, 1), pod("4"), 3, ""},
-		{"indexes failed for good are not waited for", withFailedIndexes(job(4, 4, 0), "0,2-3"), pod(""), 1, ""},
+		{"parallelism", job(4, 4, 0), quorumPod(""), 4, ""},
+		{"capped by completions left", job(4, 8, 6), quorumPod(""), 2, ""},
+		{"all done but one replacement", job(4, 4, 4), quorumPod(""), 1, ""},
+		{"lowered by annotation", job(4, 4, 0), quorumPod("3"), 3, ""},
+		{"annotation above parallelism", job(4, 4, 0), quorumPod("5"), 0, "the Job runs at most 4 pods at once"},
+		{"annotation equal to parallelism after a member succeeded", job(4, 4, 1), quorumPod("4"), 3, ""},
+		{"indexes failed for good are not waited for", withFailedIndexes(job(4, 4, 0), "0,2-3"), quorumPod(""), 1, ""},
 		{"failed indexes without backoffLimitPerIndex are retried", func() *batchv1.Job {
 			j := withFailedIndexes(job(4, 4, 0), "1")
 			j.Spec.BackoffLimitPerIndex = nil
 			return j
-		}(), pod(""), 4, ""},
-		{"annotation zero", job(4, 4, 0), pod("0"), 0, "must be a positive integer"},
-		{"annotation not a number", job(4, 4, 0), pod("three"), 0, "must be a positive integer"},
+		}(), quorumPod(""), 4, ""},
+		{"annotation zero", job(4, 4, 0), quorumPod("0"), 0, "must be a positive integer"},
+		{"annotation not a number", job(4, 4, 0), quorumPod("three"), 0, "must be a positive integer"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -445,13 +448,6 @@ func TestStatefulSetQuorum(t *testing.T) {
 	sts := func(replicas int32, policy appsv1.PodManagementPolicyType) *appsv1.StatefulSet {
 		return &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: &replicas, PodManagementPolicy: policy}}
 	}
-	pod := func(minAvailable string) *v1.Pod {
-		p := &v1.Pod{}
-		if minAvailable != "" {
-			p.Annotations = map[string]string{AnnotationMinAvailable: minAvailable}
-		}
-		return p
-	}
 	tests := []struct {
 		name        string
 		sts         *appsv1.StatefulSet
@@ -460,13 +456,13 @@ func TestStatefulSetQuorum(t *testing.T) {
 		wantOrdered bool
 		wantErr     string
 	}{
-		{"parallel: replicas", sts(3, appsv1.ParallelPodManagement), pod(""), 3, false, ""},
-		{"parallel: lowered by annotation", sts(4, appsv1.ParallelPodManagement), pod("2"), 2, false, ""},
-		{"parallel: annotation above replicas", sts(2, appsv1.ParallelPodManagement), pod("3"), 0, false, "has 2 replicas"},
-		{"parallel: scaled to zero still places a pod it meets", sts(0, appsv1.ParallelPodManagement), pod(""), 1, false, ""},
-		{"ordered ready: one at a time", sts(3, appsv1.OrderedReadyPodManagement), pod(""), 1, true, ""},
-		{"default policy is ordered ready", sts(3, ""), pod("3"), 1, true, ""},
-		{"annotation not a number", sts(3, appsv1.ParallelPodManagement), pod("x"), 0, false, "must be a positive integer"},
+		{"parallel: replicas", sts(3, appsv1.ParallelPodManagement), quorumPod(""), 3, false, ""},
+		{"parallel: lowered by annotation", sts(4, appsv1.ParallelPodManagement), quorumPod("2"), 2, false, ""},
+		{"parallel: annotation above replicas", sts(2, appsv1.ParallelPodManagement), quorumPod("3"), 0, false, "has 2 replicas"},
+		{"parallel: scaled to zero still places a pod it meets", sts(0, appsv1.ParallelPodManagement), quorumPod(""), 1, false, ""},
+		{"ordered ready: one at a time", sts(3, appsv1.OrderedReadyPodManagement), quorumPod(""), 1, true, ""},
+		{"default policy is ordered ready", sts(3, ""), quorumPod("3"), 1, true, ""},
+		{"annotation not a number", sts(3, appsv1.ParallelPodManagement), quorumPod("x"), 0, false, "must be a positive integer"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

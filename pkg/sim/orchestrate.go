@@ -91,13 +91,18 @@ func LogPath(out, scheduler string) string {
 	return filepath.Join(out, "runs", scheduler+".log")
 }
 
+// loadPlan loads the scenario at path and expands it for seed.
+func loadPlan(path string, seed uint64) (*scenario.Plan, error) {
+	sc, err := scenario.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return sc.Expand(seed)
+}
+
 // RunChild is the child process's work: run one scheduler, write its run.
 func RunChild(ctx context.Context, c ChildConfig) error {
-	sc, err := scenario.Load(c.ScenarioPath)
-	if err != nil {
-		return err
-	}
-	plan, err := sc.Expand(c.Seed)
+	plan, err := loadPlan(c.ScenarioPath, c.Seed)
 	if err != nil {
 		return err
 	}
@@ -134,11 +139,7 @@ type Invocation struct {
 // (GenericWorkload is process-wide, and parallel runs would share the two
 // cores and skew each other's timing), then writes the report.
 func RunAll(ctx context.Context, inv Invocation) error {
-	sc, err := scenario.Load(inv.ScenarioPath)
-	if err != nil {
-		return err
-	}
-	plan, err := sc.Expand(inv.Seed)
+	plan, err := loadPlan(inv.ScenarioPath, inv.Seed)
 	if err != nil {
 		return err
 	}
@@ -154,7 +155,7 @@ func RunAll(ctx context.Context, inv Invocation) error {
 		cmd := exec.CommandContext(ctx, inv.Exe, append(c.Args(), inv.ExtraArgs...)...)
 		cmd.Stdout, cmd.Stderr = inv.Stderr, inv.Stderr
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("scheduler %s on %s failed: %w (scheduler log: %s)", name, sc.Name, err, LogPath(inv.Out, name))
+			return fmt.Errorf("scheduler %s on %s failed: %w (scheduler log: %s)", name, plan.Scenario.Name, err, LogPath(inv.Out, name))
 		}
 		run, err := report.ReadRun(RunPath(inv.Out, name))
 		if err != nil {

@@ -92,11 +92,13 @@ func TestNativeGangIsNotStrandedInBackoff(t *testing.T) {
 
 func smallPlan(tb testing.TB, seed uint64) *scenario.Plan {
 	tb.Helper()
-	s, err := scenario.Load("../../bench/scenarios/small.yaml")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p, err := s.Expand(seed)
+	return benchPlan(tb, "small.yaml", seed)
+}
+
+// benchPlan is the plan of bench/scenarios/file for seed.
+func benchPlan(tb testing.TB, file string, seed uint64) *scenario.Plan {
+	tb.Helper()
+	p, err := loadPlan("../../bench/scenarios/"+file, seed)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -246,14 +248,7 @@ func TestProgressLines(t *testing.T) {
 // beyond what no scheduler can avoid; the default profile's pod-by-pod
 // preemption leaves victim gangs partly running.
 func TestPriorityPreemptsWholeGangs(t *testing.T) {
-	s, err := scenario.Load("../../bench/scenarios/priority.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := s.Expand(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := benchPlan(t, "priority.yaml", 1)
 	r := run(t, plan, Muster)
 	p := r.Details.Preemption
 	if p == nil {
@@ -349,14 +344,7 @@ func TestMostAllocatedControl(t *testing.T) {
 // None binds every pod itself (no scheduling attempt) and refuses a
 // scenario in which a pod does not fit on arrival.
 func TestNoneIsTheHarnessAlone(t *testing.T) {
-	s, err := scenario.Load("../../bench/scenarios/equal-burst-g8-n1000.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := s.Expand(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := benchPlan(t, "equal-burst-g8-n1000.yaml", 1)
 	r := run(t, plan, None)
 	if r.Details.PodsBound != plan.TotalPods() || r.Metrics.GangsCompleted != len(plan.Jobs) || r.Details.Extra["schedule_attempts"] != 0 {
 		t.Errorf("none: %d of %d pods bound, %d of %d jobs done, %.0f attempts", r.Details.PodsBound, plan.TotalPods(),

@@ -115,6 +115,17 @@ func TestLeastPrivilege(t *testing.T) {
 	})
 
 	pod := c.jobPods("mnist")[0]
+	// updateJobAs writes the Job mnist, as the admin reads it, back as as.
+	updateJobAs := func(as *controlplane.ControlPlane) func() error {
+		return func() error {
+			j, err := admin.Client.BatchV1().Jobs(c.ns).Get(ctx, "mnist", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			_, err = as.Client.BatchV1().Jobs(c.ns).Update(ctx, j, metav1.UpdateOptions{})
+			return err
+		}
+	}
 	denied := []struct {
 		who  string
 		what string
@@ -142,14 +153,7 @@ func TestLeastPrivilege(t *testing.T) {
 				&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kube-scheduler", Namespace: "kube-system"}}, metav1.CreateOptions{})
 			return err
 		}},
-		{"scheduler", "update Jobs", func() error {
-			j, err := admin.Client.BatchV1().Jobs(c.ns).Get(ctx, "mnist", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			_, err = sched.Client.BatchV1().Jobs(c.ns).Update(ctx, j, metav1.UpdateOptions{})
-			return err
-		}},
+		{"scheduler", "update Jobs", updateJobAs(sched)},
 		{"controller", "get a Secret it did not create", func() error {
 			_, err := ctrl.Client.CoreV1().Secrets(c.ns).Get(ctx, theirs.Name, metav1.GetOptions{})
 			return err
@@ -185,14 +189,7 @@ func TestLeastPrivilege(t *testing.T) {
 				metav1.CreateOptions{})
 			return err
 		}},
-		{"controller", "update Jobs", func() error {
-			j, err := admin.Client.BatchV1().Jobs(c.ns).Get(ctx, "mnist", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			_, err = ctrl.Client.BatchV1().Jobs(c.ns).Update(ctx, j, metav1.UpdateOptions{})
-			return err
-		}},
+		{"controller", "update Jobs", updateJobAs(ctrl)},
 		{"controller", "write ConfigMaps", func() error {
 			_, err := ctrl.Client.CoreV1().ConfigMaps(c.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
 			return err

@@ -18,29 +18,30 @@ const (
 )
 
 var (
-	reconcilesTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem:      "muster",
-		Name:           "tfconfig_reconciles_total",
-		Help:           "Reconciles of TF_CONFIG Jobs and StatefulSets by result (synced, invalid, waiting, conflict, cleaned, error).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"result"})
+	reconcilesTotal = newCounterVec("tfconfig_reconciles_total",
+		"Reconciles of TF_CONFIG Jobs and StatefulSets by result (synced, invalid, waiting, conflict, cleaned, error).",
+		"result")
 
-	secretWritesTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem:      "muster",
-		Name:           "tfconfig_secret_writes_total",
-		Help:           "TF_CONFIG Secret writes, by operation: apply (server-side apply, a no-op when nothing changed), release (fields applied to someone else's Secret given back), delete.",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"operation"})
+	secretWritesTotal = newCounterVec("tfconfig_secret_writes_total",
+		"TF_CONFIG Secret writes, by operation: apply (server-side apply, a no-op when nothing changed), release (fields applied to someone else's Secret given back), delete.",
+		"operation")
 
-	serviceWritesTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem:      "muster",
-		Name:           "tfconfig_service_writes_total",
-		Help:           "Headless Services written for TF_CONFIG Jobs and StatefulSets, by operation (create, update, delete).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"operation"})
+	serviceWritesTotal = newCounterVec("tfconfig_service_writes_total",
+		"Headless Services written for TF_CONFIG Jobs and StatefulSets, by operation (create, update, delete).",
+		"operation")
 
 	registerMetrics sync.Once
 )
+
+// newCounterVec makes an ALPHA counter vector of subsystem muster.
+func newCounterVec(name, help string, labels ...string) *metrics.CounterVec {
+	return metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "muster",
+		Name:           name,
+		Help:           help,
+		StabilityLevel: metrics.ALPHA,
+	}, labels)
+}
 
 // RegisterMetrics registers the controller's metrics in the legacy registry; NewController calls it.
 func RegisterMetrics() {

@@ -10,48 +10,50 @@ import (
 // Metrics on the scheduler's /metrics, subsystem muster. Per-plugin latency
 // is already measured by the framework.
 var (
-	gangsScheduled = metrics.NewCounter(&metrics.CounterOpts{
-		Subsystem: "muster", Name: "gangs_scheduled_total", StabilityLevel: metrics.ALPHA,
-		Help: "Gangs whose planned members were all reserved and released to bind.",
-	})
-	gangLatency = metrics.NewHistogram(&metrics.HistogramOpts{
-		Subsystem: "muster", Name: "gang_scheduling_duration_seconds", StabilityLevel: metrics.ALPHA,
-		Help:    "Time from a gang's first member being seen to the whole gang being released to bind.",
-		Buckets: metrics.ExponentialBuckets(0.01, 2, 18),
-	})
-	planDuration = metrics.NewHistogram(&metrics.HistogramOpts{
-		Subsystem: "muster", Name: "gang_plan_duration_seconds", StabilityLevel: metrics.ALPHA,
-		Help:    "Time to compute one whole-gang placement plan.",
-		Buckets: metrics.ExponentialBuckets(0.0001, 2, 16),
-	})
-	unplaceable = metrics.NewCounter(&metrics.CounterOpts{
-		Subsystem: "muster", Name: "gang_unplaceable_total", StabilityLevel: metrics.ALPHA,
-		Help: "Planning attempts that found no placement for the whole gang.",
-	})
-	timeouts = metrics.NewCounter(&metrics.CounterOpts{
-		Subsystem: "muster", Name: "gang_timeouts_total", StabilityLevel: metrics.ALPHA,
-		Help: "Gang plans dropped because not every member was reserved before the deadline.",
-	})
-	rejections = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem: "muster", Name: "gang_rejections_total", StabilityLevel: metrics.ALPHA,
-		Help: "Gang plans dropped, by cause (timeout, rejected, member_deleted, plan_broken).",
-	}, []string{"cause"})
-	wakes = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem: "muster", Name: "gang_wakes_total", StabilityLevel: metrics.ALPHA,
-		Help: "Times muster moved a gang's pending pods to the active queue itself, outside the framework's queueing hints, by reason.",
-	}, []string{"reason"})
+	gangsScheduled = newCounter("gangs_scheduled_total",
+		"Gangs whose planned members were all reserved and released to bind.")
+	gangLatency = newHistogram("gang_scheduling_duration_seconds",
+		"Time from a gang's first member being seen to the whole gang being released to bind.",
+		metrics.ExponentialBuckets(0.01, 2, 18))
+	planDuration = newHistogram("gang_plan_duration_seconds",
+		"Time to compute one whole-gang placement plan.",
+		metrics.ExponentialBuckets(0.0001, 2, 16))
+	unplaceable = newCounter("gang_unplaceable_total",
+		"Planning attempts that found no placement for the whole gang.")
+	timeouts = newCounter("gang_timeouts_total",
+		"Gang plans dropped because not every member was reserved before the deadline.")
+	rejections = newCounterVec("gang_rejections_total",
+		"Gang plans dropped, by cause (timeout, rejected, member_deleted, plan_broken).", "cause")
+	wakes = newCounterVec("gang_wakes_total",
+		"Times muster moved a gang's pending pods to the active queue itself, outside the framework's queueing hints, by reason.", "reason")
 
-	preemptions = metrics.NewCounter(&metrics.CounterOpts{
-		Subsystem: "muster", Name: "gang_preemptions_total", StabilityLevel: metrics.ALPHA,
-		Help: "Preemptions carried out for a gang (or a pod scheduled alone): each evicts whole lower-priority gangs or lone pods.",
-	})
-	preemptedGPUs = metrics.NewCounter(&metrics.CounterOpts{
-		Subsystem: "muster", Name: "gang_preempted_gpus_total", StabilityLevel: metrics.ALPHA,
-		Help: "GPUs requested by the pods evicted by preemption.",
-	})
+	preemptions = newCounter("gang_preemptions_total",
+		"Preemptions carried out for a gang (or a pod scheduled alone): each evicts whole lower-priority gangs or lone pods.")
+	preemptedGPUs = newCounter("gang_preempted_gpus_total",
+		"GPUs requested by the pods evicted by preemption.")
 
 	registerOnce sync.Once
 )
+
+// newCounter, newCounterVec and newHistogram make an ALPHA metric of
+// subsystem muster.
+func newCounter(name, help string) *metrics.Counter {
+	return metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem: "muster", Name: name, StabilityLevel: metrics.ALPHA, Help: help,
+	})
+}
+
+func newCounterVec(name, help string, labels ...string) *metrics.CounterVec {
+	return metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem: "muster", Name: name, StabilityLevel: metrics.ALPHA, Help: help,
+	}, labels)
+}
+
+func newHistogram(name, help string, buckets []float64) *metrics.Histogram {
+	return metrics.NewHistogram(&metrics.HistogramOpts{
+		Subsystem: "muster", Name: name, StabilityLevel: metrics.ALPHA, Help: help, Buckets: buckets,
+	})
+}
 
 func registerMetrics() {
 	registerOnce.Do(func() {

@@ -116,30 +116,27 @@ func TestQueueingHints(t *testing.T) {
 	groupPod := lonePod("grouped", 5, 0)
 	groupPod.Labels = map[string]string{"scheduling.x-k8s.io/pod-group": "pg"}
 
-	podHints := []struct {
+	// A pod hint's case: pod waits, other is the pod added or deleted.
+	type podHint struct {
 		name  string
 		pod   *v1.Pod
-		added interface{}
+		other interface{}
 		want  fwk.QueueingHint
-	}{
+	}
+	podHints := []podHint{
 		{"sibling added", member, sibling, fwk.Queue},
 		{"other gang's pod added", member, stranger, fwk.QueueSkip},
 		{"lone pod added", member, lone, fwk.QueueSkip},
 		{"lone pod is not woken by pods", lone, lonePod("other", 6, 0), fwk.QueueSkip},
 		{"not a pod: queue when unsure", member, "garbage", fwk.Queue},
 	}
-	deleted := []struct {
-		name string
-		pod  *v1.Pod
-		gone interface{}
-		want fwk.QueueingHint
-	}{
+	deleted := []podHint{
 		{"pending sibling deleted", member, sibling, fwk.Queue},
 		{"other gang's pending pod deleted", member, stranger, fwk.QueueSkip},
 	}
 	for _, tc := range deleted {
 		t.Run("deleted/"+tc.name, func(t *testing.T) {
-			got, err := p.sameGangDeleted(logger, tc.pod, tc.gone, nil)
+			got, err := p.sameGangDeleted(logger, tc.pod, tc.other, nil)
 			if err != nil || got != tc.want {
 				t.Errorf("sameGangDeleted = %v, %v; want %v", got, err, tc.want)
 			}
@@ -175,13 +172,12 @@ func TestQueueingHints(t *testing.T) {
 	}
 	for _, tc := range podHints {
 		t.Run("pod/"+tc.name, func(t *testing.T) {
-			got, err := p.sameGangPod(logger, tc.pod, nil, tc.added)
+			got, err := p.sameGangPod(logger, tc.pod, nil, tc.other)
 			if err != nil || got != tc.want {
 				t.Errorf("sameGangPod = %v, %v; want %v", got, err, tc.want)
 			}
 		})
 	}
-
 }
 
 // TestEventsToRegisterArePodsAndNodesOnly: owners' changes come through the

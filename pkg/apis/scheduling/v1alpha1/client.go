@@ -55,24 +55,26 @@ func (c *Client) Get(ctx context.Context, namespace, name string) (*PodGroup, er
 
 // Create creates a PodGroup.
 func (c *Client) Create(ctx context.Context, pg *PodGroup) (*PodGroup, error) {
-	u, err := toUnstructured(pg)
-	if err != nil {
-		return nil, err
-	}
-	out, err := c.dyn.Resource(Resource).Namespace(pg.Namespace).Create(ctx, u, metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
-	return FromUnstructured(out)
+	return c.send(pg, func(r dynamic.ResourceInterface, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+		return r.Create(ctx, u, metav1.CreateOptions{})
+	})
 }
 
 // UpdateStatus writes the status subresource.
 func (c *Client) UpdateStatus(ctx context.Context, pg *PodGroup) (*PodGroup, error) {
+	return c.send(pg, func(r dynamic.ResourceInterface, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+		return r.UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	})
+}
+
+// send converts pg, hands it to write on pg's namespace and decodes the
+// PodGroup the API server answers with.
+func (c *Client) send(pg *PodGroup, write func(dynamic.ResourceInterface, *unstructured.Unstructured) (*unstructured.Unstructured, error)) (*PodGroup, error) {
 	u, err := toUnstructured(pg)
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.dyn.Resource(Resource).Namespace(pg.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	out, err := write(c.dyn.Resource(Resource).Namespace(pg.Namespace), u)
 	if err != nil {
 		return nil, err
 	}
