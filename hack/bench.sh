@@ -21,30 +21,21 @@ set -o errexit -o nounset -o pipefail
 
 cd "$(dirname "$0")/.."
 FULL=${FULL:-}
-if [[ -n "${FULL}" ]]; then
-  all_equal=""
-  for kind in burst steady; do
-    for nodes in 1000 5000 15000; do
-      for workers in 2 8 64; do
-        all_equal+=" equal-${kind}-g${workers}-n${nodes}"
-      done
-    done
-  done
-  EQUAL_SCENARIOS=${EQUAL_SCENARIOS:-${all_equal}}
-  TAS_EQUAL_SCENARIOS=${TAS_EQUAL_SCENARIOS:-${all_equal}}
-  CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS:-"exact-fill contention priority spot-churn steady large"}
-fi
-# The standard set: every stream and every burst (gangs of 2, 8 and 64 at
-# 1000, 5000 and 15000 nodes).
-standard_equal=""
+# Every equal-work scenario: streams and bursts of gangs of 2, 8 and 64 at
+# 1000, 5000 and 15000 nodes. All of them are the standard set.
+all_equal=""
 for kind in steady burst; do
   for nodes in 1000 5000 15000; do
     for workers in 2 8 64; do
-      standard_equal+=" equal-${kind}-g${workers}-n${nodes}"
+      all_equal+=" equal-${kind}-g${workers}-n${nodes}"
     done
   done
 done
-EQUAL_SCENARIOS=${EQUAL_SCENARIOS-"${standard_equal}"}
+if [[ -n "${FULL}" ]]; then
+  TAS_EQUAL_SCENARIOS=${TAS_EQUAL_SCENARIOS:-${all_equal}}
+  CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS:-"exact-fill contention priority spot-churn steady large"}
+fi
+EQUAL_SCENARIOS=${EQUAL_SCENARIOS-"${all_equal}"}
 # Native gang scheduling with TAS costs tens of seconds per run at 5000 nodes
 # and more (its placement evaluation); the standard set runs it where it is
 # affordable.

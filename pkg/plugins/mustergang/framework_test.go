@@ -203,17 +203,13 @@ func newTestFramework(t testing.TB, workers int32, nodes []*v1.Node, pods []*v1.
 }
 
 // takeEvents returns the Events recorded since the last call, each as
-// "type reason action message kind/namespace/name".
+// "type reason action message {kind=…,apiVersion=…}".
 func (f *testFramework) takeEvents() []string {
-	var got []string
-	for {
-		select {
-		case e := <-f.events.Events:
-			got = append(got, e)
-		default:
-			return got
-		}
+	got := make([]string, len(f.events.Events))
+	for i := range got {
+		got[i] = <-f.events.Events
 	}
+	return got
 }
 
 func (f *testFramework) preFilter(t testing.TB, pod *v1.Pod) (fwk.CycleState, *fwk.Status) {

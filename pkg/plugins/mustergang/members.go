@@ -28,6 +28,15 @@ type gangInfo struct {
 	noGang string
 }
 
+// ownerMissing explains a failed lookup of the gang's owner: a missing one by
+// name, any other error as it is.
+func ownerMissing(key gang.Key, kind string, err error) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("gang %s: %s %s not found in namespace %s", key, kind, key.Name, key.Namespace)
+	}
+	return err
+}
+
 // resolve finds the pod's gang and its quorum. ok is false for a pod
 // scheduled alone; err explains a gang that cannot be served yet or at all.
 func (p *Plugin) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
@@ -40,10 +49,7 @@ func (p *Plugin) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
 	case gang.KindJob:
 		job, err := p.jobs.Jobs(key.Namespace).Get(key.Name)
 		if err != nil {
-			if apierrors.IsNotFound(err) {
-				return info, true, fmt.Errorf("gang %s: Job %s not found", key, key.Name)
-			}
-			return info, true, err
+			return info, true, ownerMissing(key, "Job", err)
 		}
 		info.owner = jobRef(job)
 		if info.quorum, err = gang.JobQuorum(job, pod); err != nil {
@@ -52,10 +58,7 @@ func (p *Plugin) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
 	case gang.KindStatefulSet:
 		sts, err := p.sets.StatefulSets(key.Namespace).Get(key.Name)
 		if err != nil {
-			if apierrors.IsNotFound(err) {
-				return info, true, fmt.Errorf("gang %s: StatefulSet %s not found", key, key.Name)
-			}
-			return info, true, err
+			return info, true, ownerMissing(key, "StatefulSet", err)
 		}
 		info.owner = statefulSetRef(sts)
 		var orderedReady bool
@@ -74,10 +77,7 @@ func (p *Plugin) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
 		}
 		obj, err := p.podGroups.ByNamespace(key.Namespace).Get(key.Name)
 		if err != nil {
-			if apierrors.IsNotFound(err) {
-				return info, true, fmt.Errorf("gang %s: PodGroup %s not found in namespace %s", key, key.Name, key.Namespace)
-			}
-			return info, true, err
+			return info, true, ownerMissing(key, "PodGroup", err)
 		}
 		pg, err := v1alpha1.FromUnstructured(obj)
 		if err != nil {
