@@ -54,7 +54,7 @@ func TestTFConfigController(t *testing.T) {
 			t.Run(fmt.Sprintf("N=%d", tc.n), func(t *testing.T) {
 				ns := cp.Namespace(t, "tfconfig-content")
 				tfStartController(t, client, ns)
-				job := tfCreateJob(t, client, tfIndexedJob(ns, "mnist", tc.n).Subdomain(tc.subdomain).ContainerPorts(tfjobPort(tc.port)).Obj())
+				job := tfCreate(t, client.BatchV1().Jobs(ns).Create, tfIndexedJob(ns, "mnist", tc.n).Subdomain(tc.subdomain).ContainerPorts(tfjobPort(tc.port)).Obj())
 				want := tfWorkers(ns, "mnist", tc.subdomain, tc.n, tc.port)
 				secret := tfWaitForCluster(t, client, ns, "mnist", want)
 
@@ -80,7 +80,7 @@ func TestTFConfigController(t *testing.T) {
 	t.Run("resize", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-resize")
 		tfStartController(t, client, ns)
-		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2).Obj())
+		tfCreate(t, client.BatchV1().Jobs(ns).Create, tfIndexedJob(ns, "mnist", 2).Obj())
 		tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
 		for _, n := range []int32{5, 3} {
 			// Indexed Jobs may change completions together with parallelism. A merge patch does not
@@ -98,7 +98,7 @@ func TestTFConfigController(t *testing.T) {
 			t.Run(string(policy), func(t *testing.T) {
 				ns := cp.Namespace(t, "tfconfig-delete")
 				tfStartController(t, client, ns)
-				tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2).Obj())
+				tfCreate(t, client.BatchV1().Jobs(ns).Create, tfIndexedJob(ns, "mnist", 2).Obj())
 				tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
 				tfWaitForService(t, client, ns, "mnist")
 
@@ -142,7 +142,7 @@ func TestTFConfigController(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2).Obj())
+				tfCreate(t, client.BatchV1().Jobs(ns).Create, tfIndexedJob(ns, "mnist", 2).Obj())
 				if msg := tfWaitForEventOn(t, client, ns, "Job", "mnist", corev1.EventTypeWarning, tfconfig.ReasonSecretConflict); !strings.Contains(msg, tc.why) {
 					t.Errorf("%s event says %q, want it to say %q", tfconfig.ReasonSecretConflict, msg, tc.why)
 				}
@@ -174,7 +174,7 @@ func TestTFConfigController(t *testing.T) {
 	t.Run("a Secret replaced by the user is not deleted with the Job", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-replaced")
 		tfStartController(t, client, ns)
-		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2).Obj())
+		tfCreate(t, client.BatchV1().Jobs(ns).Create, tfIndexedJob(ns, "mnist", 2).Obj())
 		tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
 		tfWaitForService(t, client, ns, "mnist")
 		if err := client.CoreV1().Secrets(ns).Delete(t.Context(), "mnist-tf-config", metav1.DeleteOptions{}); err != nil {
@@ -204,7 +204,7 @@ func TestTFConfigController(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-foreign-service")
 		tfStartController(t, client, ns)
 		tfCheckForeignServiceKept(t, client, ns, "Job", "mnist", map[string]string{batchv1.JobNameLabel: "mnist"}, func() {
-			tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 2).Obj())
+			tfCreate(t, client.BatchV1().Jobs(ns).Create, tfIndexedJob(ns, "mnist", 2).Obj())
 		})
 	})
 
@@ -230,7 +230,7 @@ func TestTFConfigController(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				job := tfIndexedJob(ns, tc.name, 2)
 				tc.mutate(job)
-				tfCreateJob(t, client, job.Obj())
+				tfCreate(t, client.BatchV1().Jobs(ns).Create, job.Obj())
 				tfWaitForEvent(t, client, ns, tc.name, corev1.EventTypeWarning, tc.reason)
 				// The Event is recorded by the reconcile that decided not to write anything.
 				if _, err := client.CoreV1().Secrets(ns).Get(t.Context(), tc.name+"-tf-config", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -257,16 +257,16 @@ func TestTFConfigController(t *testing.T) {
 			return job.Obj()
 		}
 		// Created one by one: no Secret may appear before the last role exists.
-		tfCreateJob(t, client, member("w", tfconfig.RoleWorker, 3))
-		tfCreateJob(t, client, member("c", tfconfig.RoleChief, 1))
+		tfCreate(t, client.BatchV1().Jobs(ns).Create, member("w", tfconfig.RoleWorker, 3))
+		tfCreate(t, client.BatchV1().Jobs(ns).Create, member("c", tfconfig.RoleChief, 1))
 		tfWaitForEvent(t, client, ns, "c", corev1.EventTypeNormal, tfconfig.ReasonWaitingForGroup)
 		for _, name := range []string{"w", "c"} {
 			if _, err := client.CoreV1().Secrets(ns).Get(t.Context(), name+"-tf-config", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("Secret of %s written before the group was complete (err %v)", name, err)
 			}
 		}
-		tfCreateJob(t, client, member("p", tfconfig.RolePS, 2))
-		tfCreateJob(t, client, member("e", tfconfig.RoleEvaluator, 1))
+		tfCreate(t, client.BatchV1().Jobs(ns).Create, member("p", tfconfig.RolePS, 2))
+		tfCreate(t, client.BatchV1().Jobs(ns).Create, member("e", tfconfig.RoleEvaluator, 1))
 
 		want := fmt.Sprintf(`{"chief":%s,"ps":%s,"worker":%s}`,
 			tfAddrs(ns, "c", "c", 1, 2222), tfAddrs(ns, "p", "p", 2, 2222), tfAddrs(ns, "w", "w", 3, 2222))
@@ -281,7 +281,7 @@ func TestTFConfigController(t *testing.T) {
 	t.Run("restart changes nothing", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-restart")
 		stop := tfStartController(t, client, ns)
-		tfCreateJob(t, client, tfIndexedJob(ns, "mnist", 3).Obj())
+		tfCreate(t, client.BatchV1().Jobs(ns).Create, tfIndexedJob(ns, "mnist", 3).Obj())
 		secret := tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 3, 2222))
 		svc := tfWaitForService(t, client, ns, "mnist")
 		stop()
@@ -374,11 +374,12 @@ func tfjobPort(port int32) corev1.ContainerPort {
 	return corev1.ContainerPort{Name: tfconfig.PortName, ContainerPort: port}
 }
 
-func tfCreateJob(t *testing.T, client kubernetes.Interface, job *batchv1.Job) *batchv1.Job {
+// tfCreate creates obj with create (a typed client's Create), or fails the test.
+func tfCreate[T metav1.Object](t *testing.T, create func(context.Context, T, metav1.CreateOptions) (T, error), obj T) T {
 	t.Helper()
-	created, err := client.BatchV1().Jobs(job.Namespace).Create(t.Context(), job, metav1.CreateOptions{})
+	created, err := create(t.Context(), obj, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("creating Job %s: %v", job.Name, err)
+		t.Fatalf("creating %s: %v", obj.GetName(), err)
 	}
 	return created
 }
@@ -482,7 +483,7 @@ func TestTFConfigControllerStatefulSet(t *testing.T) {
 	t.Run("Secret content and scaling", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-sts")
 		tfStartController(t, client, ns)
-		set := tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 3).ServiceName("peers").ContainerPorts(tfjobPort(3333)).Obj())
+		set := tfCreate(t, client.AppsV1().StatefulSets(ns).Create, tfStatefulSet(ns, "tf", 3).ServiceName("peers").ContainerPorts(tfjobPort(3333)).Obj())
 		secret := tfWaitForCluster(t, client, ns, "tf", tfWorkers(ns, "tf", "peers", 3, 3333))
 		if !metav1.IsControlledBy(secret, set) || secret.Labels[tfconfig.JobLabel] != "tf" || len(secret.Data) != 1 || secret.Type != corev1.SecretTypeOpaque {
 			t.Errorf("Secret = labels %v, owners %+v, %d keys, type %s; want labelled, controlled by the StatefulSet, only %q, Opaque",
@@ -523,7 +524,7 @@ func TestTFConfigControllerStatefulSet(t *testing.T) {
 			t.Fatal(err)
 		}
 		set.Namespace = ns
-		set = tfCreateStatefulSet(t, client, set)
+		set = tfCreate(t, client.AppsV1().StatefulSets(ns).Create, set)
 		n := *set.Spec.Replicas
 		secret := tfWaitForCluster(t, client, ns, set.Name, tfWorkers(ns, set.Name, set.Spec.ServiceName, n, 2222))
 		svc := tfWaitForService(t, client, ns, set.Spec.ServiceName)
@@ -534,14 +535,14 @@ func TestTFConfigControllerStatefulSet(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-sts-foreign-service")
 		tfStartController(t, client, ns)
 		tfCheckForeignServiceKept(t, client, ns, "StatefulSet", "tf", map[string]string{"app": "tf"}, func() {
-			tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2).Obj())
+			tfCreate(t, client.AppsV1().StatefulSets(ns).Create, tfStatefulSet(ns, "tf", 2).Obj())
 		})
 	})
 
 	t.Run("no serviceName", func(t *testing.T) {
 		ns := cp.Namespace(t, "tfconfig-sts-no-service")
 		tfStartController(t, client, ns)
-		tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2).ServiceName("").Obj())
+		tfCreate(t, client.AppsV1().StatefulSets(ns).Create, tfStatefulSet(ns, "tf", 2).ServiceName("").Obj())
 		msg := tfWaitForEventOn(t, client, ns, "StatefulSet", "tf", corev1.EventTypeWarning, tfconfig.ReasonMissingServiceName)
 		if !strings.Contains(msg, "spec.serviceName") {
 			t.Errorf("%s event says %q, want it to name spec.serviceName", tfconfig.ReasonMissingServiceName, msg)
@@ -560,7 +561,7 @@ func TestTFConfigControllerStatefulSet(t *testing.T) {
 		t.Run(leave, func(t *testing.T) {
 			ns := cp.Namespace(t, "tfconfig-sts-cleanup")
 			tfStartController(t, client, ns)
-			tfCreateStatefulSet(t, client, tfStatefulSet(ns, "tf", 2).Obj())
+			tfCreate(t, client.AppsV1().StatefulSets(ns).Create, tfStatefulSet(ns, "tf", 2).Obj())
 			tfWaitForCluster(t, client, ns, "tf", tfWorkers(ns, "tf", "tf", 2, 2222))
 			tfWaitForService(t, client, ns, "tf")
 			var err error
@@ -588,15 +589,6 @@ func TestTFConfigControllerStatefulSet(t *testing.T) {
 func tfStatefulSet(ns, name string, n int32) *testobj.StatefulSetWrapper {
 	return testobj.MakeStatefulSet(ns, name).Label(tfconfig.OptInLabel, "true").Replicas(n).ServiceName(name).
 		PodManagementPolicy(appsv1.ParallelPodManagement).SelectPods(map[string]string{"app": name}).Container(tfContainer())
-}
-
-func tfCreateStatefulSet(t *testing.T, client kubernetes.Interface, set *appsv1.StatefulSet) *appsv1.StatefulSet {
-	t.Helper()
-	created, err := client.AppsV1().StatefulSets(set.Namespace).Create(t.Context(), set, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating StatefulSet %s: %v", set.Name, err)
-	}
-	return created
 }
 
 func tfScaleStatefulSet(t *testing.T, client kubernetes.Interface, ns, name string, n int32) {

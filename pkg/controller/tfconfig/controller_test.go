@@ -216,33 +216,39 @@ func (f *fixture) logs() string {
 
 func (f *fixture) secret(ns, name string) *corev1.Secret {
 	f.t.Helper()
-	s, err := f.client.CoreV1().Secrets(ns).Get(f.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		f.t.Fatalf("Secret %s/%s: %v", ns, name, err)
-	}
-	return s
+	return mustGet(f, "Secret", ns, name, f.client.CoreV1().Secrets(ns).Get)
 }
 
 func (f *fixture) service(ns, name string) *corev1.Service {
 	f.t.Helper()
-	s, err := f.client.CoreV1().Services(ns).Get(f.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		f.t.Fatalf("Service %s/%s: %v", ns, name, err)
-	}
-	return s
+	return mustGet(f, "Service", ns, name, f.client.CoreV1().Services(ns).Get)
 }
 
 func (f *fixture) secretAbsent(ns, name string) {
 	f.t.Helper()
-	if _, err := f.client.CoreV1().Secrets(ns).Get(f.ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		f.t.Errorf("Secret %s/%s: got err %v, want NotFound", ns, name, err)
-	}
+	wantAbsent(f, "Secret", ns, name, f.client.CoreV1().Secrets(ns).Get)
 }
 
 func (f *fixture) serviceAbsent(ns, name string) {
 	f.t.Helper()
-	if _, err := f.client.CoreV1().Services(ns).Get(f.ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		f.t.Errorf("Service %s/%s: got err %v, want NotFound", ns, name, err)
+	wantAbsent(f, "Service", ns, name, f.client.CoreV1().Services(ns).Get)
+}
+
+// mustGet reads kind ns/name with get, or fails the test.
+func mustGet[T any](f *fixture, kind, ns, name string, get func(context.Context, string, metav1.GetOptions) (T, error)) T {
+	f.t.Helper()
+	obj, err := get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatalf("%s %s/%s: %v", kind, ns, name, err)
+	}
+	return obj
+}
+
+// wantAbsent checks that get finds no kind ns/name.
+func wantAbsent[T any](f *fixture, kind, ns, name string, get func(context.Context, string, metav1.GetOptions) (T, error)) {
+	f.t.Helper()
+	if _, err := get(f.ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		f.t.Errorf("%s %s/%s: got err %v, want NotFound", kind, ns, name, err)
 	}
 }
 
