@@ -180,40 +180,40 @@ func (c *e2eCluster) waitFor(what string, timeout time.Duration, cond func() (bo
 	}
 }
 
-// waitPodsBound waits until the pods labelled key=value are want, all bound;
-// on failure it says where each pod is stuck.
+// waitPodsBound waits until the pods labelled key=value are want, all bound.
 func (c *e2eCluster) waitPodsBound(what, key, value string, want int, timeout time.Duration) []corev1.Pod {
 	c.t.Helper()
-	var pods []corev1.Pod
-	defer func() {
-		if c.t.Failed() {
-			c.t.Logf("pods of %s:\n%s", what, describePods(pods))
-		}
-	}()
-	c.waitFor(fmt.Sprintf("%d pods of %s bound (%s=%s)", want, what, key, value), timeout, func() (bool, error) {
-		pods = c.podsLabelled(key, value)
-		return len(pods) == want && countBound(pods) == want, nil
-	})
-	return pods
+	return c.waitPods(what, key, value, want, timeout, fmt.Sprintf("bound (%s=%s)", key, value),
+		func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
 }
 
 // waitPodsUnschedulable waits until the pods labelled key=value are want,
 // none holding a node (bound or nominated), each PodScheduled=False.
 func (c *e2eCluster) waitPodsUnschedulable(what, key, value string, want int, timeout time.Duration) []corev1.Pod {
 	c.t.Helper()
+	return c.waitPods(what, key, value, want, timeout, "unschedulable, holding nothing", func(p *corev1.Pod) bool {
+		return p.Spec.NodeName == "" && p.Status.NominatedNodeName == "" && unschedulableWith(p)
+	})
+}
+
+// waitPods waits until the pods labelled key=value are want and each is in
+// the state `is` checks (named by state); on failure it says where each pod
+// is stuck.
+func (c *e2eCluster) waitPods(what, key, value string, want int, timeout time.Duration, state string, is func(*corev1.Pod) bool) []corev1.Pod {
+	c.t.Helper()
 	var pods []corev1.Pod
 	defer func() {
 		if c.t.Failed() {
 			c.t.Logf("pods of %s:\n%s", what, describePods(pods))
 		}
 	}()
-	c.waitFor(fmt.Sprintf("%d pods of %s unschedulable, holding nothing", want, what), timeout, func() (bool, error) {
+	c.waitFor(fmt.Sprintf("%d pods of %s %s", want, what, state), timeout, func() (bool, error) {
 		pods = c.podsLabelled(key, value)
 		if len(pods) != want {
 			return false, nil
 		}
-		for _, p := range pods {
-			if p.Spec.NodeName != "" || p.Status.NominatedNodeName != "" || !unschedulableWith(&p) {
+		for i := range pods {
+			if !is(&pods[i]) {
 				return false, nil
 			}
 		}
