@@ -30,6 +30,7 @@ type testNode struct {
 	gpus, used int64
 	spot       bool
 	reclaiming bool
+	cordoned   bool
 	taints     []v1.Taint
 }
 
@@ -44,18 +45,39 @@ func views(nodes ...testNode) []NodeView {
 		if n.rack != "" {
 			labels["topology.kubernetes.io/rack"] = n.rack
 		}
-		out[i] = NodeView{
-			Node: &v1.Node{
+		out[i] = NewNodeView(
+			&v1.Node{
 				ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: labels},
-				Spec:       v1.NodeSpec{Taints: n.taints},
+				Spec:       v1.NodeSpec{Taints: n.taints, Unschedulable: n.cordoned},
 			},
-			Free: Resources{MilliCPU: 64000, Memory: 1 << 40, Pods: 110,
-				Scalars: map[v1.ResourceName]int64{gpu: gpus - n.used}},
-			Preemptible: n.spot,
-			Reclaiming:  n.reclaiming,
-		}
+			Resources{MilliCPU: 64000, Memory: 1 << 40, Pods: 110, Scalars: map[v1.ResourceName]int64{gpu: gpus - n.used}},
+			gpu, n.spot, n.reclaiming)
 	}
 	return out
+}
+
+// TestNodeViewKeepsGPUsAndCordon: a view made by NewNodeView and one
+// written as a literal plan alike; Take keeps the view's free GPUs right
+// and leaves the shared Free alone; a cordoned node is never used.
+func TestNodeViewKeepsGPUsAndCordon(t *testing.T) {
+	// Only the cordoned c could take both members on one node.
+	made := views(testNode{name: "a", rack: "r1", used: 3}, testNode{name: "b", rack: "r1", used: 5}, testNode{name: "c", rack: "r1", cordoned: true})
+	literal := make([]NodeView, len(made))
+	for i, v := range made {
+		literal[i] = NodeView{Node: v.Node, Free: v.Free, Preemptible: v.Preemptible}
+	}
+	for name, nodes := range map[string][]NodeView{"NewNodeView": made, "literal": literal} {
+		plan, err := Compute(request(gangOf(2, 3)), nodes)
+		require.NoError(t, err, name)
+		assert.Equal(t, map[string]int{"a": 1, "b": 1}, nodesUsed(plan), "%s: the rack's a and b, never the cordoned c", name)
+	}
+
+	shared := made[0].Free
+	made[0].Take(Resources{Scalars: map[v1.ResourceName]int64{gpu: 4}})
+	assert.Equal(t, int64(1), made[0].gpus(gpu))
+	assert.Equal(t, int64(5), shared.Scalars[gpu], "the shared Free is not written")
+	_, err := Compute(request(gangOf(1, 3)), made[:1])
+	assert.Error(t, err, "the taken GPUs are gone for the planner")
 }
 
 func rackNodes(rack string, n int, used ...int64) []testNode {

@@ -126,17 +126,20 @@ type harness struct {
 	cpu, memory resource.Quantity
 	now         time.Duration
 	events      eventQueue
-	nodes       map[string]*nodeSpec
-	slots       []string // spot slot → node filling it now ("" while empty)
-	gangs       []*gangState
-	podGang     map[string]*gangState
-	nodePods    map[string]map[string]bool
-	setup       time.Duration
-	setupCPU    time.Duration
-	stalled     int
-	endReason   string
-	stepIndex   uint64
-	bindCursor  int
+	nodes       map[string]*nodeSpec // change it through addNode and removeNode
+	// capacityGPUs is the GPUs of nodes, kept as nodes come and go: summing
+	// them in every step's sample cost 1.5 ms at 15000 nodes.
+	capacityGPUs int64
+	slots        []string // spot slot → node filling it now ("" while empty)
+	gangs        []*gangState
+	podGang      map[string]*gangState
+	nodePods     map[string]map[string]bool
+	setup        time.Duration
+	setupCPU     time.Duration
+	stalled      int
+	endReason    string
+	stepIndex    uint64
+	bindCursor   int
 	// lastRejects is muster's count of dropped gang plans when last read;
 	// gangRejectedInStep: one was dropped in this step.
 	lastRejects        float64
@@ -219,7 +222,7 @@ func newHarness(ctx context.Context, opts Options) (*harness, error) {
 	h.cs.PrependReactor("delete", "pods", h.deleteReactor)
 	for _, n := range plan.Nodes {
 		spec := &nodeSpec{name: n.Name, rack: n.Rack, zone: n.Zone, gpus: n.GPUs, spot: n.Spot, slot: n.Slot}
-		h.nodes[n.Name] = spec
+		h.addNode(spec)
 		if n.Spot {
 			h.slots = append(h.slots, n.Name)
 		}
@@ -586,8 +589,7 @@ func (h *harness) deleteNode(ctx context.Context, e event, arriving []*gangState
 	if err := h.cs.CoreV1().Nodes().Delete(ctx, e.node, metav1.DeleteOptions{}); err != nil {
 		return nil, err
 	}
-	spec := h.nodes[e.node]
-	delete(h.nodes, e.node)
+	spec := h.removeNode(e.node)
 	delete(h.nodePods, e.node)
 	if after := h.plan.Scenario.Churn.ReplaceAfter.Duration; after > 0 {
 		heap.Push(&h.events, event{at: h.now + h.plan.Scenario.Quantize(after), kind: evReplace, seq: e.seq, slot: e.slot,
@@ -625,7 +627,7 @@ func (h *harness) replaceNode(ctx context.Context, e event) error {
 	if _, err := h.cs.CoreV1().Nodes().Create(ctx, versioned(&h.resourceVersion, nodeObject(*spec, h.cpu, h.memory)), metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	h.nodes[spec.name] = spec
+	h.addNode(spec)
 	h.slots[e.slot] = spec.name
 	return nil
 }
@@ -761,11 +763,20 @@ func (h *harness) partialGangs() []string {
 	return out
 }
 
+func (h *harness) addNode(spec *nodeSpec) {
+	h.nodes[spec.name] = spec
+	h.capacityGPUs += spec.gpus
+}
+
+func (h *harness) removeNode(name string) *nodeSpec {
+	spec := h.nodes[name]
+	delete(h.nodes, name)
+	h.capacityGPUs -= spec.gpus
+	return spec
+}
+
 func (h *harness) sample() measure.Sample {
-	s := measure.Sample{T: h.now.Seconds()}
-	for _, n := range h.nodes {
-		s.CapacityGPUs += n.gpus
-	}
+	s := measure.Sample{T: h.now.Seconds(), CapacityGPUs: h.capacityGPUs}
 	for _, g := range h.gangs {
 		held := int64(len(g.bound)) * g.job.GPUs
 		s.HeldGPUs += held

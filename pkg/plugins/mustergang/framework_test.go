@@ -568,21 +568,40 @@ func TestOwnerChangeWakesItsGang(t *testing.T) {
 }
 
 // TestNodeViewsFollowNodeInfoChanges: a node's view is reused while its
-// NodeInfo is unchanged and recomputed when a pod lands on it; capacity
-// held for other gangs is subtracted without touching the kept view.
+// NodeInfo is unchanged and recomputed when a pod lands on it; the snapshot
+// generation is the highest NodeInfo's; capacity held for other gangs is
+// subtracted from the right node without touching the kept views.
 func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
-	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, nil)
-	ni := framework.NewNodeInfo()
-	ni.SetNode(gpuNode("n1", 8))
-	gpus := func(views []gang.NodeView) int64 { return views[0].Free.Scalars[configv1.DefaultGPUResourceName] }
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil)
+	n1, n2 := framework.NewNodeInfo(), framework.NewNodeInfo()
+	n1.SetNode(gpuNode("n1", 8))
+	n2.SetNode(gpuNode("n2", 8))
+	nodes := []fwk.NodeInfo{n1, n2}
+	gpus := func(views []gang.NodeView) []int64 {
+		var out []int64
+		for _, v := range views {
+			out = append(out, v.Free.Scalars[configv1.DefaultGPUResourceName])
+		}
+		return out
+	}
 
-	assert.Equal(t, int64(8), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, nil)))
-	held := map[string]gang.Resources{"n1": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 3}}}
-	assert.Equal(t, int64(5), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, held)), "held capacity subtracted")
-	assert.Equal(t, int64(8), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, nil)), "the kept view was not changed by the subtraction")
+	views, generation := f.plugin.nodeViews(nodes)
+	assert.Equal(t, []int64{8, 8}, gpus(views))
+	assert.Equal(t, max(n1.GetGeneration(), n2.GetGeneration()), generation)
 
-	ni.AddPod(worker("other", 0, 2, "n1"))
-	assert.Equal(t, int64(6), gpus(f.plugin.nodeViews([]fwk.NodeInfo{ni}, nil)), "a pod added to the node is seen")
+	held := map[string]gang.Resources{"n2": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 3}}}
+	assert.Equal(t, []int64{8, 5}, gpus(f.plugin.subtractHeld(views, held)), "held capacity subtracted from its node")
+	views, _ = f.plugin.nodeViews(nodes)
+	assert.Equal(t, []int64{8, 8}, gpus(views), "the kept views were not changed by the subtraction")
+
+	n2.AddPod(worker("other", 0, 2, "n2"))
+	views, generation = f.plugin.nodeViews(nodes)
+	assert.Equal(t, []int64{8, 6}, gpus(views), "a pod added to the node is seen")
+	assert.Equal(t, n2.GetGeneration(), generation, "the changed node raises the generation")
+
+	// The list reordered (a node left and came back): positions follow.
+	views, _ = f.plugin.nodeViews([]fwk.NodeInfo{n2, n1})
+	assert.Equal(t, []int64{3, 8}, gpus(f.plugin.subtractHeld(views, held)), "held found at the node's new position")
 }
 
 // TestMembersThatDisagreeArePlannedNever: members of one gang asking for

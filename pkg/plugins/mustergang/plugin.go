@@ -87,11 +87,13 @@ var (
 	_ fwk.EnqueueExtensions = &Plugin{}
 )
 
-// cachedView is a node's NodeView as of one NodeInfo generation.
+// cachedView is a node's NodeView as of one NodeInfo generation, and the
+// node's position in the last nodes list nodeViews saw.
 type cachedView struct {
 	info       fwk.NodeInfo
 	generation int64
 	view       gang.NodeView
+	pos        int
 }
 
 // Plugin implements the MusterGang plugin.
@@ -105,6 +107,7 @@ type Plugin struct {
 	views     map[string]cachedView
 	lastViews []cachedView // by position in the last nodes list
 	viewBuf   []gang.NodeView
+	heldBuf   []gang.NodeView // viewBuf with other gangs' holdings taken out
 	registry  *gang.Registry
 
 	pods      cache.Indexer

@@ -86,6 +86,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	for i, u := range units {
 		candidates[i] = u.VictimUnit
 	}
+	views, _ := p.nodeViews(nodes)
 	var plan *gang.Plan
 	var victims []*v1.Pod
 	chosen, found := gang.ChooseVictims(candidates, func(indexes []int) bool {
@@ -93,7 +94,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		for _, i := range indexes {
 			pods = append(pods, units[i].pods...)
 		}
-		planned, _, err := p.computePlan(ctx, gr, nodes, pods)
+		planned, _, err := p.computePlan(ctx, gr, views, pods)
 		if err != nil {
 			return false
 		}

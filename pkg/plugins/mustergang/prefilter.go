@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -151,31 +152,30 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 	return gr, nil
 }
 
-// computePlan plans the gang over nodes with victims gone (none, outside
-// preemption), each choice confirmed by the profile's filters.
-func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, nodes []fwk.NodeInfo, victims []*v1.Pod) (*gang.Plan, *filterCheck, error) {
+// computePlan plans the gang over the node views with what other gangs'
+// plans hold taken out and victims gone (none, outside preemption), each
+// choice confirmed by the profile's filters.
+func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.NodeView, victims []*v1.Pod) (*gang.Plan, *filterCheck, error) {
 	check, err := p.newFilterCheck(ctx, gr.info.key, gr.candidates, victims)
 	if err != nil {
 		return nil, nil, err
 	}
 	req := gr.req
 	req.Check = check
-	views := p.nodeViews(nodes, p.registry.Held(gr.info.key))
+	adjust := p.registry.Held(gr.info.key)
 	if len(victims) > 0 {
-		freed := map[string]gang.Resources{}
-		for _, v := range victims {
-			f := freed[v.Spec.NodeName]
-			f.Add(gang.PodRequest(v))
-			freed[v.Spec.NodeName] = f
+		adjust = maps.Clone(adjust)
+		if adjust == nil {
+			adjust = map[string]gang.Resources{}
 		}
-		for i := range views {
-			if f, ok := freed[views[i].Node.Name]; ok {
-				views[i].Free = views[i].Free.Clone()
-				views[i].Free.Add(f)
-			}
+		for _, v := range victims {
+			// Freed by the victims: a negative holding.
+			a := adjust[v.Spec.NodeName].Clone()
+			a.Sub(gang.PodRequest(v))
+			adjust[v.Spec.NodeName] = a
 		}
 	}
-	plan, err := gang.Compute(req, views)
+	plan, err := gang.Compute(req, p.subtractHeld(views, adjust))
 	return plan, check, err
 }
 
@@ -189,7 +189,8 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 	}
 	// A sibling's cycle found no plan on this very snapshot, with no plan
 	// dropped since: the answer is the same.
-	epoch := gang.Epoch{Snapshot: snapshotGeneration(nodes), Releases: p.registry.Releases()}
+	views, generation := p.nodeViews(nodes)
+	epoch := gang.Epoch{Snapshot: generation, Releases: p.registry.Releases()}
 	if !gr.alone {
 		if msg, ok := p.registry.Unplaceable(info.key, epoch, len(gr.candidates), gr.req.Needed, p.now()); ok {
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
@@ -200,7 +201,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 	released := p.rejectWaiting(info.key, nil, fmt.Sprintf("gang %s is being planned again", info.key))
 
 	start := p.now()
-	plan, check, err := p.computePlan(ctx, gr, nodes, nil)
+	plan, check, err := p.computePlan(ctx, gr, views, nil)
 	planDuration.Observe(p.now().Sub(start).Seconds())
 	if err != nil {
 		msg := err.Error()
@@ -276,13 +277,15 @@ func templateKey(pod *v1.Pod) string {
 	return string(data)
 }
 
-// nodeViews turns the snapshot into the planner's view, subtracting what
-// other gangs' plans hold.
-// nodeViews is what the planner knows of the nodes: free resources (minus
-// what other gangs' plans hold), preemptible, reclaiming. Computing it for
-// every node in every plan cost more than the plan itself at 5000 nodes, so
-// each node's view is kept until its NodeInfo changes.
-func (p *Plugin) nodeViews(nodes []fwk.NodeInfo, held map[string]gang.Resources) []gang.NodeView {
+// nodeViews is what the planner knows of the nodes: free resources,
+// preemptible, reclaiming; views[i] is nodes[i]'s. It also returns the
+// snapshot's generation: the highest of its NodeInfos (every change to a
+// node or its pods raises it). Computing a view for every node in every plan
+// cost more than the plan itself at 5000 nodes, so each node's view is kept
+// until its NodeInfo changes, and a pass over an unchanged snapshot reads
+// only the NodeInfos' generations. The returned slice is reused by the next
+// call; the planner never writes a NodeView's Free (views share it).
+func (p *Plugin) nodeViews(nodes []fwk.NodeInfo) ([]gang.NodeView, int64) {
 	p.viewsMu.Lock()
 	defer p.viewsMu.Unlock()
 	if len(p.views) > 2*len(nodes)+1024 {
@@ -292,57 +295,64 @@ func (p *Plugin) nodeViews(nodes []fwk.NodeInfo, held map[string]gang.Resources)
 	// most nodes are found at the same position as in the last call.
 	last := p.lastViews
 	if len(last) != len(nodes) {
+		last = nil
 		p.lastViews = make([]cachedView, len(nodes))
 	}
-	// The views are read by one Compute before the next call; their
-	// buffer is reused (at 5000 nodes its garbage cost more than the plan).
 	views := p.viewBuf[:0]
+	var generation int64
 	for i, ni := range nodes {
-		// A NodeInfo's generation changes with every pod or node change, so
-		// an unchanged one has the same free resources and labels.
-		var c cachedView
-		if i < len(last) && last[i].info == ni && last[i].generation == ni.GetGeneration() {
-			c = last[i]
-		} else {
-			node := ni.Node()
-			if node == nil {
-				continue
-			}
-			var ok bool
-			c, ok = p.views[node.Name]
-			if !ok || c.generation != ni.GetGeneration() || c.view.Node != node {
-				c = cachedView{generation: ni.GetGeneration(), view: gang.NodeView{Node: node, Free: gang.FreeOnNode(ni),
-					Preemptible: p.preemptible(node), Reclaiming: p.reclaiming(node)}}
-				p.views[node.Name] = c
-			}
-			c.info = ni
+		gen := ni.GetGeneration()
+		generation = max(generation, gen)
+		if last != nil && last[i].info == ni && last[i].generation == gen {
+			views = append(views, last[i].view)
+			continue
 		}
+		node := ni.Node()
+		if node == nil {
+			// Not in a scheduler's snapshot; keep views[i] nodes[i]'s.
+			views = append(views, gang.NodeView{Node: &v1.Node{}, Reclaiming: true})
+			p.lastViews[i] = cachedView{pos: -1}
+			continue
+		}
+		c, ok := p.views[node.Name]
+		if !ok || c.generation != gen || c.view.Node != node {
+			c = cachedView{generation: gen, view: gang.NewNodeView(node, gang.FreeOnNode(ni), v1.ResourceName(p.args.GPUResourceName),
+				p.preemptible(node), p.reclaiming(node))}
+		}
+		c.info, c.pos = ni, i
+		p.views[node.Name] = c
 		p.lastViews[i] = c
-		node := c.view.Node
-		view := c.view // shared Free: the planner never writes a NodeView's Free
-		if h, ok := held[node.Name]; ok {
-			view.Free = view.Free.Clone()
-			view.Free.Sub(h)
-		}
-		views = append(views, view)
+		views = append(views, c.view)
 	}
 	p.viewBuf = views
-	return views
+	return views, generation
+}
+
+// subtractHeld returns views with held taken out of the nodes' free
+// resources (a negative holding adds), in a copy: the views are kept
+// between plans. It finds a held node by its position in the last nodes
+// list instead of reading the name of every node.
+func (p *Plugin) subtractHeld(views []gang.NodeView, held map[string]gang.Resources) []gang.NodeView {
+	if len(held) == 0 {
+		return views
+	}
+	p.viewsMu.Lock()
+	defer p.viewsMu.Unlock()
+	out := append(p.heldBuf[:0], views...)
+	for name, h := range held {
+		c, ok := p.views[name]
+		if !ok || c.pos < 0 || c.pos >= len(out) || out[c.pos].Node.Name != name {
+			continue // not in this snapshot: nothing to take from
+		}
+		out[c.pos].Take(h)
+	}
+	p.heldBuf = out
+	return out
 }
 
 // PreFilterExtensions is not needed: muster adds no per-pod state that
 // preemption dry runs would have to update.
 func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
-
-// snapshotGeneration identifies the scheduler's snapshot: the highest
-// generation of its nodes (every change to a node or its pods raises it).
-func snapshotGeneration(nodes []fwk.NodeInfo) int64 {
-	var gen int64
-	for _, ni := range nodes {
-		gen = max(gen, ni.GetGeneration())
-	}
-	return gen
-}
 
 // reuseFailedPlan bounds how long a gang's members reuse a sibling's failed
 // plan when nothing observable changed: long enough for one wave of
