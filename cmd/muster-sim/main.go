@@ -126,7 +126,7 @@ func runSim(ctx context.Context, args []string) error {
 	rotate := fs.Bool("rotate", false, "run the schedulers in an order rotated by the seed (seed 1 as listed, seed 2 from the second, ...), so that over several seeds each runs first")
 	seed := fs.Uint64("seed", 1, "seed of every random choice (cluster, jobs, pod order, reclaims)")
 	out := fs.String("out", "", "output directory (default bench/results/<scenario>)")
-	quiet := fs.Duration("settle-quiet", 5*time.Millisecond, "how long the scheduler must stay idle before a step counts as settled")
+	quiet := fs.Duration("settle-quiet", time.Millisecond, "how long the scheduler must stay idle before a step counts as settled")
 	stepTimeout := fs.Duration("step-timeout", 3*time.Minute, "real-time limit of one step")
 	verbosity := fs.Int("v", 0, "scheduler log verbosity (logs go to <out>/runs/<scheduler>.log)")
 	child := fs.Bool(sim.ChildFlag, false, "internal: run one scheduler in this process")

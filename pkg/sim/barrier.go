@@ -31,7 +31,7 @@ const barrierLabel = "sim.muster.dev/barrier"
 
 // handlerMargin lets the scheduler's own event handlers finish the last
 // change after the simulator has confirmed it reached them.
-const handlerMargin = time.Millisecond
+const handlerMargin = 250 * time.Microsecond
 
 func (h *harness) installBarrier(ctx context.Context) {
 	pop := h.sched.NextEntity
@@ -196,8 +196,9 @@ func (h *harness) waitFor(ctx context.Context, pending func() string) error {
 	}
 }
 
-// scheduledChanges names a change of the step the scheduler has not applied.
-func (h *harness) scheduledChanges() string {
+// createdPodsQueued names a pod of the step the scheduler has not taken in
+// (queued, or cached when the harness bound it).
+func (h *harness) createdPodsQueued() string {
 	q, c := h.sched.SchedulingQueue, h.sched.Cache
 	for _, pod := range h.changes.created {
 		if pod.Spec.NodeName != "" { // bound by the harness (None)
@@ -208,6 +209,15 @@ func (h *harness) scheduledChanges() string {
 			return "pod " + pod.Name + " not queued"
 		}
 	}
+	return ""
+}
+
+// scheduledChanges names a change of the step the scheduler has not applied.
+func (h *harness) scheduledChanges() string {
+	if why := h.createdPodsQueued(); why != "" {
+		return why
+	}
+	q, c := h.sched.SchedulingQueue, h.sched.Cache
 	for _, pod := range h.changes.deletedQueue {
 		if _, ok := q.GetPod(pod.Name, pod.Namespace, pod.Spec.SchedulingGroup); ok {
 			return "deleted pod " + pod.Name + " still queued"

@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
@@ -63,7 +64,7 @@ func (h *harness) bindReactor(action k8stesting.Action) (bool, runtime.Object, e
 		return true, nil, err
 	}
 	h.counts.want(kindPodBind)
-	h.binds.add(bindRecord{pod: pod.Name, node: pod.Spec.NodeName, at: time.Now()})
+	h.binds.add(bindRecord{pod: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, at: time.Now()})
 	return true, binding, nil
 }
 
@@ -185,6 +186,9 @@ func (h *harness) busyReason() string {
 	if !h.counts.caughtUp() {
 		return "informers have not delivered every change"
 	}
+	if name := h.unconfirmedBind(); name != "" {
+		return "the binding of " + name + " is not confirmed in the scheduler's cache"
+	}
 	q := h.sched.SchedulingQueue
 	if n := len(q.PodsInActiveQ()); n > 0 {
 		return fmt.Sprintf("%d pods in activeQ", n)
@@ -213,6 +217,31 @@ func (h *harness) busyReason() string {
 	}
 	if binding > 0 {
 		return fmt.Sprintf("%.0f binding goroutines", binding)
+	}
+	return ""
+}
+
+// unconfirmedBind names a bound pod whose binding the scheduler's cache has
+// not taken in from its informer yet (the pod is still only assumed, or not
+// there), "" when every binding so far is confirmed. The scheduler's handler
+// of assigned pods confirms it and then wakes the pods that wait for such an
+// event: until then the scheduler may still have work. The bindings are
+// checked once each, in order.
+func (h *harness) unconfirmedBind() string {
+	records := h.binds.since(h.confirmedBinds)
+	for _, r := range records {
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: r.pod, Namespace: namespace, UID: r.uid}}
+		if _, err := h.sched.Cache.GetPod(pod); err != nil {
+			if _, err := h.cs.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), namespace, r.pod); apierrors.IsNotFound(err) {
+				h.confirmedBinds++ // deleted since (a preemption victim): nothing to confirm
+				continue
+			}
+			return r.pod
+		}
+		if assumed, err := h.sched.Cache.IsAssumedPod(pod); err != nil || assumed {
+			return r.pod
+		}
+		h.confirmedBinds++
 	}
 	return ""
 }

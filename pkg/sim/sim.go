@@ -48,8 +48,11 @@ type Options struct {
 	// Progress receives a progress bar (nil: none).
 	Progress *Progress
 	// SettleQuiet is how long the scheduler must stay idle before a step
-	// counts as settled (default 5ms): long enough for every informer
-	// handler to have seen the step's last change.
+	// counts as settled (default 1ms). What the simulator can check it does
+	// (every change delivered, every binding confirmed in the scheduler's
+	// cache, queues empty, no binding or eviction goroutine); the quiet
+	// stretch covers the rest, such as a handler that confirmed a binding
+	// and is about to wake pods that wait for it.
 	SettleQuiet time.Duration
 	// StepTimeout bounds the real time of one step (default 3m); a step that
 	// never settles is counted in Details.StalledSteps.
@@ -72,7 +75,7 @@ const watchBuffer = 1 << 17
 // Run runs one scheduler through the plan in this process.
 func Run(ctx context.Context, opts Options) (*measure.Run, error) {
 	if opts.SettleQuiet == 0 {
-		opts.SettleQuiet = 5 * time.Millisecond
+		opts.SettleQuiet = time.Millisecond
 	}
 	if opts.StepTimeout == 0 {
 		opts.StepTimeout = 3 * time.Minute
@@ -140,6 +143,9 @@ type harness struct {
 	endReason    string
 	stepIndex    uint64
 	bindCursor   int
+	// confirmedBinds counts the bindings the scheduler's cache has
+	// confirmed (unconfirmedBind).
+	confirmedBinds int
 	// lastRejects is muster's count of dropped gang plans when last read;
 	// gangRejectedInStep: one was dropped in this step.
 	lastRejects        float64
@@ -689,9 +695,14 @@ func (h *harness) submit(ctx context.Context, arriving []*gangState) error {
 			return err
 		}
 		if h.b.harnessBinds {
-			h.binds.add(bindRecord{pod: pod.Name, node: pod.Spec.NodeName, at: time.Now()})
+			h.binds.add(bindRecord{pod: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, at: time.Now()})
 		}
 		h.changes.created = append(h.changes.created, pod)
+	}
+	// The scheduler's pod handler may lag behind the Job informer: a pod it
+	// took in after its Job appeared would see its gang half-created.
+	if err := h.waitFor(ctx, h.createdPodsQueued); err != nil {
+		return err
 	}
 	for _, g := range arriving {
 		if g.attempt > 0 {
@@ -808,6 +819,7 @@ type bindLog struct {
 
 type bindRecord struct {
 	pod, node string
+	uid       types.UID
 	at        time.Time
 }
 

@@ -58,7 +58,7 @@ func runTestChild(config string) int {
 func runInChild(t *testing.T, scenarioPath, scheduler string, seed uint64) *measure.Run {
 	t.Helper()
 	c := ChildConfig{ScenarioPath: scenarioPath, Scheduler: scheduler, Seed: seed, Out: t.TempDir(),
-		SettleQuiet: 5 * time.Millisecond, StepTimeout: time.Minute}
+		SettleQuiet: time.Millisecond, StepTimeout: time.Minute}
 	config, err := json.Marshal(c)
 	if err != nil {
 		t.Fatal(err)
