@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/muster-sched/muster/pkg/sim/measure"
 	"github.com/muster-sched/muster/pkg/sim/scenario"
 )
@@ -164,6 +166,16 @@ func TestEqualWorkFigures(t *testing.T) {
 	if got := ratioToDefault(r, podsPerSpan); got != 4 { // 200 / 50
 		t.Errorf("ratio to default = %v, want 4", got)
 	}
+	var b strings.Builder
+	targets(&b, []*group{{scenario: "equal-steady-g8-n5000", nodes: 5000, reps: []*Report{rep}, dets: []*Details{peers}}})
+	assert.Contains(t, b.String(), "- equal-steady-g8-n5000 (8-worker gangs, 5000 nodes), target ≥ 2.0×: muster ÷ default pods/s 4.00×, met in every run;")
+	assert.NotContains(t, b.String(), "The harness alone", "a None run without a span has no pods/s to bound the ratio")
+
+	peers.Schedulers["none"] = measure.Details{PodsBound: 100, SpanSeconds: 0.25, LoopWallSeconds: 1, LoopCPUSeconds: 1, Steps: 4}
+	b.Reset()
+	targets(&b, []*group{{scenario: "equal-steady-g8-n5000", nodes: 5000, reps: []*Report{rep}, dets: []*Details{peers}}})
+	assert.Contains(t, b.String(), "The harness alone (`none`) reaches 8.00×: the most any scheduler can show here.", "400 pods/s ÷ the default's 50")
+
 	peers.Schedulers["none"] = measure.Details{LoopWallSeconds: 1, Steps: 5} // other steps: no subtraction
 	if got := netPodsPerSecond(r); !math.IsNaN(got) {
 		t.Errorf("net pods/s against a None run of other steps = %v, want NaN", got)

@@ -330,8 +330,14 @@ func targets(b *strings.Builder, groups []*group) {
 			if ratio.N == 0 {
 				continue
 			}
-			lines = append(lines, fmt.Sprintf("- %s (%d-worker gangs, %d nodes), target ≥ %.1f×: muster ÷ default pods/s %s, %s; net of the harness %s, %s.",
-				g.scenario, t.workers, t.nodes, t.want, ratio.Format("%.2f×"), verdict(ratio, t.want), net.Format("%.2f×"), verdict(net, t.want)))
+			line := fmt.Sprintf("- %s (%d-worker gangs, %d nodes), target ≥ %.1f×: muster ÷ default pods/s %s, %s; net of the harness %s, %s.",
+				g.scenario, t.workers, t.nodes, t.want, ratio.Format("%.2f×"), verdict(ratio, t.want), net.Format("%.2f×"), verdict(net, t.want))
+			// The None run binds every pod itself at no scheduling cost: its
+			// pods/s over the default's bounds what any scheduler can show.
+			if ceiling := g.over(harnessOnly, func(r seedRun) float64 { return ratioToDefault(r, podsPerSpan) }); ceiling.N > 0 {
+				line += fmt.Sprintf(" The harness alone (`%s`) reaches %s: the most any scheduler can show here.", harnessOnly, ceiling.Format("%.2f×"))
+			}
+			lines = append(lines, line)
 		}
 	}
 	if len(lines) > 0 {
