@@ -153,12 +153,33 @@ type scan struct {
 	topo    *TopologyIndex
 }
 
-func newScan(req Request, eligible []*NodeView) *scan {
+// planScratch holds Compute's per-node slices between plans: allocating
+// and collecting them for every plan cost a quarter of a plan at 15000
+// nodes. Nothing Compute returns refers to them.
+type planScratch struct {
+	eligible []*NodeView
+	gpu      []int64
+	spots    []bool
+	slots    []int
+}
+
+var scratchPool = sync.Pool{New: func() any { return &planScratch{} }}
+
+// grow returns buf resized to n, reusing its array when it is large enough.
+func grow[T any](buf []T, n int) []T {
+	if cap(buf) < n {
+		return make([]T, n)
+	}
+	return buf[:n]
+}
+
+func newScan(req Request, eligible []*NodeView, scratch *planScratch) *scan {
 	topo := req.Topology
 	if !topo.serves(req.Levels) {
 		topo = NewTopologyIndex(req.Levels)
 	}
-	s := &scan{gpu: make([]int64, len(eligible)), spots: make([]bool, len(eligible)), topo: topo}
+	scratch.gpu, scratch.spots = grow(scratch.gpu, len(eligible)), grow(scratch.spots, len(eligible))
+	s := &scan{gpu: scratch.gpu, spots: scratch.spots, topo: topo}
 	for i := range eligible {
 		s.gpu[i] = max(eligible[i].gpus(req.GPU), 0)
 		s.spots[i] = eligible[i].Preemptible
@@ -199,7 +220,13 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 	if len(req.Members) == 0 {
 		return &Plan{Slots: map[types.UID]string{}}, nil
 	}
-	eligible, excluded := eligibleNodes(req.Policy, nodes)
+	scratch := scratchPool.Get().(*planScratch)
+	defer func() {
+		clear(scratch.eligible) // hold no views in the pool
+		scratchPool.Put(scratch)
+	}()
+	eligible, excluded := eligibleNodes(req.Policy, nodes, scratch.eligible[:0])
+	scratch.eligible = eligible
 	if len(eligible) == 0 {
 		return nil, &Unplaceable{Message: fmt.Sprintf("gang %s: no eligible node (%s)", req.Gang, excluded)}
 	}
@@ -221,7 +248,7 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 	}
 	members := sortedMembers(req.Members)
 	feasible := newFeasibility(members, eligible)
-	sc := newScan(req, eligible)
+	sc := newScan(req, eligible, scratch)
 
 	counts := []int{len(members)}
 	if req.Needed > 0 && req.Needed < len(members) {
@@ -237,7 +264,7 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		for _, m := range want {
 			needGPU += m.Request.Scalars[req.GPU]
 		}
-		fits := memberSlots(want, sc, req.GPU)
+		fits := memberSlots(want, sc, req.GPU, scratch)
 		for li := startIdx; li <= endIdx; li++ {
 			levelName, doms := domainsAt(req, li, sc, needGPU, fits, len(want))
 			for d := range doms {
@@ -286,8 +313,9 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 	return &Plan{Slots: best.slots, Level: best.level, Domain: best.domain, PreemptibleNodes: best.spotUsed, Nodes: best.nodes}, nil
 }
 
-func eligibleNodes(policy Policy, nodes []NodeView) ([]*NodeView, string) {
-	eligible := make([]*NodeView, 0, len(nodes))
+// eligibleNodes appends to eligible the nodes the policy allows that are
+// not being reclaimed, and says why the others are not.
+func eligibleNodes(policy Policy, nodes []NodeView, eligible []*NodeView) ([]*NodeView, string) {
 	reclaiming, byPolicy := 0, 0
 	for i := range nodes {
 		n := &nodes[i]
@@ -412,7 +440,7 @@ func (f *feasibility) fits(c *NodeConstraints, i int) bool {
 
 // memberSlots is, per eligible node, how many of the members' smallest GPU
 // request its free GPUs hold: an upper bound on the members it can take.
-func memberSlots(members []Member, sc *scan, gpu v1.ResourceName) []int {
+func memberSlots(members []Member, sc *scan, gpu v1.ResourceName, scratch *planScratch) []int {
 	smallest := int64(0)
 	for _, m := range members {
 		if g := m.Request.Scalars[gpu]; g > 0 && (smallest == 0 || g < smallest) {
@@ -428,7 +456,8 @@ func memberSlots(members []Member, sc *scan, gpu v1.ResourceName) []int {
 	if onePerNode(members) {
 		perNode = 1
 	}
-	slots := make([]int, len(sc.gpu))
+	scratch.slots = grow(scratch.slots, len(sc.gpu))
+	slots := scratch.slots
 	for i, free := range sc.gpu {
 		slots[i] = min(int(free/smallest), perNode)
 	}
