@@ -16,6 +16,11 @@ var plannerTargets = map[int]float64{5000: 1, 15000: 2}
 // "BenchmarkCompute/nodes=5000/8x8gpu-avoid-2   2823   434805 ns/op ...".
 var benchLine = regexp.MustCompile(`^(Benchmark[^/\s]+)/nodes=(\d+)/(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op`)
 
+// benchRepeat matches a further run of the case named last: when a
+// benchmark logs while it sets up (as the framework does, to stderr), go
+// test prints the case's name only before its first run.
+var benchRepeat = regexp.MustCompile(`^\s+\d+\s+([\d.]+) ns/op`)
+
 // plannerCase is one benchmark case and its runs (ms per plan).
 type plannerCase struct {
 	bench, name string
@@ -28,10 +33,16 @@ type plannerCase struct {
 func parsePlanner(out string) []*plannerCase {
 	var cases []*plannerCase
 	byKey := map[string]*plannerCase{}
+	var last *plannerCase
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		m := benchLine.FindStringSubmatch(sc.Text())
 		if m == nil {
+			if r := benchRepeat.FindStringSubmatch(sc.Text()); r != nil && last != nil {
+				if ns, err := strconv.ParseFloat(r[1], 64); err == nil {
+					last.ms = append(last.ms, ns/1e6)
+				}
+			}
 			continue
 		}
 		nodes, _ := strconv.Atoi(m[2])
@@ -47,6 +58,7 @@ func parsePlanner(out string) []*plannerCase {
 			cases = append(cases, c)
 		}
 		c.ms = append(c.ms, ns/1e6)
+		last = c
 	}
 	return cases
 }
