@@ -45,7 +45,9 @@ EQUAL_SCHEDULERS=${EQUAL_SCHEDULERS:-muster,default,default-mostallocated,native
 CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS-"exact-fill contention priority spot-churn steady"}
 SEEDS=${SEEDS:-"1 2 3"}
 SCHEDULERS=${SCHEDULERS:-muster,default,default-mostallocated,native-gang,native-gang-tas}
-PROFILE_SCENARIO=${PROFILE_SCENARIO-equal-burst-g2-n5000}
+# The profile is taken where muster is slowest next to the default profile:
+# 2-worker gangs streamed onto the largest cluster.
+PROFILE_SCENARIO=${PROFILE_SCENARIO-equal-steady-g2-n15000}
 BIN=${BIN:-bin/muster-sim}
 GO_WRAP=${GO_WRAP:-}
 KEEP_RUNS=${KEEP_RUNS:-}
