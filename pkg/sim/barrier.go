@@ -213,10 +213,9 @@ func (h *harness) createdPodsQueued() string {
 }
 
 // scheduledChanges names a change of the step the scheduler has not applied.
+// The step's new pods are not among them: submit waited for those
+// (createdPodsQueued) before it created their Jobs.
 func (h *harness) scheduledChanges() string {
-	if why := h.createdPodsQueued(); why != "" {
-		return why
-	}
 	q, c := h.sched.SchedulingQueue, h.sched.Cache
 	for _, pod := range h.changes.deletedQueue {
 		if _, ok := q.GetPod(pod.Name, pod.Namespace, pod.Spec.SchedulingGroup); ok {
