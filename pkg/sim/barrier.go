@@ -33,6 +33,10 @@ const barrierLabel = "sim.muster.dev/barrier"
 // change after the simulator has confirmed it reached them.
 const handlerMargin = 250 * time.Microsecond
 
+// pollInterval is how long the harness waits between two looks at the
+// scheduler's state.
+const pollInterval = 50 * time.Microsecond
+
 func (h *harness) installBarrier(ctx context.Context) {
 	pop := h.sched.NextEntity
 	h.sched.NextEntity = func(logger klog.Logger) (framework.QueuedEntityInfo, error) {
@@ -192,7 +196,7 @@ func (h *harness) waitFor(ctx context.Context, pending func() string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("scheduler did not take in the step's changes within %s: %s", h.opts.StepTimeout, why)
 		}
-		time.Sleep(200 * time.Microsecond)
+		h.pauser.pause(pollInterval)
 	}
 }
 

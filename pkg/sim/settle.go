@@ -91,6 +91,7 @@ const (
 // (they are called from the same distribution, possibly a moment later: the
 // settle window covers that).
 type counters struct {
+	pauser *pauser // of the step loop, which alone waits
 	wanted [numKinds]atomic.Int64
 	seen   [numKinds]atomic.Int64
 }
@@ -115,7 +116,7 @@ func (c *counters) waitCaughtUp(ctx context.Context, timeout time.Duration) erro
 		if time.Now().After(deadline) {
 			return fmt.Errorf("informers did not deliver the simulator's changes within %s", timeout)
 		}
-		time.Sleep(200 * time.Microsecond)
+		c.pauser.pause(pollInterval)
 	}
 	return nil
 }
@@ -389,7 +390,7 @@ func (h *harness) waitIdle(ctx context.Context, timeout time.Duration) (time.Tim
 				"backoffQ", len(h.sched.SchedulingQueue.PodsInBackoffQ()))
 			return now, false, nil
 		}
-		time.Sleep(250 * time.Microsecond)
+		h.pauser.pause(pollInterval)
 	}
 }
 

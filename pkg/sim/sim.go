@@ -84,7 +84,9 @@ func Run(ctx context.Context, opts Options) (*measure.Run, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	h, err := newHarness(ctx, opts)
+	waits := newPauser()
+	defer waits.close()
+	h, err := newHarness(ctx, opts, waits)
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +127,7 @@ type harness struct {
 	rec    *measure.Recorder
 	counts *counters
 	binds  *bindLog
+	pauser *pauser
 
 	cpu, memory resource.Quantity
 	now         time.Duration
@@ -203,7 +206,7 @@ type gangState struct {
 	done    bool
 }
 
-func newHarness(ctx context.Context, opts Options) (*harness, error) {
+func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, error) {
 	plan := opts.Plan
 	cpu, err := resource.ParseQuantity(plan.Scenario.Cluster.CPU)
 	if err != nil {
@@ -215,11 +218,12 @@ func newHarness(ctx context.Context, opts Options) (*harness, error) {
 	}
 	h := &harness{
 		opts: opts, plan: plan, cpu: cpu, memory: memory,
-		rec: measure.NewRecorder(opts.Scheduler), counts: &counters{}, binds: &bindLog{},
+		rec: measure.NewRecorder(opts.Scheduler), binds: &bindLog{}, pauser: waits,
 		nodes: map[string]*nodeSpec{}, podGang: map[string]*gangState{}, nodePods: map[string]map[string]bool{},
 		clock:  clocktesting.NewFakeClock(epoch),
 		parked: make(chan struct{}), resumed: make(chan struct{}),
 	}
+	h.counts = &counters{pauser: h.pauser}
 	setupStart, setupCPUStart := time.Now(), processCPU()
 
 	watch.DefaultChanSize = watchBuffer
@@ -457,8 +461,9 @@ func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 		if err := h.counts.waitCaughtUp(ctx, h.opts.StepTimeout); err != nil {
 			return 0, err
 		}
-		time.Sleep(handlerMargin)
-		margins += handlerMargin
+		marginStart := time.Now()
+		h.pauser.pause(handlerMargin)
+		margins += time.Since(marginStart)
 	}
 	h.rec.NeededForPriority(h.gpusBeyondFree(arriving))
 	if err := h.submit(ctx, arriving); err != nil {
@@ -468,7 +473,7 @@ func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 		return 0, err
 	}
 	applied := time.Since(applyStart) - margins
-	time.Sleep(handlerMargin)
+	h.pauser.pause(handlerMargin)
 	if v := klog.V(3); v.Enabled() {
 		q := h.sched.SchedulingQueue
 		v.Info("Simulator resumes the scheduler", "virtual", t, "activeQ", len(q.PodsInActiveQ()), "backoffQ", len(q.PodsInBackoffQ()),

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package sim
+
+import "time"
+
+// pauser makes the harness's short waits (pause_linux.go says why Linux
+// uses a timerfd; elsewhere they may come out longer than asked).
+type pauser struct{}
+
+func newPauser() *pauser { return &pauser{} }
+
+func (*pauser) pause(d time.Duration) { time.Sleep(d) }
+
+func (*pauser) close() {}
