@@ -40,6 +40,7 @@ type filterCheck struct {
 	pods   map[types.UID]*v1.Pod
 	avoid  map[types.UID]map[string]bool // pairs that failed in a real cycle
 	base   map[types.UID]*memberBase
+	placed map[types.UID]*framework.PodInfo // by placedInfo
 	nodes  fwk.NodeInfoLister
 	checks int
 	// victims are pods a preemption dry run treats as gone, by node; their
@@ -69,6 +70,7 @@ func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, pods []*v1.Po
 		pods:       make(map[types.UID]*v1.Pod, len(pods)),
 		avoid:      p.registry.Avoided(key, p.now()),
 		base:       map[types.UID]*memberBase{},
+		placed:     map[types.UID]*framework.PodInfo{},
 		nodes:      p.handle.SnapshotSharedLister().NodeInfos(),
 		rejections: map[string]string{},
 	}
@@ -135,6 +137,28 @@ func (c *filterCheck) memberBase(pod *v1.Pod) *memberBase {
 	}
 	c.base[pod.UID] = b
 	return b
+}
+
+// placedInfo is the member as placed on node, for the trial's NodeInfo
+// copies and the other members' states. Its affinity terms are parsed and
+// its requests summed once per member (NewPodInfo, CalculateResource);
+// each placement is a shallow copy with the node set. Nothing the
+// framework's filters do writes to an added pod.
+func (c *filterCheck) placedInfo(pod *v1.Pod, node string) *framework.PodInfo {
+	base := c.placed[pod.UID]
+	if base == nil {
+		var err error
+		if base, err = framework.NewPodInfo(pod); err != nil {
+			return nil
+		}
+		base.CalculateResource()
+		c.placed[pod.UID] = base
+	}
+	placedPod := *pod
+	placedPod.Spec.NodeName = node
+	info := *base
+	info.Pod = &placedPod
+	return &info
 }
 
 func (c *filterCheck) reject(pod *v1.Pod, node string, why string) {
@@ -291,10 +315,8 @@ func (t *filterTrial) Place(m *gang.Member, node *v1.Node) {
 		ni = ni.Snapshot()
 		t.nodes[node.Name] = ni
 	}
-	placed := pod.DeepCopy()
-	placed.Spec.NodeName = node.Name
-	info, err := framework.NewPodInfo(placed)
-	if err != nil {
+	info := t.c.placedInfo(pod, node.Name)
+	if info == nil {
 		return
 	}
 	ni.AddPodInfo(info)
