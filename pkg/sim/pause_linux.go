@@ -18,7 +18,8 @@ import (
 //     which the scheduler (2 Ps on 2 cores) then misses.
 //
 // A timerfd read through the runtime's poller is both precise (about 5 µs
-// late) and parks the goroutine without holding a P.
+// late) and parks the goroutine without holding a P. One goroutine (the
+// step loop) uses a pauser: two waiting on one timer would wait forever.
 type pauser struct {
 	fd int
 	f  *os.File // nil when no timerfd could be made: time.Sleep then
@@ -48,5 +49,6 @@ func (p *pauser) pause(d time.Duration) {
 func (p *pauser) close() {
 	if p.f != nil {
 		_ = p.f.Close()
+		p.f = nil // the fd number may be reused
 	}
 }
