@@ -160,7 +160,7 @@ func (h *harness) waitDelivered(ctx context.Context) error {
 		}
 		return gated
 	}
-	if err := h.waitFor(ctx, func() string { return "" }); err != nil {
+	if err := h.waitCaughtUp(ctx); err != nil {
 		return err
 	}
 	// A pod that a plugin's PreEnqueue held while the gate was still on is
@@ -198,6 +198,11 @@ func (h *harness) waitFor(ctx context.Context, pending func() string) error {
 		}
 		h.pauser.pause(pollInterval)
 	}
+}
+
+// waitCaughtUp polls until the informers delivered every change.
+func (h *harness) waitCaughtUp(ctx context.Context) error {
+	return h.waitFor(ctx, func() string { return "" })
 }
 
 // createdPodsQueued names a pod of the step the scheduler has not taken in

@@ -91,7 +91,6 @@ const (
 // (they are called from the same distribution, possibly a moment later: the
 // settle window covers that).
 type counters struct {
-	pauser *pauser // of the step loop, which alone waits
 	wanted [numKinds]atomic.Int64
 	seen   [numKinds]atomic.Int64
 }
@@ -105,20 +104,6 @@ func (c *counters) caughtUp() bool {
 		}
 	}
 	return true
-}
-
-func (c *counters) waitCaughtUp(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for !c.caughtUp() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("informers did not deliver the simulator's changes within %s", timeout)
-		}
-		c.pauser.pause(pollInterval)
-	}
-	return nil
 }
 
 func (c *counters) handler(add, del int, update func(old, new interface{}) int) cache.ResourceEventHandlerFuncs {

@@ -218,12 +218,11 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 	}
 	h := &harness{
 		opts: opts, plan: plan, cpu: cpu, memory: memory,
-		rec: measure.NewRecorder(opts.Scheduler), binds: &bindLog{}, pauser: waits,
+		rec: measure.NewRecorder(opts.Scheduler), counts: &counters{}, binds: &bindLog{}, pauser: waits,
 		nodes: map[string]*nodeSpec{}, podGang: map[string]*gangState{}, nodePods: map[string]map[string]bool{},
 		clock:  clocktesting.NewFakeClock(epoch),
 		parked: make(chan struct{}), resumed: make(chan struct{}),
 	}
-	h.counts = &counters{pauser: h.pauser}
 	setupStart, setupCPUStart := time.Now(), processCPU()
 
 	watch.DefaultChanSize = watchBuffer
@@ -266,7 +265,7 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 	if err := h.sched.WaitForHandlersSync(ctx); err != nil {
 		return nil, fmt.Errorf("waiting for scheduler handlers: %w", err)
 	}
-	if err := h.counts.waitCaughtUp(ctx, opts.StepTimeout); err != nil {
+	if err := h.waitCaughtUp(ctx); err != nil {
 		return nil, err
 	}
 	// Scheduler and plugin metrics live in the process's registry and add up
@@ -458,7 +457,7 @@ func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 		// Let every handler see the deletions before the same gangs' new
 		// pods appear: muster forgets a gang whose pods are all gone, and
 		// whether it did decides where a restarted gang queues.
-		if err := h.counts.waitCaughtUp(ctx, h.opts.StepTimeout); err != nil {
+		if err := h.waitCaughtUp(ctx); err != nil {
 			return 0, err
 		}
 		marginStart := time.Now()
@@ -661,7 +660,7 @@ func (h *harness) submit(ctx context.Context, arriving []*gangState) error {
 				return err
 			}
 		}
-		if err := h.counts.waitCaughtUp(ctx, h.opts.StepTimeout); err != nil {
+		if err := h.waitCaughtUp(ctx); err != nil {
 			return err
 		}
 	}
