@@ -150,7 +150,9 @@ type scan struct {
 	domains [][]int32 // per level, per node: its domain number (0: none)
 	groups  []grouping
 	names   [][]string
-	topo    *TopologyIndex
+	// nameRanks[l][id] is the place of names[l][id] in sorted order.
+	nameRanks [][]int32
+	topo      *TopologyIndex
 }
 
 // planScratch holds Compute's per-node slices between plans: allocating
@@ -184,7 +186,7 @@ func newScan(req Request, eligible []*NodeView, scratch *planScratch) *scan {
 		s.gpu[i] = max(eligible[i].gpus(req.GPU), 0)
 		s.spots[i] = eligible[i].Preemptible
 	}
-	s.domains, s.groups, s.names = topo.domainsOf(eligible)
+	s.domains, s.groups, s.names, s.nameRanks = topo.domainsOf(eligible)
 	return s
 }
 
@@ -512,7 +514,7 @@ func domainsAt(req Request, li int, sc *scan, minGPU int64, slots []int, minMemb
 			return req.Levels[li].Name, none // no eligible node is in it
 		}
 	}
-	ids, names, group := sc.domains[li], sc.names[li], sc.groups[li]
+	ids, names, nameRanks, group := sc.domains[li], sc.names[li], sc.nameRanks[li], sc.groups[li]
 	return req.Levels[li].Name, func(yield func(*domain) bool) {
 		sums := sumsPool.Get().(*domainSums)
 		defer sumsPool.Put(sums)
@@ -527,17 +529,9 @@ func domainsAt(req Request, li int, sc *scan, minGPU int64, slots []int, minMemb
 				room[id] += int32(slots[i])
 			}
 		}
-		qualifying := func(yield func(ranked) bool) {
-			for id := int32(1); id < int32(len(names)); id++ {
-				if (bound == 0 || id == bound) && count[id] > 0 && gpus[id] >= minGPU && (slots == nil || room[id] >= int32(minMembers)) {
-					r := ranked{cost: policyCost(req.Policy, minGPU, gpus[id], spot[id]), free: gpus[id], spot: spot[id], nodes: count[id], id: id}
-					if !yield(r) {
-						return
-					}
-				}
-			}
-		}
-		for r := range rankDomains(qualifying, names) {
+		q := qualifier{policy: req.Policy, bound: bound, minGPU: minGPU, minMembers: int32(minMembers), useRoom: slots != nil,
+			gpus: gpus, spot: spot, room: room, count: count, nameRanks: nameRanks}
+		for r := range q.ranked() {
 			d := &domain{name: names[r.id], nodes: group.nodesOf(r.id), freeGPU: r.free, preemptGPU: r.spot, eligibleCnt: int(r.nodes)}
 			if !yield(d) {
 				return
@@ -594,10 +588,23 @@ func (d *domain) add(i int, freeGPU int64, preemptible bool) {
 	d.eligibleCnt++
 }
 
-// ranked is a domain as rankDomains orders it.
+// ranked is a domain as qualifier.ranked orders it.
 type ranked struct {
 	cost, free, spot int64
 	nodes, id        int32
+	nameRank         int32 // the domain name's place in sorted order
+}
+
+// rankedLess orders domains by the GPUs the policy dislikes that the gang
+// would have to use, then best fit (fewest free GPUs left over), then name.
+func rankedLess(a, b *ranked) bool {
+	if a.cost != b.cost {
+		return a.cost < b.cost
+	}
+	if a.free != b.free {
+		return a.free < b.free // least left over after need
+	}
+	return a.nameRank < b.nameRank
 }
 
 // policyCost is how many of the needed GPUs a domain can only offer on nodes
@@ -612,40 +619,56 @@ func policyCost(policy Policy, needGPU, free, spot int64) int64 {
 	return 0
 }
 
-// rankDomains yields domains by the GPUs the policy dislikes that the gang
-// would have to use, then best fit (fewest free GPUs left over), then name.
-// Callers usually stop at the first domain that fits, so the best is found by
-// one pass over doms and the others are collected and ordered only when
-// asked for (small gangs qualify in thousands of single-node domains).
-func rankDomains(doms iter.Seq[ranked], names []string) iter.Seq[ranked] {
-	less := func(a, b *ranked) bool {
-		if a.cost != b.cost {
-			return a.cost < b.cost
-		}
-		if a.free != b.free {
-			return a.free < b.free // least left over after need
-		}
-		return names[a.id] < names[b.id]
-	}
+// qualifier picks, from one level's per-domain sums, the domains a gang
+// may use: those with room for it (and the bound members' domain, when
+// bound is set).
+type qualifier struct {
+	policy                 Policy
+	bound                  int32
+	minGPU                 int64
+	minMembers             int32
+	useRoom                bool
+	gpus, spot             []int64
+	room, count, nameRanks []int32
+}
+
+// ok reports whether domain id qualifies (small enough to inline: most
+// domains of a level do not).
+func (q *qualifier) ok(id int32) bool {
+	return (q.bound == 0 || id == q.bound) && q.count[id] > 0 && q.gpus[id] >= q.minGPU && (!q.useRoom || q.room[id] >= q.minMembers)
+}
+
+func (q *qualifier) rank(id int32) ranked {
+	return ranked{cost: policyCost(q.policy, q.minGPU, q.gpus[id], q.spot[id]), free: q.gpus[id], spot: q.spot[id],
+		nodes: q.count[id], id: id, nameRank: q.nameRanks[id]}
+}
+
+// ranked yields the qualifying domains in rankedLess order. Callers
+// usually stop at the first domain that fits, so the best is found by one
+// plain pass and the others are collected and ordered only when asked for
+// (small gangs qualify in thousands of single-node domains).
+func (q *qualifier) ranked() iter.Seq[ranked] {
 	return func(yield func(ranked) bool) {
 		var best ranked
 		n := 0
-		for d := range doms {
-			if n == 0 || less(&d, &best) {
-				best = d
+		for id := int32(1); id < int32(len(q.count)); id++ {
+			if q.ok(id) {
+				if r := q.rank(id); n == 0 || rankedLess(&r, &best) {
+					best = r
+				}
+				n++
 			}
-			n++
 		}
 		if n == 0 || !yield(best) {
 			return
 		}
 		rest := make([]ranked, 0, n-1)
-		for d := range doms {
-			if d.id != best.id {
-				rest = append(rest, d)
+		for id := int32(1); id < int32(len(q.count)); id++ {
+			if id != best.id && q.ok(id) {
+				rest = append(rest, q.rank(id))
 			}
 		}
-		order := newLazyOrder(rest, less)
+		order := newLazyOrder(rest, rankedLess)
 		for i := 0; ; i++ {
 			d := order.at(i)
 			if d == nil || !yield(*d) {

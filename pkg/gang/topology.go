@@ -1,6 +1,8 @@
 package gang
 
 import (
+	"slices"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -22,7 +24,11 @@ type TopologyIndex struct {
 	// node lacks the label). names[l][id] is the value.
 	ids   []map[string]int32
 	names [][]string
-	nodes map[*v1.Node][]int32
+	// nameRanks[l][id] is the place of names[l][id] among level l's names
+	// in sorted order, so ranking domains compares integers; rebuilt (never
+	// changed in place) when a level gains a domain.
+	nameRanks [][]int32
+	nodes     map[*v1.Node][]int32
 	// recent remembers the last answers of domainsOf: consecutive plans
 	// mostly see the same node objects in the same order.
 	recent []domainsAnswer
@@ -97,16 +103,15 @@ func (t *TopologyIndex) serves(levels []Level) bool {
 // domainsOf returns, per level, the domain number of each node, the nodes
 // grouped by domain, and the domain names by number (append-only: safe to
 // read while others plan).
-func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, groups []grouping, names [][]string) {
+func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, groups []grouping, names [][]string, nameRanks [][]int32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	names = make([][]string, len(t.names))
-	copy(names, t.names)
 	for i, a := range t.recent {
 		if sameNodes(a.nodes, nodes) {
 			copy(t.recent[1:i+1], t.recent[:i]) // most recent first
 			t.recent[0] = a
-			return a.perLevel, a.groups, names
+			names, nameRanks = t.namesLocked()
+			return a.perLevel, a.groups, names, nameRanks
 		}
 	}
 	// Forget objects of nodes that changed or left once they dominate.
@@ -130,8 +135,7 @@ func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, groups
 			perLevel[l][i] = id
 		}
 	}
-	names = make([][]string, len(t.names))
-	copy(names, t.names) // new domains were numbered above
+	names, nameRanks = t.namesLocked() // new domains were numbered above
 	groups = make([]grouping, len(t.levels))
 	for l := range groups {
 		groups[l] = groupByDomain(perLevel[l], len(names[l]))
@@ -145,7 +149,35 @@ func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, groups
 	}
 	copy(t.recent[1:], t.recent)
 	t.recent[0] = answer
-	return perLevel, groups, names
+	return perLevel, groups, names, nameRanks
+}
+
+// namesLocked returns the names of every level's domains and their ranks,
+// ranking the names of a level that gained domains since the last call.
+func (t *TopologyIndex) namesLocked() (names [][]string, nameRanks [][]int32) {
+	if len(t.nameRanks) != len(t.names) {
+		t.nameRanks = make([][]int32, len(t.names))
+	}
+	for l, levelNames := range t.names {
+		if len(t.nameRanks[l]) == len(levelNames) {
+			continue
+		}
+		order := make([]int32, len(levelNames))
+		for id := range order {
+			order[id] = int32(id)
+		}
+		slices.SortFunc(order, func(a, b int32) int { return strings.Compare(levelNames[a], levelNames[b]) })
+		ranks := make([]int32, len(levelNames))
+		for rank, id := range order {
+			ranks[id] = int32(rank)
+		}
+		t.nameRanks[l] = ranks
+	}
+	names = make([][]string, len(t.names))
+	copy(names, t.names)
+	nameRanks = make([][]int32, len(t.nameRanks))
+	copy(nameRanks, t.nameRanks)
+	return names, nameRanks
 }
 
 func sameNodes(known []*v1.Node, nodes []*NodeView) bool {
