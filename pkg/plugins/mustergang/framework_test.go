@@ -570,7 +570,8 @@ func TestOwnerChangeWakesItsGang(t *testing.T) {
 // TestNodeViewsFollowNodeInfoChanges: a node's view is reused while its
 // NodeInfo is unchanged and recomputed when a pod lands on it; the snapshot
 // generation is the highest NodeInfo's; capacity held for other gangs is
-// subtracted from the right node without touching the kept views.
+// subtracted from the right node without touching the kept views, and
+// each subtraction starts from the views, not from the last one.
 func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
 	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil)
 	n1, n2 := framework.NewNodeInfo(), framework.NewNodeInfo()
@@ -593,6 +594,8 @@ func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
 	assert.Equal(t, []int64{8, 5}, gpus(f.plugin.subtractHeld(views, held)), "held capacity subtracted from its node")
 	views, _ = f.plugin.nodeViews(nodes)
 	assert.Equal(t, []int64{8, 8}, gpus(views), "the kept views were not changed by the subtraction")
+	other := map[string]gang.Resources{"n1": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 2}}}
+	assert.Equal(t, []int64{6, 8}, gpus(f.plugin.subtractHeld(views, other)), "the last subtraction is undone before the next")
 
 	n2.AddPod(worker("other", 0, 2, "n2"))
 	views, generation = f.plugin.nodeViews(nodes)

@@ -108,6 +108,7 @@ type Plugin struct {
 	lastViews []cachedView // by position in the last nodes list
 	viewBuf   []gang.NodeView
 	heldBuf   []gang.NodeView // viewBuf with other gangs' holdings taken out
+	heldTaken []int           // the positions where heldBuf differs from viewBuf
 	registry  *gang.Registry
 
 	pods      cache.Indexer

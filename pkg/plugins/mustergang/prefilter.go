@@ -283,8 +283,9 @@ func templateKey(pod *v1.Pod) string {
 // node or its pods raises it). Computing a view for every node in every plan
 // cost more than the plan itself at 5000 nodes, so each node's view is kept
 // until its NodeInfo changes, and a pass over an unchanged snapshot reads
-// only the NodeInfos' generations. The returned slice is reused by the next
-// call; the planner never writes a NodeView's Free (views share it).
+// only the NodeInfos' generations: the returned slice is the one the last
+// call returned, with only the changed nodes' views rewritten. The planner
+// never writes a NodeView's Free (views share it).
 func (p *Plugin) nodeViews(nodes []fwk.NodeInfo) ([]gang.NodeView, int64) {
 	p.viewsMu.Lock()
 	defer p.viewsMu.Unlock()
@@ -294,23 +295,25 @@ func (p *Plugin) nodeViews(nodes []fwk.NodeInfo) ([]gang.NodeView, int64) {
 	// The snapshot updates its NodeInfos in place and keeps their order, so
 	// most nodes are found at the same position as in the last call.
 	last := p.lastViews
-	if len(last) != len(nodes) {
+	if len(last) != len(nodes) || len(p.viewBuf) != len(nodes) {
 		last = nil
 		p.lastViews = make([]cachedView, len(nodes))
+		p.viewBuf = make([]gang.NodeView, len(nodes))
+		p.heldBuf, p.heldTaken = make([]gang.NodeView, len(nodes)), nil
 	}
-	views := p.viewBuf[:0]
+	views := p.viewBuf
 	var generation int64
 	for i, ni := range nodes {
 		gen := ni.GetGeneration()
 		generation = max(generation, gen)
 		if last != nil && last[i].info == ni && last[i].generation == gen {
-			views = append(views, last[i].view)
-			continue
+			continue // views[i] still holds its view
 		}
 		node := ni.Node()
 		if node == nil {
 			// Not in a scheduler's snapshot; keep views[i] nodes[i]'s.
-			views = append(views, gang.NodeView{Node: &v1.Node{}, Reclaiming: true})
+			views[i] = gang.NodeView{Node: &v1.Node{}, Reclaiming: true}
+			p.heldBuf[i] = views[i]
 			p.lastViews[i] = cachedView{pos: -1}
 			continue
 		}
@@ -322,31 +325,37 @@ func (p *Plugin) nodeViews(nodes []fwk.NodeInfo) ([]gang.NodeView, int64) {
 		c.info, c.pos = ni, i
 		p.views[node.Name] = c
 		p.lastViews[i] = c
-		views = append(views, c.view)
+		views[i], p.heldBuf[i] = c.view, c.view
 	}
-	p.viewBuf = views
 	return views, generation
 }
 
-// subtractHeld returns views with held taken out of the nodes' free
-// resources (a negative holding adds), in a copy: the views are kept
-// between plans. It finds a held node by its position in the last nodes
-// list instead of reading the name of every node.
+// subtractHeld returns views (nodeViews' answer) with held taken out of the
+// nodes' free resources (a negative holding adds), in a copy: the views are
+// kept between plans. The copy is kept too, equal to views but at the
+// positions the last call took from, which are restored first; so a call
+// costs as many nodes as are held, not the whole cluster. It finds a held
+// node by its position in the last nodes list instead of reading the name
+// of every node.
 func (p *Plugin) subtractHeld(views []gang.NodeView, held map[string]gang.Resources) []gang.NodeView {
 	if len(held) == 0 {
 		return views
 	}
 	p.viewsMu.Lock()
 	defer p.viewsMu.Unlock()
-	out := append(p.heldBuf[:0], views...)
+	out := p.heldBuf
+	for _, pos := range p.heldTaken {
+		out[pos] = views[pos]
+	}
+	p.heldTaken = p.heldTaken[:0]
 	for name, h := range held {
 		c, ok := p.views[name]
 		if !ok || c.pos < 0 || c.pos >= len(out) || out[c.pos].Node.Name != name {
 			continue // not in this snapshot: nothing to take from
 		}
 		out[c.pos].Take(h)
+		p.heldTaken = append(p.heldTaken, c.pos)
 	}
-	p.heldBuf = out
 	return out
 }
 
