@@ -31,8 +31,8 @@ type NodeView struct {
 	// gangs' plans hold on it. Change it with Take, which keeps the cache.
 	Free        Resources
 	Preemptible bool
-	// Reclaiming nodes (spot reclaim notice, disruption taint, cordon) never
-	// receive a member.
+	// Reclaiming nodes (spot reclaim notice, disruption taint) never receive
+	// a member; nor do cordoned ones (see Unavailable).
 	Reclaiming bool
 
 	gpu     v1.ResourceName // set by NewNodeView: Reclaiming includes cordon
@@ -40,7 +40,8 @@ type NodeView struct {
 }
 
 // NewNodeView returns the view of node with free resources free, gpu the
-// name of the GPU resource the plans will ask for.
+// name of the GPU resource the plans will ask for. The view folds a cordon
+// into Reclaiming, so planning reads no node object.
 func NewNodeView(node *v1.Node, free Resources, gpu v1.ResourceName, preemptible, reclaiming bool) NodeView {
 	return NodeView{Node: node, Free: free, Preemptible: preemptible, Reclaiming: reclaiming || node.Spec.Unschedulable,
 		gpu: gpu, freeGPU: free.Scalars[gpu]}
@@ -62,8 +63,10 @@ func (n *NodeView) gpus(name v1.ResourceName) int64 {
 	return n.Free.Scalars[name]
 }
 
-// unavailable: the node never receives a member.
-func (n *NodeView) unavailable() bool {
+// Unavailable reports that the node never receives a member: it is being
+// reclaimed or it is cordoned. It is the one place that decides it, for
+// plans and for choosing preemption victims.
+func (n *NodeView) Unavailable() bool {
 	return n.Reclaiming || (n.gpu == "" && n.Node.Spec.Unschedulable)
 }
 
@@ -322,7 +325,7 @@ func eligibleNodes(policy Policy, nodes []NodeView, eligible []*NodeView) ([]*No
 	for i := range nodes {
 		n := &nodes[i]
 		switch {
-		case n.unavailable():
+		case n.Unavailable():
 			reclaiming++
 		case policy.Excludes(n.Preemptible):
 			byPolicy++

@@ -26,6 +26,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodeunschedulable"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
@@ -178,7 +179,11 @@ func newTestFramework(t testing.TB, workers int32, nodes []*v1.Node, pods []*v1.
 	newAffinity := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		return interpodaffinity.New(ctx, &kubeschedulerconfig.InterPodAffinityArgs{}, h, feature.Features{})
 	}
+	newUnschedulable := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		return nodeunschedulable.New(ctx, nil, h, feature.Features{})
+	}
 	fw, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+		tf.RegisterPluginAsExtensions(nodeunschedulable.Name, newUnschedulable, "Filter"),
 		tf.RegisterPluginAsExtensions(noderesources.Name, newFit, "PreFilter", "Filter"),
 		tf.RegisterPluginAsExtensions(interpodaffinity.Name, newAffinity, "PreFilter", "Filter"),
 		tf.RegisterPluginAsExtensions(Name, newMuster, "QueueSort", "PreFilter", "Filter", "PostFilter", "Reserve", "Permit"),
@@ -493,6 +498,48 @@ func TestNoPreemptionOfEqualPriorityOrWhenNever(t *testing.T) {
 				t.Error("preempted")
 			}
 		})
+	}
+}
+
+// TestCordonIsDecidedOnce: a cordoned node is the framework's
+// NodeUnschedulable filter's to refuse (muster's Filter does not re-check
+// it), the planner leaves it out, and so preemption finds nothing to evict
+// for: the one lower-priority pod runs only there.
+func TestCordonIsDecidedOnce(t *testing.T) {
+	cordoned := gpuNode("n1", 8)
+	cordoned.Spec.Unschedulable = true
+	low := worker("low", 0, 8, "n1")
+	low.Spec.Priority = ptr.To[int32](1)
+	low.OwnerReferences[0].Name = "low"
+	high := worker("j", 0, 8, "")
+	high.Spec.Priority = ptr.To[int32](100)
+	lone := worker("lone", 0, 0, "")
+	lone.OwnerReferences = nil
+	f := newTestFramework(t, 1, []*v1.Node{cordoned}, []*v1.Pod{low, high, lone})
+
+	state, status := f.preFilter(t, lone)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter of a pod scheduled alone: %v", status)
+	}
+	ni, err := f.fw.SnapshotSharedLister().NodeInfos().Get("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status := f.fw.RunFilterPlugins(context.Background(), state, lone, ni); status.IsSuccess() || status.Plugin() != nodeunschedulable.Name {
+		t.Errorf("Filter on the cordoned node: %v (plugin %q), want NodeUnschedulable's refusal", status, status.Plugin())
+	}
+	if status := f.plugin.Filter(context.Background(), state, lone, ni); !status.IsSuccess() {
+		t.Errorf("muster's Filter re-checks the cordon: %v", status)
+	}
+
+	state, status = f.preFilter(t, high)
+	if status.IsSuccess() || !contains(status.Message(), "cordoned") {
+		t.Fatalf("PreFilter with the only node cordoned: %v, want the planner to leave it out", status)
+	}
+	f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
+	key, _ := gang.KeyOf(high)
+	if plan := f.plugin.registry.Plan(key); plan != nil {
+		t.Errorf("plan %+v: preempted on a cordoned node", plan)
 	}
 }
 

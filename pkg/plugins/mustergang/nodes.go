@@ -11,10 +11,11 @@ func (p *Plugin) preemptible(node *v1.Node) bool {
 	return false
 }
 
+// reclaiming reports a node whose capacity is going away: it carries one of
+// the reclaim taints (a spot reclaim notice, a disruption). A cordon is not
+// reclaiming: the profile's NodeUnschedulable filter keeps pods off a
+// cordoned node, and the planner's NodeView.Unavailable leaves it out.
 func (p *Plugin) reclaiming(node *v1.Node) bool {
-	if node.Spec.Unschedulable {
-		return true
-	}
 	for _, key := range p.args.ReclaimTaintKeys {
 		if matchNode(node, true, key, "") {
 			return true

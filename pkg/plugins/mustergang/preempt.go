@@ -78,7 +78,8 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if status != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, status.Message())
 	}
-	units := p.victimUnits(nodes, key, corev1helpers.PodPriority(pod), constraints.Policy)
+	views, _ := p.nodeViews(nodes)
+	units := p.victimUnits(nodes, views, key, corev1helpers.PodPriority(pod), constraints.Policy)
 	if len(units) == 0 {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: no lower-priority pods to preempt", key))
 	}
@@ -86,7 +87,6 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	for i, u := range units {
 		candidates[i] = u.VictimUnit
 	}
-	views, _ := p.nodeViews(nodes)
 	var plan *gang.Plan
 	var victims []*v1.Pod
 	chosen, found := gang.ChooseVictims(candidates, func(indexes []int) bool {
@@ -146,18 +146,17 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 // member, wherever it runs, whichever scheduler placed it) and lone pods,
 // and keeps the units entirely below priority prio, with no member already
 // terminating or chosen by another preemption, and with a pod on a node the
-// preemptor's policy may use.
-func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, preemptor gang.Key, prio int32, policy gang.Policy) []*victimUnit {
+// preemptor's policy may use (views[i] is nodes[i]'s, from nodeViews).
+func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemptor gang.Key, prio int32, policy gang.Policy) []*victimUnit {
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	byName := map[string]*victimUnit{}
 	useful := map[string]bool{}
 	protected := map[string]bool{}
-	for _, ni := range nodes {
-		node := ni.Node()
-		if node == nil {
+	for i, ni := range nodes {
+		if ni.Node() == nil {
 			continue
 		}
-		eligible := !p.reclaiming(node) && !policy.Excludes(p.preemptible(node))
+		eligible := !views[i].Unavailable() && !policy.Excludes(views[i].Preemptible)
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()
 			name, key := "pod "+pod.Namespace+"/"+pod.Name, gang.Key{}
