@@ -502,12 +502,14 @@ func TestNoPreemptionOfEqualPriorityOrWhenNever(t *testing.T) {
 }
 
 // TestCordonIsDecidedOnce: a cordoned node is the framework's
-// NodeUnschedulable filter's to refuse (muster's Filter does not re-check
-// it), the planner leaves it out, and so preemption finds nothing to evict
-// for: the one lower-priority pod runs only there.
+// NodeUnschedulable filter's to refuse (muster's Filter, with the default
+// reclaim taints, does not re-check it), the planner leaves it out, and so
+// preemption finds nothing to evict for: the one lower-priority pod runs
+// only there.
 func TestCordonIsDecidedOnce(t *testing.T) {
 	cordoned := gpuNode("n1", 8)
-	cordoned.Spec.Unschedulable = true
+	cordoned.Spec.Unschedulable = true // and the taint the node controller adds with it
+	cordoned.Spec.Taints = append(cordoned.Spec.Taints, v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule})
 	low := worker("low", 0, 8, "n1")
 	low.Spec.Priority = ptr.To[int32](1)
 	low.OwnerReferences[0].Name = "low"

@@ -81,11 +81,14 @@ func DefaultPreemptibleNodeMatchers() []NodeMatcher {
 }
 
 // DefaultReclaimTaintKeys are taints that announce a node is going away.
+// A cordon (and the node.kubernetes.io/unschedulable taint the node
+// controller adds with it) is not among them: the planner leaves cordoned
+// nodes out on its own, and the profile's NodeUnschedulable filter refuses
+// them.
 func DefaultReclaimTaintKeys() []string {
 	return []string{
 		TaintGKEImpendingTermination,
 		"karpenter.sh/disrupted",
-		"node.kubernetes.io/unschedulable",
 		"aws-node-termination-handler/spot-itn",
 	}
 }

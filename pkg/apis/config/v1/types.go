@@ -34,8 +34,8 @@ type MusterGangArgs struct {
 	PreemptibleNodeMatchers []NodeMatcher `json:"preemptibleNodeMatchers,omitempty"`
 	// ReclaimTaintKeys mark a node being reclaimed; it never receives a new
 	// gang member. Default: cloud.google.com/impending-node-termination,
-	// karpenter.sh/disrupted, node.kubernetes.io/unschedulable,
-	// aws-node-termination-handler/spot-itn.
+	// karpenter.sh/disrupted, aws-node-termination-handler/spot-itn.
+	// (A cordoned node never receives one either; it needs no key here.)
 	ReclaimTaintKeys []string `json:"reclaimTaintKeys,omitempty"`
 	// GangPreemption lets a gang (or a pod scheduled alone) that cannot be
 	// placed evict whole gangs and lone pods of strictly lower priority,
