@@ -12,11 +12,9 @@ func (p *Plugin) preemptible(node *v1.Node) bool {
 }
 
 // reclaiming reports a node whose capacity is going away: it carries one of
-// the reclaim taints (a spot reclaim notice, a disruption; by default also
-// the node.kubernetes.io/unschedulable taint the node controller adds with
-// a cordon). spec.unschedulable itself is not read here: the profile's
-// NodeUnschedulable filter keeps pods off a cordoned node, and the
-// planner's NodeView.Unavailable leaves it out.
+// the reclaim taints (a spot reclaim notice, a disruption). A cordon is not
+// reclaiming: the profile's NodeUnschedulable filter keeps pods off a
+// cordoned node, and the planner's NodeView.Unavailable leaves it out.
 func (p *Plugin) reclaiming(node *v1.Node) bool {
 	for _, key := range p.args.ReclaimTaintKeys {
 		if matchNode(node, true, key, "") {
