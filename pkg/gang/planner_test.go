@@ -617,3 +617,19 @@ func TestFiltersAskedOnlyForTheDomainThatFits(t *testing.T) {
 	assert.Equal(t, "rack", plan.Level)
 	assert.Len(t, check.asked, 3, "asked %v", check.asked)
 }
+
+// TestNameTiesFollowDomainsAddedLater: the topology index ranks domain
+// names once and ranks again when a level gains a domain, so a node that
+// joins later and sorts first wins a tie with the nodes already ranked.
+func TestNameTiesFollowDomainsAddedLater(t *testing.T) {
+	idx := NewTopologyIndex(defaultLevels)
+	planOn := func(nodes []NodeView) map[string]int {
+		plan, err := Compute(request(gangOf(1, 8), func(r *Request) { r.Topology = idx }), nodes)
+		require.NoError(t, err)
+		return nodesUsed(plan)
+	}
+	assert.Equal(t, map[string]int{"n2": 1}, planOn(views(testNode{name: "n3", rack: "r1"}, testNode{name: "n2", rack: "r1"})))
+	assert.Equal(t, map[string]int{"n1": 1},
+		planOn(views(testNode{name: "n3", rack: "r1"}, testNode{name: "n2", rack: "r1"}, testNode{name: "n1", rack: "r1"})),
+		"n1, added after the names were ranked, sorts first")
+}
