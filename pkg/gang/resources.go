@@ -74,24 +74,22 @@ func FreeOnNode(ni fwk.NodeInfo) Resources {
 	return free
 }
 
-// PodRequest is what one pod needs, computed like the scheduler does
-// (containers, init containers, overhead), plus one pod slot.
-func PodRequest(pod *v1.Pod) Resources {
+// RequestOf is what one pod needs as the framework counts it: its
+// PodInfo's CalculateResource, the amount NodeInfo adds to a node's
+// requested resources when the pod lands there (so a plan subtracts from
+// FreeOnNode exactly what binding the pod will), plus one pod slot.
+func RequestOf(pr fwk.PodResource) Resources {
 	req := Resources{Pods: 1}
-	for name, q := range podRequests(pod) {
-		switch name {
-		case v1.ResourceCPU:
-			req.MilliCPU = q.MilliValue()
-		case v1.ResourceMemory:
-			req.Memory = q.Value()
-		case v1.ResourceEphemeralStorage:
-			req.EphemeralStorage = q.Value()
-		case v1.ResourcePods:
-		default:
-			if req.Scalars == nil {
-				req.Scalars = map[v1.ResourceName]int64{}
-			}
-			req.Scalars[name] = q.Value()
+	if pr.Resource == nil {
+		return req
+	}
+	req.MilliCPU = pr.Resource.GetMilliCPU()
+	req.Memory = pr.Resource.GetMemory()
+	req.EphemeralStorage = pr.Resource.GetEphemeralStorage()
+	if scalars := pr.Resource.GetScalarResources(); len(scalars) > 0 {
+		req.Scalars = make(map[v1.ResourceName]int64, len(scalars))
+		for name, q := range scalars {
+			req.Scalars[name] = q
 		}
 	}
 	return req

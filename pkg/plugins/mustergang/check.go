@@ -37,10 +37,9 @@ type filterCheck struct {
 	ctx    context.Context
 	fw     framework.Framework
 	key    gang.Key
-	pods   map[types.UID]*v1.Pod
+	pods   map[types.UID]*framework.PodInfo
 	avoid  map[types.UID]map[string]bool // pairs that failed in a real cycle
 	base   map[types.UID]*memberBase
-	placed map[types.UID]*framework.PodInfo // by placedInfo
 	nodes  fwk.NodeInfoLister
 	checks int
 	// victims are pods a preemption dry run treats as gone, by node; their
@@ -60,22 +59,21 @@ type memberBase struct {
 	status *fwk.Status
 }
 
-func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, pods []*v1.Pod, victims []*v1.Pod) (*filterCheck, error) {
+func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, members []*framework.PodInfo, victims []*v1.Pod) (*filterCheck, error) {
 	fw, ok := p.handle.(framework.Framework)
 	if !ok {
 		return nil, fmt.Errorf("%s: the framework handle (%T) cannot run PreFilter plugins", Name, p.handle)
 	}
 	c := &filterCheck{
 		ctx: ctx, fw: fw, key: key,
-		pods:       make(map[types.UID]*v1.Pod, len(pods)),
+		pods:       make(map[types.UID]*framework.PodInfo, len(members)),
 		avoid:      p.registry.Avoided(key, p.now()),
 		base:       map[types.UID]*memberBase{},
-		placed:     map[types.UID]*framework.PodInfo{},
 		nodes:      p.handle.SnapshotSharedLister().NodeInfos(),
 		rejections: map[string]string{},
 	}
-	for _, pod := range pods {
-		c.pods[pod.UID] = pod
+	for _, m := range members {
+		c.pods[m.Pod.UID] = m
 	}
 	if len(victims) > 0 {
 		c.victims, c.victimNodes = map[string][]fwk.PodInfo{}, map[string]fwk.NodeInfo{}
@@ -140,23 +138,13 @@ func (c *filterCheck) memberBase(pod *v1.Pod) *memberBase {
 }
 
 // placedInfo is the member as placed on node, for the trial's NodeInfo
-// copies and the other members' states. Its affinity terms are parsed and
-// its requests summed once per member (NewPodInfo, CalculateResource);
-// each placement is a shallow copy with the node set. Nothing the
-// framework's filters do writes to an added pod.
-func (c *filterCheck) placedInfo(pod *v1.Pod, node string) *framework.PodInfo {
-	base := c.placed[pod.UID]
-	if base == nil {
-		var err error
-		if base, err = framework.NewPodInfo(pod); err != nil {
-			return nil
-		}
-		base.CalculateResource()
-		c.placed[pod.UID] = base
-	}
-	placedPod := *pod
+// copies and the other members' states: a shallow copy of its PodInfo
+// (affinity terms parsed and requests summed once per plan) with the node
+// set. Nothing the framework's filters do writes to an added pod.
+func placedInfo(member *framework.PodInfo, node string) *framework.PodInfo {
+	placedPod := *member.Pod
 	placedPod.Spec.NodeName = node
-	info := *base
+	info := *member
 	info.Pod = &placedPod
 	return &info
 }
@@ -222,10 +210,11 @@ func (t *filterTrial) nodeInfo(name string) (fwk.NodeInfo, error) {
 // Fits runs the member's filters on node with the trial's placed members.
 func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 	c := t.c
-	pod := c.pods[m.UID]
-	if pod == nil {
+	member := c.pods[m.UID]
+	if member == nil {
 		return true // not a pod this check knows: nothing to ask
 	}
+	pod := member.Pod
 	c.checks++
 	if c.avoid[m.UID][node.Name] {
 		c.reject(pod, node.Name, "it failed there in its last scheduling cycle")
@@ -303,8 +292,8 @@ func (t *filterTrial) filterWithNominated(pod *v1.Pod, state fwk.CycleState, ni 
 // Place adds the member to the trial: to a copy of its node's NodeInfo and,
 // lazily, to every other member's state.
 func (t *filterTrial) Place(m *gang.Member, node *v1.Node) {
-	pod := t.c.pods[m.UID]
-	if pod == nil {
+	member := t.c.pods[m.UID]
+	if member == nil {
 		return
 	}
 	ni, err := t.nodeInfo(node.Name)
@@ -315,10 +304,7 @@ func (t *filterTrial) Place(m *gang.Member, node *v1.Node) {
 		ni = ni.Snapshot()
 		t.nodes[node.Name] = ni
 	}
-	info := t.c.placedInfo(pod, node.Name)
-	if info == nil {
-		return
-	}
+	info := placedInfo(member, node.Name)
 	ni.AddPodInfo(info)
 	// A member is placed once per trial, so its own state never needs it.
 	t.placed = append(t.placed, placedPod{info: info, node: node.Name})

@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -145,7 +146,9 @@ func newTestFramework(t testing.TB, workers int32, nodes []*v1.Node, pods []*v1.
 	schedmetrics.Register()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	objects := []runtime.Object{gangJob("j", workers)}
+	// The pods' namespace exists, as on a real cluster: InterPodAffinity
+	// looks up its labels in every PreFilter.
+	objects := []runtime.Object{gangJob("j", workers), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}}
 	var bound []*v1.Pod
 	for _, p := range pods {
 		objects = append(objects, p)
@@ -684,7 +687,7 @@ func TestMemberPlacedInTwoTrialsKeepsEachPlacement(t *testing.T) {
 	n1, n2 := gpuNode("n1", 8), gpuNode("n2", 8)
 	f := newTestFramework(t, 2, []*v1.Node{n1, n2}, []*v1.Pod{a, b})
 	key, _ := gang.KeyOf(a)
-	check, err := f.plugin.newFilterCheck(context.Background(), key, []*v1.Pod{a, b}, nil)
+	check, err := f.plugin.newFilterCheck(context.Background(), key, podInfos(t, a, b), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -729,4 +732,47 @@ func TestMemberPlacedInTwoTrialsKeepsEachPlacement(t *testing.T) {
 			t.Errorf("the snapshot's %s has %d pods after the trials, want 0", name, n)
 		}
 	}
+}
+
+func TestMemberRequestIsWhatTheNodeCounts(t *testing.T) {
+	// A plan subtracts each member's request from the node's free
+	// resources; the framework adds the pod's CalculateResource to the
+	// node's requested ones. They must be the same amount, including for a
+	// running pod whose resize is still in progress (the larger of spec and
+	// status counts), as preemption frees.
+	resizing := worker("j", 1, 2, "n1")
+	resizing.Status.ContainerStatuses = []v1.ContainerStatus{{
+		Name:               "w",
+		AllocatedResources: v1.ResourceList{v1.ResourceCPU: resource.MustParse("3")},
+		Resources: &v1.ResourceRequirements{Requests: v1.ResourceList{
+			v1.ResourceCPU: resource.MustParse("3"),
+		}},
+	}}
+	withInit := worker("j", 2, 1, "")
+	withInit.Spec.InitContainers = []v1.Container{testobj.MakeContainer("init").Request(v1.ResourceCPU, resource.MustParse("4")).Obj()}
+	withInit.Spec.Overhead = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
+
+	for name, pod := range map[string]*v1.Pod{"worker": worker("j", 0, 8, ""), "resizing": resizing, "init and overhead": withInit} {
+		t.Run(name, func(t *testing.T) {
+			ni := framework.NewNodeInfo()
+			ni.SetNode(gpuNode("n1", 8))
+			before := gang.FreeOnNode(ni)
+			ni.AddPod(pod)
+			counted := before
+			counted.Sub(gang.FreeOnNode(ni))
+			assert.Equal(t, counted, requestOf(pod))
+		})
+	}
+}
+
+func podInfos(t testing.TB, pods ...*v1.Pod) []*framework.PodInfo {
+	t.Helper()
+	infos := make([]*framework.PodInfo, len(pods))
+	for i, pod := range pods {
+		var err error
+		if infos[i], err = framework.NewPodInfo(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return infos
 }

@@ -1,10 +1,13 @@
 package mustergang
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/gang"
@@ -19,6 +22,70 @@ import (
 // 32-node racks; the plan is forgotten after each iteration so every
 // iteration plans afresh.
 func BenchmarkPlanGang(b *testing.B) {
+	forEachPlanCase(b, func(b *testing.B, f *testFramework, pods []*v1.Pod) {
+		key, _ := gang.KeyOf(pods[0])
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, status := f.preFilter(b, pods[0]); !status.IsSuccess() {
+				b.Fatalf("PreFilter: %v", status)
+			}
+			f.plugin.registry.Forget(key)
+		}
+	})
+}
+
+// BenchmarkFrameworkFloor is, for the same cases, the least any scheduler
+// built on this framework pays to place the gang's pods once each with a
+// perfect guess: per member, its PodInfo (affinity terms, requests), the
+// profile's PreFilter plugins (muster's own skipped, as in a dry run), its
+// Filter plugins on the node the plan chose, and the member added to a copy
+// of that node's NodeInfo. BenchmarkPlanGang's excess over it is the
+// planner's own work and the dry runs of choices it did not keep.
+func BenchmarkFrameworkFloor(b *testing.B) {
+	forEachPlanCase(b, func(b *testing.B, f *testFramework, pods []*v1.Pod) {
+		key, _ := gang.KeyOf(pods[0])
+		if _, status := f.preFilter(b, pods[0]); !status.IsSuccess() {
+			b.Fatalf("PreFilter: %v", status)
+		}
+		slots := f.plugin.registry.Plan(key).Slots
+		f.plugin.registry.Forget(key)
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			copies := map[string]fwk.NodeInfo{}
+			for _, pod := range pods {
+				info, err := framework.NewPodInfo(pod)
+				if err != nil {
+					b.Fatal(err)
+				}
+				info.CalculateResource()
+				state := framework.NewCycleState()
+				state.Write(dryRunKey, dryRunMarker{})
+				if _, status, _ := f.fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() && !status.IsSkip() {
+					b.Fatalf("PreFilter: %v", status)
+				}
+				node := slots[pod.UID]
+				ni := copies[node]
+				if ni == nil {
+					orig, err := f.fw.SnapshotSharedLister().NodeInfos().Get(node)
+					if err != nil {
+						b.Fatal(err)
+					}
+					ni = orig.Snapshot()
+					copies[node] = ni
+				}
+				if status := f.fw.RunFilterPlugins(ctx, state, pod, ni); !status.IsSuccess() {
+					b.Fatalf("Filter on %s: %v", node, status)
+				}
+				ni.AddPodInfo(placedInfo(info, node))
+			}
+		}
+	})
+}
+
+// forEachPlanCase runs bench over empty 8-GPU nodes in 32-node racks for
+// each cluster size and gang shape.
+func forEachPlanCase(b *testing.B, bench func(b *testing.B, f *testFramework, pods []*v1.Pod)) {
 	for _, n := range []int{1000, 5000, 15000} {
 		nodes := make([]*v1.Node, n)
 		for i := range nodes {
@@ -42,15 +109,7 @@ func BenchmarkPlanGang(b *testing.B) {
 						pods[i].Spec.Affinity = nil
 					}
 				}
-				f := newTestFramework(b, int32(g.workers), nodes, pods)
-				key, _ := gang.KeyOf(pods[0])
-				b.ReportAllocs()
-				for b.Loop() {
-					if _, status := f.preFilter(b, pods[0]); !status.IsSuccess() {
-						b.Fatalf("PreFilter: %v", status)
-					}
-					f.plugin.registry.Forget(key)
-				}
+				bench(b, newTestFramework(b, int32(g.workers), nodes, pods), pods)
 			})
 		}
 	}

@@ -177,7 +177,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 			}
 			u.pods = append(u.pods, pod)
 			u.Pods++
-			u.GPUs += gang.PodRequest(pod).Scalars[gpu]
+			u.GPUs += pi.CalculateResource().Resource.GetScalarResources()[gpu]
 			u.Priority = max(u.Priority, corev1helpers.PodPriority(pod))
 			started := pod.CreationTimestamp.Time
 			if pod.Status.StartTime != nil {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -41,7 +42,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		// A pod scheduled alone has a plan only when it preempted.
 		plan := p.registry.Plan(gang.LoneKey(pod))
 		if plan == nil {
-			cs.Write(stateKey, &cycleState{policy: constraints.Policy, held: p.registry.Held(gang.Key{}), request: gang.PodRequest(pod)})
+			cs.Write(stateKey, &cycleState{policy: constraints.Policy, held: p.registry.Held(gang.Key{}), request: requestOf(pod)})
 			return nil, nil
 		}
 		return p.steer(cs, pod, gang.LoneKey(pod), plan, constraints)
@@ -89,10 +90,12 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 type gangRequest struct {
 	info *gangInfo
 	// alone: the gang's quorum is bound and only this pod is placed.
-	alone      bool
-	req        gang.Request
-	set        memberSet
-	candidates []*v1.Pod
+	alone bool
+	req   gang.Request
+	set   memberSet
+	// candidates are the members to place, as the framework sees them:
+	// their affinity terms parsed and their requests summed once per plan.
+	candidates []*framework.PodInfo
 }
 
 // prepareGang gathers the gang of pod for planning: the pending members to
@@ -122,7 +125,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		p.notice(ctx, info, gang.OutcomeInvalid, msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
-	gr := &gangRequest{info: info, set: set, candidates: candidates, alone: len(candidates) == 1, req: gang.Request{
+	gr := &gangRequest{info: info, set: set, alone: len(candidates) == 1, req: gang.Request{
 		Gang:       key.String(),
 		Needed:     needed,
 		GPU:        v1.ResourceName(p.args.GPUResourceName),
@@ -135,13 +138,20 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 	}}
 	byTemplate := map[string]*gang.NodeConstraints{}
 	for _, m := range candidates {
+		pi, err := framework.NewPodInfo(m)
+		if err != nil {
+			msg := fmt.Sprintf("gang %s: member %s: %v", key, m.Name, err)
+			p.notice(ctx, info, gang.OutcomeInvalid, msg)
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		}
+		gr.candidates = append(gr.candidates, pi)
 		tmpl := templateKey(m)
 		nc := byTemplate[tmpl]
 		if nc == nil {
 			nc = gang.ConstraintsOf(klog.FromContext(ctx), m)
 			byTemplate[tmpl] = nc
 		}
-		gr.req.Members = append(gr.req.Members, gang.Member{UID: m.UID, Name: m.Name, Request: gang.PodRequest(m), Constraints: nc})
+		gr.req.Members = append(gr.req.Members, gang.Member{UID: m.UID, Name: m.Name, Request: gang.RequestOf(pi.CalculateResource()), Constraints: nc})
 		// A nomination left from an earlier attempt (a failover, a Permit
 		// wait that ended) must not make the framework count this pending
 		// member twice against its own gang's plan.
@@ -150,6 +160,11 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		}
 	}
 	return gr, nil
+}
+
+// requestOf is what pod needs, as the framework counts it on a node.
+func requestOf(pod *v1.Pod) gang.Resources {
+	return gang.RequestOf((&framework.PodInfo{Pod: pod}).CalculateResource())
 }
 
 // computePlan plans the gang over the node views with what other gangs'
@@ -171,7 +186,7 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 		for _, v := range victims {
 			// Freed by the victims: a negative holding.
 			a := adjust[v.Spec.NodeName].Clone()
-			a.Sub(gang.PodRequest(v))
+			a.Sub(requestOf(v))
 			adjust[v.Spec.NodeName] = a
 		}
 	}
