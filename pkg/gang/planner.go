@@ -204,7 +204,9 @@ type domain struct {
 
 // placement is the outcome of placing members in one domain.
 type placement struct {
-	slots    map[types.UID]string
+	slots map[types.UID]string
+	// chosen is the eligible node of each placed member, in placing order.
+	chosen   []int
 	placed   int
 	cost     int // preemptible nodes used (avoid) or on-demand nodes used (prefer)
 	nodes    int
@@ -279,9 +281,11 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 				// Screen first: the filters (req.Check) only refuse more, so
 				// a domain the screening cannot fill is skipped without
 				// running them.
-				p := placeInDomain(want, d, eligible, sc, feasible, screenOnly)
+				p := placeInDomain(want, d, eligible, sc, feasible, screenOnly, nil)
 				if p.placed == count && req.Check != nil {
-					p = placeInDomain(want, d, eligible, sc, feasible, req)
+					if r := confirm(req.Check, want, p, eligible); r != nil {
+						p = placeInDomain(want, d, eligible, sc, feasible, req, r)
+					}
 				}
 				if p.placed > mostPlaced {
 					mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
@@ -309,7 +313,7 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		// screening; what the filters rejected is reported by the Checker).
 		levelName, doms := domainsAt(req, endIdx, sc, 0, nil, 0)
 		for d := range doms {
-			if p := placeInDomain(members, d, eligible, sc, feasible, screenOnly); p.placed > mostPlaced {
+			if p := placeInDomain(members, d, eligible, sc, feasible, screenOnly, nil); p.placed > mostPlaced {
 				mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
 			}
 		}
@@ -684,7 +688,7 @@ func (q *qualifier) ranked() iter.Seq[ranked] {
 // placeInDomain packs members (largest first) best-fit onto the domain's
 // nodes: each goes to the node the policy likes that has the fewest free GPUs
 // and still fits it, so members share nodes and big holes stay free.
-func placeInDomain(members []Member, d *domain, eligible []*NodeView, sc *scan, feasible *feasibility, req Request) *placement {
+func placeInDomain(members []Member, d *domain, eligible []*NodeView, sc *scan, feasible *feasibility, req Request, resume *resumePoint) *placement {
 	type slot struct {
 		idx     int
 		gpuFree int64
@@ -732,10 +736,13 @@ func placeInDomain(members []Member, d *domain, eligible []*NodeView, sc *scan, 
 	order := newLazyOrder(slots, less)
 
 	var trial Trial
-	if req.Check != nil {
+	switch {
+	case resume != nil:
+		trial = resume.trial
+	case req.Check != nil:
 		trial = req.Check.Trial()
 	}
-	p := &placement{slots: make(map[types.UID]string, len(members))}
+	p := &placement{slots: make(map[types.UID]string, len(members)), chosen: make([]int, 0, len(members))}
 	for mi := range members {
 		m := &members[mi]
 		gpus := m.Request.Scalars[req.GPU]
@@ -754,7 +761,14 @@ func placeInDomain(members []Member, d *domain, eligible []*NodeView, sc *scan, 
 			if !free.Fits(m.Request) {
 				continue
 			}
-			if trial != nil {
+			switch {
+			case trial == nil:
+			case resume != nil && mi < resume.confirmed:
+				// Placed in the trial already: the screening chose this
+				// very node, and the filters accepted it.
+			case resume != nil && mi == resume.confirmed && s.idx == resume.refused:
+				continue
+			default:
 				if !trial.Fits(m, eligible[s.idx].Node) {
 					continue
 				}
@@ -777,12 +791,39 @@ func placeInDomain(members []Member, d *domain, eligible []*NodeView, sc *scan, 
 				}
 			}
 			p.slots[m.UID] = eligible[s.idx].Node.Name
+			p.chosen = append(p.chosen, s.idx)
 			p.placed++
 			order.moveUp(i) // its key only went down
 			break
 		}
 	}
 	return p
+}
+
+// confirm asks the filters about a screened placement's choices in the
+// order it made them. Placing with the filters makes the same choices as
+// long as they accept, so when they accept every one the screened
+// placement is the answer (nil) and the domain is ordered once. At the
+// first refusal it returns where placing with the filters resumes.
+func confirm(check Checker, members []Member, p *placement, eligible []*NodeView) *resumePoint {
+	trial := check.Trial()
+	for i := range members {
+		m := &members[i]
+		node := eligible[p.chosen[i]].Node
+		if !trial.Fits(m, node) {
+			return &resumePoint{trial: trial, confirmed: i, refused: p.chosen[i]}
+		}
+		trial.Place(m, node)
+	}
+	return nil
+}
+
+// resumePoint is a trial whose first confirmed members are placed (on the
+// screened choices) and whose next member the filters refused on refused.
+type resumePoint struct {
+	trial     Trial
+	confirmed int
+	refused   int // eligible node index
 }
 
 func unplaceableMessage(req Request, members []Member, eligible []*NodeView, excluded string, mostPlaced int, where string, endIdx int) string {

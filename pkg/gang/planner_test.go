@@ -2,6 +2,7 @@ package gang
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
 
@@ -503,22 +505,41 @@ func TestStatefulSetQuorum(t *testing.T) {
 }
 
 // refusingChecker stands in for the framework's filters: it refuses the
-// listed (member, node) pairs and records what it was asked.
+// listed (member, node) pairs and records what it was asked, and what one
+// trial asked or placed more than once.
 type refusingChecker struct {
 	refuse map[string]bool // "member/node"
 	asked  []string
+	again  []string
+	trials int
 }
 
-func (c *refusingChecker) Trial() Trial { return &refusingTrial{c: c} }
+func (c *refusingChecker) Trial() Trial {
+	c.trials++
+	return &refusingTrial{c: c, asked: map[string]bool{}, placed: map[string]bool{}}
+}
 
-type refusingTrial struct{ c *refusingChecker }
+type refusingTrial struct {
+	c             *refusingChecker
+	asked, placed map[string]bool
+}
 
 func (t *refusingTrial) Fits(m *Member, node *v1.Node) bool {
-	t.c.asked = append(t.c.asked, m.Name+"/"+node.Name)
-	return !t.c.refuse[m.Name+"/"+node.Name] && !t.c.refuse["*/"+node.Name]
+	pair := m.Name + "/" + node.Name
+	t.c.asked = append(t.c.asked, pair)
+	if t.asked[pair] {
+		t.c.again = append(t.c.again, pair)
+	}
+	t.asked[pair] = true
+	return !t.c.refuse[pair] && !t.c.refuse["*/"+node.Name]
 }
 
-func (t *refusingTrial) Place(*Member, *v1.Node) {}
+func (t *refusingTrial) Place(m *Member, node *v1.Node) {
+	if t.placed[m.Name] {
+		t.c.again = append(t.c.again, "placed "+m.Name+" again on "+node.Name)
+	}
+	t.placed[m.Name] = true
+}
 
 func TestCheckerRefusalMovesMemberToNextBestNode(t *testing.T) {
 	// Three nodes with 4 free GPUs each: best fit puts w-0 on r1-n1 and w-1
@@ -539,6 +560,67 @@ func TestCheckerRefusalMovesMemberToNextBestNode(t *testing.T) {
 	if len(check.asked) != 3 {
 		t.Errorf("asked %v, want 3 checks", check.asked)
 	}
+}
+
+// TestFiltersConfirmTheScreenedPlacement: a screened placement the filters
+// accept member by member is the plan, and a refusal resumes placing after
+// the accepted members. A filter refusing fixed (member, node) pairs is the
+// same rule as a required node affinity keeping each member off those
+// nodes, which the screening evaluates itself: both must give the same
+// plan, and no trial asks the filters about a pair twice.
+func TestFiltersConfirmTheScreenedPlacement(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 2))
+	planned, refusedSome := 0, 0
+	for round := range 400 {
+		var nodes []testNode
+		for r := range 1 + rng.IntN(4) {
+			for i := range 1 + rng.IntN(6) {
+				nodes = append(nodes, testNode{name: fmt.Sprintf("r%d-n%d", r, i), rack: fmt.Sprintf("r%d", r), used: int64(rng.IntN(9))})
+			}
+		}
+		members := gangOf(1+rng.IntN(8), int64(1+rng.IntN(8)))
+		refuse := map[string]bool{}
+		avoiding := make([]Member, len(members))
+		for i, m := range members {
+			var off []string
+			for _, n := range nodes {
+				if rng.IntN(5) == 0 {
+					refuse[m.Name+"/"+n.name] = true
+					off = append(off, n.name)
+				}
+			}
+			avoiding[i] = m
+			avoiding[i].Constraints = ConstraintsOf(klog.Background(), podAvoiding(off))
+		}
+		want, wantErr := Compute(request(avoiding), views(nodes...))
+		check := &refusingChecker{refuse: refuse}
+		got, gotErr := Compute(request(members, func(r *Request) { r.Check = check }), views(nodes...))
+		require.Equal(t, wantErr == nil, gotErr == nil, "round %d: with affinity %v, with filters %v", round, wantErr, gotErr)
+		assert.Equal(t, want, got, "round %d", round)
+		assert.Empty(t, check.again, "round %d: asked again in one trial", round)
+		if got != nil {
+			planned++
+		}
+		if check.trials > 0 && len(check.asked) > len(members) {
+			refusedSome++
+		}
+	}
+	// The rounds must exercise both outcomes and the resumption.
+	assert.Greater(t, planned, 50)
+	assert.Greater(t, refusedSome, 50)
+}
+
+// podAvoiding is a pod that requires a node not named in names.
+func podAvoiding(names []string) *v1.Pod {
+	pod := &v1.Pod{}
+	if len(names) > 0 {
+		pod.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+				MatchExpressions: []v1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpNotIn, Values: names}},
+			}}},
+		}}
+	}
+	return pod
 }
 
 func TestCheckerRefusingEveryNodeLeavesNoPlan(t *testing.T) {

@@ -48,9 +48,16 @@ type filterCheck struct {
 	victimNodes map[string]fwk.NodeInfo
 
 	// rejections keeps one reason per member (the first), for the
-	// Unschedulable message.
+	// Unschedulable message; rejected, every (member, node) pair the
+	// filters refused ("" for every node: its PreFilter failed), once
+	// however often it was asked.
 	rejections map[string]string
-	rejected   int
+	rejected   map[memberNode]bool
+}
+
+type memberNode struct {
+	member types.UID
+	node   string
 }
 
 type memberBase struct {
@@ -71,6 +78,7 @@ func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, members []*fr
 		base:       map[types.UID]*memberBase{},
 		nodes:      p.handle.SnapshotSharedLister().NodeInfos(),
 		rejections: map[string]string{},
+		rejected:   map[memberNode]bool{},
 	}
 	for _, m := range members {
 		c.pods[m.Pod.UID] = m
@@ -150,7 +158,7 @@ func placedInfo(member *framework.PodInfo, node string) *framework.PodInfo {
 }
 
 func (c *filterCheck) reject(pod *v1.Pod, node string, why string) {
-	c.rejected++
+	c.rejected[memberNode{pod.UID, node}] = true
 	if _, seen := c.rejections[pod.Name]; !seen {
 		if node != "" {
 			why = "on " + node + ": " + why
@@ -162,7 +170,7 @@ func (c *filterCheck) reject(pod *v1.Pod, node string, why string) {
 // Explain summarises what the filters rejected, for the Unschedulable
 // message; "" when they rejected nothing.
 func (c *filterCheck) Explain() string {
-	if c.rejected == 0 {
+	if len(c.rejected) == 0 {
 		return ""
 	}
 	names := make([]string, 0, len(c.rejections))
@@ -178,7 +186,7 @@ func (c *filterCheck) Explain() string {
 		}
 		parts = append(parts, fmt.Sprintf("%s %s", name, c.rejections[name]))
 	}
-	return fmt.Sprintf("the scheduler's filters rejected %d placements (%s)", c.rejected, strings.Join(parts, "; "))
+	return fmt.Sprintf("the scheduler's filters rejected %d placements (%s)", len(c.rejected), strings.Join(parts, "; "))
 }
 
 // filterTrial is one placement attempt: its own copies of the node infos

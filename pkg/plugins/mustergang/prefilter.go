@@ -229,7 +229,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		// Reused only when the planner's own screening decided: what the
 		// filters see (volumes, claims, pod labels) changes without the
 		// snapshot's generation, and members released here change it next.
-		if !gr.alone && check.rejected == 0 && released == 0 {
+		if !gr.alone && len(check.rejected) == 0 && released == 0 {
 			p.registry.SetUnplaceable(info.key, epoch, len(gr.candidates), gr.req.Needed, msg, p.now(), reuseFailedPlan)
 		}
 		p.notice(ctx, info, gang.OutcomeUnschedulable, msg)
