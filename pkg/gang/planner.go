@@ -149,6 +149,7 @@ func (u *Unplaceable) Error() string { return u.Message }
 // levels and domains it tries read slices rather than maps.
 type scan struct {
 	gpu     []int64   // free GPUs, never negative
+	maxGPU  int64     // the most of gpu
 	spots   []bool    // preemptible
 	domains [][]int32 // per level, per node: its domain number (0: none)
 	groups  []grouping
@@ -187,6 +188,7 @@ func newScan(req Request, eligible []*NodeView, scratch *planScratch) *scan {
 	s := &scan{gpu: scratch.gpu, spots: scratch.spots, topo: topo}
 	for i := range eligible {
 		s.gpu[i] = max(eligible[i].gpus(req.GPU), 0)
+		s.maxGPU = max(s.maxGPU, s.gpu[i])
 		s.spots[i] = eligible[i].Preemptible
 	}
 	s.domains, s.groups, s.names, s.nameRanks = topo.domainsOf(eligible)
@@ -522,6 +524,12 @@ func domainsAt(req Request, li int, sc *scan, minGPU int64, slots []int, minMemb
 		}
 	}
 	ids, names, nameRanks, group := sc.domains[li], sc.names[li], sc.nameRanks[li], sc.groups[li]
+	if int64(group.largest)*sc.maxGPU < minGPU || group.largest == 0 {
+		// No domain of this level can qualify (the node level for a gang
+		// larger than any node's free GPUs, a label no node carries):
+		// skip the pass over every node.
+		return req.Levels[li].Name, none
+	}
 	return req.Levels[li].Name, func(yield func(*domain) bool) {
 		sums := sumsPool.Get().(*domainSums)
 		defer sumsPool.Put(sums)

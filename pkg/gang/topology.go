@@ -47,6 +47,8 @@ type domainsAnswer struct {
 type grouping struct {
 	start []int32
 	order []int
+	// largest is the most nodes in one domain (0: the level has none).
+	largest int32
 }
 
 func (g grouping) nodesOf(id int32) []int {
@@ -61,6 +63,9 @@ func groupByDomain(ids []int32, domains int) grouping {
 	g := grouping{start: make([]int32, domains+1), order: make([]int, len(ids))}
 	for _, id := range ids {
 		g.start[id+1]++
+	}
+	for id := 2; id <= domains; id++ { // start[1] counts the nodes of no domain
+		g.largest = max(g.largest, g.start[id])
 	}
 	for id := 1; id <= domains; id++ {
 		g.start[id] += g.start[id-1]
