@@ -95,6 +95,7 @@ func plannerTable(b *strings.Builder, out string) {
 	}
 	worst := map[benchNodes]float64{}
 	var order []benchNodes
+	targeted, missed, belowFloor := 0, 0, 0
 	for _, c := range cases {
 		if c.bench == floorBench {
 			continue
@@ -109,10 +110,13 @@ func plannerTable(b *strings.Builder, out string) {
 		target := "–"
 		if want, ok := plannerTargets[c.nodes]; ok {
 			met := "met"
+			targeted++
 			if s.Median > want {
 				met = "**not met**"
+				missed++
 				if hasFloor && f.Median > want {
 					met += ", below the floor"
+					belowFloor++
 				}
 			}
 			target = fmt.Sprintf("≤ %g ms: %s", want, met)
@@ -126,6 +130,9 @@ func plannerTable(b *strings.Builder, out string) {
 	}
 	for _, k := range order {
 		fmt.Fprintf(b, "\n%s, slowest median at %d nodes: %.3f ms (target ≤ %g ms).", k.bench, k.nodes, worst[k], plannerTargets[k.nodes])
+	}
+	if targeted > 0 {
+		fmt.Fprintf(b, "\n\nTargets not met: %d of %d cases; in %d of them the framework floor alone is above the target.", missed, targeted, belowFloor)
 	}
 	b.WriteString("\n")
 }
