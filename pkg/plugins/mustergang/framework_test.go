@@ -678,6 +678,25 @@ func TestMembersThatDisagreeArePlannedNever(t *testing.T) {
 	}
 }
 
+func TestMemberWithUnparsableAffinityMakesTheGangInvalid(t *testing.T) {
+	// j-1's anti-affinity selector cannot be parsed, so the framework can
+	// never place it. j-0's cycle plans the gang: it is reported invalid,
+	// naming j-1, and holds nothing.
+	a, b := worker("j", 0, 1, ""), worker("j", 1, 1, "")
+	b.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector = &metav1.LabelSelector{
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}},
+	}
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	_, status := f.preFilter(t, a)
+	assert.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code())
+	assert.Contains(t, status.Message(), "member j-1")
+	assert.Nil(t, f.plugin.registry.Plan(key))
+	assert.Empty(t, f.plugin.registry.Held(gang.Key{}))
+	outcome, _ := f.plugin.registry.LastNotice(key)
+	assert.Equal(t, gang.OutcomeInvalid, outcome)
+}
+
 func TestMemberPlacedInTwoTrialsKeepsEachPlacement(t *testing.T) {
 	// A plan that tries a second domain places a member again: each trial's
 	// copy of the member names its own node and counts against that node
