@@ -42,7 +42,13 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		// A pod scheduled alone has a plan only when it preempted.
 		plan := p.registry.Plan(gang.LoneKey(pod))
 		if plan == nil {
-			cs.Write(stateKey, &cycleState{policy: constraints.Policy, held: p.registry.Held(gang.Key{}), request: requestOf(pod)})
+			st := &cycleState{policy: constraints.Policy, held: p.registry.Held(gang.Key{})}
+			if len(st.held) > 0 {
+				// Filter reads the request only on nodes with held capacity;
+				// summing it costs the framework's PodRequests twice.
+				st.request = requestOf(pod)
+			}
+			cs.Write(stateKey, st)
 			return nil, nil
 		}
 		return p.steer(cs, pod, gang.LoneKey(pod), plan, constraints)
