@@ -15,6 +15,9 @@ const (
 	streamWaves
 	streamPoisson
 	streamChurn
+	streamSmallNodes
+	streamBackground
+	streamCPUMembers
 	// StreamPodOrder is the base of the per-step pod order streams.
 	StreamPodOrder uint64 = 1 << 32
 )
@@ -27,6 +30,10 @@ type Plan struct {
 	// Jobs in submission order (Seq ascending, Submit non-decreasing).
 	Jobs     []Job
 	Reclaims []Reclaim
+	// Background pods bound to the nodes at the start, node by node, and
+	// the PodDisruptionBudgets over some of them (scenario.Background).
+	Background []BackgroundPod
+	PDBs       []PDB
 }
 
 // Node is one simulated node. Slot numbers spot nodes so a reclaim can name
@@ -40,7 +47,8 @@ type Node struct {
 	Slot int // index among spot nodes; -1 for on-demand nodes
 }
 
-// Job is one gang: a batch/v1 Job of Workers pods with GPUs GPUs each.
+// Job is one gang: a batch/v1 Job of Workers pods with GPUs GPUs each,
+// and CPUMembers more that ask for no GPU (a TFJob's parameter server).
 type Job struct {
 	Seq      int
 	Name     string
@@ -50,7 +58,13 @@ type Job struct {
 	Duration time.Duration
 	Policy   string
 	Priority int32
+	// CPUMembers are members with no GPU (background.cpuMembers), indexed
+	// after the workers.
+	CPUMembers int
 }
+
+// Members is the gang's size: its GPU workers and its CPU-only members.
+func (j *Job) Members() int { return j.Workers + j.CPUMembers }
 
 // Reclaim takes NodesPerEvent spot nodes of one zone away at At.
 type Reclaim struct {
@@ -67,11 +81,34 @@ func (p *Plan) TotalGPUs() int64 {
 	return n
 }
 
-// TotalPods is the number of pods of all jobs (first attempts).
+// TotalPods is the number of pods of all jobs (first attempts); background
+// pods are not jobs' and not counted.
 func (p *Plan) TotalPods() int {
 	n := 0
 	for _, j := range p.Jobs {
-		n += j.Workers
+		n += j.Members()
+	}
+	return n
+}
+
+// SmallNodes counts the nodes with fewer GPUs than cluster.gpusPerNode.
+func (p *Plan) SmallNodes() int {
+	n := 0
+	for _, node := range p.Nodes {
+		if node.GPUs < p.Scenario.Cluster.GPUsPerNode {
+			n++
+		}
+	}
+	return n
+}
+
+// CPUMemberJobs counts the jobs with CPU-only members.
+func (p *Plan) CPUMemberJobs() int {
+	n := 0
+	for _, j := range p.Jobs {
+		if j.CPUMembers > 0 {
+			n++
+		}
 	}
 	return n
 }
@@ -80,12 +117,14 @@ func (p *Plan) TotalPods() int {
 func (s *Scenario) Expand(seed uint64) (*Plan, error) {
 	p := &Plan{Scenario: s, Seed: seed}
 	p.Nodes = s.nodes(seed)
+	s.smallNodes(seed, p.Nodes)
 	jobs, err := s.jobs(seed)
 	if err != nil {
 		return nil, err
 	}
 	p.Jobs = jobs
 	p.Reclaims = s.reclaims(seed, p.Nodes)
+	p.Background, p.PDBs = s.backgroundPods(seed, p.Nodes)
 	return p, nil
 }
 
@@ -186,10 +225,14 @@ func (s *Scenario) jobs(seed uint64) ([]Job, error) {
 	// Waves and Poisson jobs merge by submission time; the sort is stable so
 	// jobs of one instant keep their listed order.
 	sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].Submit < jobs[j].Submit })
+	s.cpuMembers(seed, jobs)
 	width := len(fmt.Sprint(len(jobs)))
 	for i := range jobs {
 		jobs[i].Seq = i
 		jobs[i].Name = fmt.Sprintf("j%0*d-%dx%d", width, i, jobs[i].Workers, jobs[i].GPUs)
+		if jobs[i].CPUMembers > 0 {
+			jobs[i].Name += fmt.Sprintf("-ps%d", jobs[i].CPUMembers)
+		}
 	}
 	return jobs, nil
 }

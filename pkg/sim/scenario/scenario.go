@@ -2,6 +2,14 @@
 // and expands one, with a seed, into the exact cluster, jobs and spot reclaims
 // a run replays. Expansion is pure: the same file and seed always give the
 // same Plan, whichever scheduler runs it.
+//
+// A scenario's optional top-level `background:` block (type Background)
+// makes the cluster look like a real one rather than a clean one: CPU-only
+// pods of priority 0 bound to every node from the start (DaemonSet agents
+// and Deployment replicas), PodDisruptionBudgets over some of the
+// Deployments, a share of nodes with fewer GPUs, and a share of gangs with a
+// member that asks for no GPU (a TFJob's parameter server). Its random
+// choices come from the scenario's seed like every other.
 package scenario
 
 import (
@@ -29,6 +37,9 @@ type Scenario struct {
 	Cluster  Cluster  `json:"cluster"`
 	Workload Workload `json:"workload"`
 	Churn    *Churn   `json:"churn,omitempty"`
+	// Background adds what a real cluster has beside the jobs (see
+	// Background); absent, the cluster is clean.
+	Background *Background `json:"background,omitempty"`
 }
 
 // Cluster is the shape of the simulated cluster.
@@ -185,6 +196,9 @@ func (s *Scenario) defaults() {
 	if s.Churn != nil && s.Churn.NodesPerEvent == 0 {
 		s.Churn.NodesPerEvent = 1
 	}
+	if s.Background != nil {
+		s.Background.defaults(s.Cluster)
+	}
 }
 
 // Validate reports the first thing that makes the scenario unusable.
@@ -264,6 +278,11 @@ func (s *Scenario) Validate() error {
 			return fmt.Errorf("churn needs a positive meanInterval and end after start")
 		case ch.Notice.Duration < 0 || ch.ReplaceAfter.Duration < 0:
 			return fmt.Errorf("churn.notice and churn.replaceAfter must not be negative")
+		}
+	}
+	if s.Background != nil {
+		if err := s.Background.validate(c); err != nil {
+			return err
 		}
 	}
 	return nil
