@@ -15,7 +15,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/controlplane"
@@ -46,6 +48,49 @@ func TestLeastPrivilege(t *testing.T) {
 	}
 	c := &cluster{ControlPlane: admin, t: t, ctx: ctx, ns: admin.Namespace(t, "rbac")}
 
+	// A Secret and a Service the controller has no business with. The admission policies that keep
+	// the controller off them are loaded asynchronously by the API server: both are in force before
+	// the controller starts, so that all it does below it does under them.
+	if _, err := admin.Client.CoreV1().Secrets(c.ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-password"},
+		Data:       map[string][]byte{"password": []byte("hunter2")},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	frontend, err := admin.Client.CoreV1().Services(c.ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "frontend"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "frontend"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// changeService reads the Service name as the admin and writes it back as the controller, changed.
+	changeService := func(name string, dryRun bool, change func(*corev1.Service)) error {
+		svc, err := admin.Client.CoreV1().Services(c.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(svc)
+		opts := metav1.UpdateOptions{}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err = ctrl.Client.CoreV1().Services(c.ns).Update(ctx, svc, opts)
+		return err
+	}
+	byServicePolicy := func(err error) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), servicePolicy)
+	}
+	c.waitFor("the controller's admission policy on Secrets in force", 30*time.Second, func() (bool, error) {
+		return apierrors.IsForbidden(readByApply(ctx, ctrl, c.ns, "db-password")), nil
+	})
+	c.waitFor("the controller's admission policy on Services in force", 30*time.Second, func() (bool, error) {
+		return byServicePolicy(changeService("frontend", true, func(*corev1.Service) {})), nil
+	})
+
 	done, err := sched.StartScheduler(ctx)
 	if err != nil {
 		t.Fatalf("scheduler as its ServiceAccount: %v", err)
@@ -62,6 +107,27 @@ func TestLeastPrivilege(t *testing.T) {
 	c.waitFor("TF_CONFIG Secret written by the controller", 30*time.Second, func() (bool, error) {
 		_, err := admin.Client.CoreV1().Secrets(c.ns).Get(ctx, "mnist-tf-config", metav1.GetOptions{})
 		return err == nil, nil
+	})
+
+	// Its own Services under the policy: created labelled and headless, and put back (an update) when
+	// someone changes them.
+	if svc := tfWaitForService(t, admin.Client, c.ns, "mnist"); svc.Labels[tfconfig.JobLabel] != "mnist" || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("the controller's Service: labels %v, clusterIP %q; want labelled %s=mnist and headless", svc.Labels, svc.Spec.ClusterIP, tfconfig.JobLabel)
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		svc, err := admin.Client.CoreV1().Services(c.ns).Get(ctx, "mnist", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		svc.Spec.Ports[0].Port = 80
+		_, err = admin.Client.CoreV1().Services(c.ns).Update(ctx, svc, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the controller's Service put back by the controller", 30*time.Second, func() (bool, error) {
+		svc, err := admin.Client.CoreV1().Services(c.ns).Get(ctx, "mnist", metav1.GetOptions{})
+		return err == nil && svc.Spec.Ports[0].Port == 2222, nil
 	})
 
 	// The controller's StatefulSet path and its Secret writes without reading: the Secret and Service
@@ -95,24 +161,23 @@ func TestLeastPrivilege(t *testing.T) {
 		_, err := admin.Client.CoreV1().Secrets(c.ns).Get(ctx, "tf-tf-config", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+	// No garbage collector runs here: the controller deletes its Service.
+	c.waitFor("the StatefulSet's Service deleted by the controller", 30*time.Second, func() (bool, error) {
+		_, err := admin.Client.CoreV1().Services(c.ns).Get(ctx, "tf", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	// A Service of the same name that is not its own stays as it was, with a Warning Event.
+	tfCheckForeignServiceKept(t, admin.Client, c.ns, "StatefulSet", "web", map[string]string{"app": "web"}, func() {
+		if _, err := admin.Client.AppsV1().StatefulSets(c.ns).Create(ctx, tfStatefulSet(c.ns, "web", 2).SchedulerName("none").Obj(), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	// Leader election works only on muster's own lease.
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "muster-scheduler", Namespace: "muster-system"}}
 	if _, err := sched.Client.CoordinationV1().Leases("muster-system").Create(ctx, lease, metav1.CreateOptions{}); err != nil {
 		t.Errorf("scheduler cannot create its lease: %v", err)
 	}
-
-	// A Secret the controller has no business with; the admission policy that keeps the
-	// controller off it is loaded asynchronously by the API server.
-	if _, err := admin.Client.CoreV1().Secrets(c.ns).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "db-password"},
-		Data:       map[string][]byte{"password": []byte("hunter2")},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	c.waitFor("the controller's admission policy in force", 30*time.Second, func() (bool, error) {
-		return apierrors.IsForbidden(readByApply(ctx, ctrl, c.ns, "db-password")), nil
-	})
 
 	pod := c.jobPods("mnist")[0]
 	// updateJobAs writes the Job mnist, as the admin reads it, back as as.
@@ -204,7 +269,92 @@ func TestLeastPrivilege(t *testing.T) {
 			t.Errorf("%s could %s (error %v), want Forbidden", d.who, d.what, err)
 		}
 	}
+
+	// Services. RBAC cannot narrow update or delete by label, so its ClusterRole lets the controller
+	// update and delete any Service; the shipped admission policy is what keeps it to its own
+	// (labelled, headless) ones, and each of these must be refused by that policy, not by RBAC.
+	createService := func(name string, labels map[string]string, clusterIP string) func() error {
+		return func() error {
+			_, err := ctrl.Client.CoreV1().Services(c.ns).Create(ctx, &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+				Spec: corev1.ServiceSpec{ClusterIP: clusterIP, Selector: map[string]string{"app": "frontend"},
+					Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+			}, metav1.CreateOptions{})
+			return err
+		}
+	}
+	ownLabel := map[string]string{tfconfig.JobLabel: "mnist"}
+	for _, d := range []struct {
+		what string
+		do   func() error
+	}{
+		{"update a Service that is not its own", func() error {
+			return changeService("frontend", false, func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "attacker"} })
+		}},
+		{"label a Service that is not its own as its own", func() error {
+			return changeService("frontend", false, func(s *corev1.Service) { s.Labels = ownLabel })
+		}},
+		{"delete a Service that is not its own", func() error {
+			return ctrl.Client.CoreV1().Services(c.ns).Delete(ctx, "frontend", metav1.DeleteOptions{})
+		}},
+		{"delete someone else's Service it found by name", func() error {
+			return ctrl.Client.CoreV1().Services(c.ns).Delete(ctx, "web", metav1.DeleteOptions{})
+		}},
+		{"create a Service without its label", createService("unlabelled", nil, corev1.ClusterIPNone)},
+		{"create a labelled Service that is not headless", createService("not-headless", ownLabel, "")},
+		{"add external IPs to its own Service", func() error {
+			return changeService("mnist", false, func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"192.0.2.10"} })
+		}},
+		{"turn its own Service into an ExternalName", func() error {
+			return changeService("mnist", false, func(s *corev1.Service) {
+				s.Spec.Type, s.Spec.ExternalName = corev1.ServiceTypeExternalName, "attacker.example.com"
+			})
+		}},
+		{"take its label off its own Service", func() error {
+			return changeService("mnist", false, func(s *corev1.Service) { delete(s.Labels, tfconfig.JobLabel) })
+		}},
+	} {
+		if err := d.do(); !byServicePolicy(err) {
+			t.Errorf("controller could %s (error %v), want Forbidden by %s", d.what, err, servicePolicy)
+		}
+	}
+	if err := func() error {
+		_, err := ctrl.Client.CoreV1().Services(c.ns).Patch(ctx, "frontend", types.MergePatchType,
+			[]byte(`{"spec":{"selector":{"app":"attacker"}}}`), metav1.PatchOptions{})
+		return err
+	}(); !apierrors.IsForbidden(err) {
+		t.Errorf("controller could patch a Service (error %v), want Forbidden", err)
+	}
+	if got, err := admin.Client.CoreV1().Services(c.ns).Get(ctx, "frontend", metav1.GetOptions{}); err != nil || got.ResourceVersion != frontend.ResourceVersion {
+		t.Errorf("the Service that is not the controller's: %v, resourceVersion %s → %s; want it unchanged", err, frontend.ResourceVersion, got.ResourceVersion)
+	}
+
+	// What the controller does with its own Services, done directly as its ServiceAccount: create a
+	// labelled headless Service, update it, delete it.
+	if err := createService("mnist-extra", ownLabel, corev1.ClusterIPNone)(); err != nil {
+		t.Errorf("controller cannot create a labelled headless Service: %v", err)
+	} else {
+		if err := changeService("mnist-extra", false, func(s *corev1.Service) { s.Spec.Ports[0].Port = 2222 }); err != nil {
+			t.Errorf("controller cannot update its own Service: %v", err)
+		}
+		if err := ctrl.Client.CoreV1().Services(c.ns).Delete(ctx, "mnist-extra", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("controller cannot delete its own Service: %v", err)
+		}
+	}
+
+	// Without the policy, RBAC alone lets the controller's ServiceAccount rewrite the Service that is
+	// not its own: the policy is what protects it. (A dry run: nothing is written.)
+	if err := admin.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, servicePolicy, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("RBAC alone to let the controller update any Service", 30*time.Second, func() (bool, error) {
+		return changeService("frontend", true, func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "attacker"} }) == nil, nil
+	})
 }
+
+// servicePolicy is the name of the shipped admission policy, and of its binding, that keeps the
+// controller to its own Services (manifests/controller/admission-policy.yaml).
+const servicePolicy = "muster-tfconfig-controller-services"
 
 // TestTFConfigSecretApplyVerbs finds out, on a real API server that enforces RBAC, which verbs on
 // Secrets the controller's server-side apply needs: an apply is a PATCH, and one that creates the

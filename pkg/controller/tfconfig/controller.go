@@ -618,7 +618,9 @@ func (c *Controller) forgetSecret(key ownerKey) {
 
 // ensureService makes sure a headless Service of the workload's service name exists. A Service of that
 // name that the controller does not own is fine if it is headless and selects the workload's pods;
-// otherwise it reports true with a Warning Event.
+// otherwise it reports true with a Warning Event. A Service is the controller's only by its label
+// (labelledFor), the same test the shipped admission policy makes before it lets the controller update
+// or delete a Service: one without the label is never written, even if the workload controls it.
 func (c *Controller) ensureService(ctx context.Context, w workload, ts TaskSet) (bool, error) {
 	logger := klog.FromContext(ctx)
 	ns, name := w.GetNamespace(), ts.Subdomain
@@ -638,21 +640,31 @@ func (c *Controller) ensureService(ctx context.Context, w workload, ts TaskSet) 
 	if err != nil {
 		return false, fmt.Errorf("reading Service %s/%s: %w", ns, name, err)
 	}
-	if !belongsTo(existing, w) {
+	if !labelledFor(existing, keyOf(w)) {
 		if ok, why := serviceServes(existing, w); !ok {
 			logger.V(2).Info("Service of that name does not serve the pods", "service", name, "why", why)
 			c.recorder.Eventf(w.object(), corev1.EventTypeWarning, ReasonServiceConflict,
-				"Service %s is not controlled by this %s and %s, so the addresses in the cluster spec will not resolve; it is left alone: make it a headless Service selecting %v, or delete it, or give the %s a service name of its own",
-				name, w.kind(), why, labels.Set(w.podSelector()), w.kind())
+				"Service %s is not this %s's (it does not carry the label %s=%s) and %s, so the addresses in the cluster spec will not resolve; it is left alone: make it a headless Service selecting %v, or delete it, or give the %s a service name of its own",
+				name, w.kind(), JobLabel, w.GetName(), why, labels.Set(w.podSelector()), w.kind())
 			return true, nil
 		}
 		return false, nil
+	}
+	if existing.Spec.ClusterIP != corev1.ClusterIPNone {
+		// spec.clusterIP cannot be changed to None, and the admission policy refuses the controller any
+		// Service that is not headless: only deleting it helps, which is left to whoever made it.
+		logger.V(2).Info("Service carries the controller's label but is not headless", "service", name)
+		c.recorder.Eventf(w.object(), corev1.EventTypeWarning, ReasonServiceConflict,
+			"Service %s carries the label %s=%s but is not headless (spec.clusterIP is not None), so the addresses in the cluster spec will not resolve, and a Service cannot be made headless; it is left alone: delete it and the controller creates a headless one",
+			name, JobLabel, w.GetName())
+		return true, nil
 	}
 	if serviceUpToDate(existing, w, ts) {
 		return false, nil
 	}
 	updated := existing.DeepCopy()
 	claim(updated, w)
+	updated.Spec.ExternalIPs = nil // the admission policy refuses the controller a Service with external IPs
 	updated.Spec.PublishNotReadyAddresses = true
 	updated.Spec.Selector = w.podSelector()
 	updated.Spec.Ports = desiredPorts(ts.Port)

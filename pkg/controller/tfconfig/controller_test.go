@@ -664,6 +664,22 @@ func TestSyncForeignService(t *testing.T) {
 		{"not headless", makeService("ns", "mnist", false, map[string]string{batchv1.JobNameLabel: "mnist"}), true},
 		{"selecting another Job", makeService("ns", "mnist", true, map[string]string{batchv1.JobNameLabel: "other"}), true},
 		{"no selector", makeService("ns", "mnist", true, nil), true},
+		// A Service is the controller's only by its label, as for the admission policy: controlled by the
+		// Job is not enough, so a stale one is reported rather than updated.
+		{"controlled by the Job, unlabelled, serving", unlabelled(desiredService(jobWorkload{makeJob("ns", "mnist", 2).Obj()}, TaskSet{Subdomain: "mnist", Port: 2222})), false},
+		{"controlled by the Job, unlabelled, selecting other pods", func() *corev1.Service {
+			s := unlabelled(desiredService(jobWorkload{makeJob("ns", "mnist", 2).Obj()}, TaskSet{Subdomain: "mnist", Port: 2222}))
+			s.Spec.Selector = map[string]string{batchv1.JobNameLabel: "other"}
+			return s
+		}(), true},
+		// Labelled, but a Service cannot be made headless, and the policy refuses the controller any
+		// Service that is not: reported, never updated.
+		{"labelled, not headless", func() *corev1.Service {
+			s := desiredService(jobWorkload{makeJob("ns", "mnist", 2).Obj()}, TaskSet{Subdomain: "mnist", Port: 2222})
+			s.Spec.ClusterIP = "10.0.0.1"
+			s.Spec.PublishNotReadyAddresses = false
+			return s
+		}(), true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -715,6 +731,33 @@ func TestSyncForeignService(t *testing.T) {
 				t.Errorf("result = %s, want %s", result, wantResult)
 			}
 		})
+	}
+}
+
+// unlabelled removes the controller's labels from s.
+func unlabelled(s *corev1.Service) *corev1.Service {
+	s.Labels = nil
+	return s
+}
+
+// TestSyncOwnServiceDrift: the controller puts its own (labelled) Service back as it wants it, external
+// IPs someone added included, which the admission policy would not let it keep.
+func TestSyncOwnServiceDrift(t *testing.T) {
+	w := jobWorkload{makeJob("ns", "mnist", 2).Obj()}
+	drifted := desiredService(w, TaskSet{Subdomain: "mnist", Port: 2222})
+	drifted.Spec.ExternalIPs = []string{"192.0.2.10"}
+	drifted.Spec.Ports[0].Port = 80
+	f := newFixture(t, w.Job, drifted)
+	result, writes := f.sync("ns", "mnist")
+	if result != resultSynced || !slices.Equal(writes, []string{"apply secrets mnist-tf-config", "update services mnist"}) {
+		t.Errorf("result %s, writes %v; want the Secret applied and the Service updated", result, writes)
+	}
+	got := f.service("ns", "mnist")
+	if len(got.Spec.ExternalIPs) != 0 || got.Spec.Ports[0].Port != 2222 || got.Labels[JobLabel] != "mnist" || got.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("Service = %+v, labels %v; want headless, labelled, port 2222, no external IPs", got.Spec, got.Labels)
+	}
+	if result, writes := f.sync("ns", "mnist"); result != resultSynced || len(writes) != 1 {
+		t.Errorf("second sync: result %s, writes %v; want only the (no-op) apply", result, writes)
 	}
 }
 

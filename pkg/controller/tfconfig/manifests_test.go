@@ -3,8 +3,10 @@ package tfconfig
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -99,6 +101,58 @@ func TestControllerManifests(t *testing.T) {
 		}
 		if len(r.ResourceNames) > 0 && !slices.Equal(r.ResourceNames, []string{ControllerName}) {
 			t.Errorf("lease Role names %v, want %s", r.ResourceNames, ControllerName)
+		}
+	}
+}
+
+// TestControllerAdmissionPolicies checks that the shipped admission policies cover what RBAC cannot
+// narrow, for the controller's ServiceAccount only, and are bound to deny: writes to Secrets by name,
+// and writes to Services by the label the controller puts on its own (JobLabel). TestLeastPrivilege
+// shows on a real API server that they deny what they should and let the controller work.
+func TestControllerAdmissionPolicies(t *testing.T) {
+	policies := map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}
+	bindings := map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	for _, obj := range loadManifest(t, "../../../manifests/controller/admission-policy.yaml") {
+		switch o := obj.(type) {
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			policies[o.Name] = o
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			bindings[o.Spec.PolicyName] = o
+		}
+	}
+	user := "system:serviceaccount:muster-system:" + ControllerName
+	for resource, mention := range map[string]string{"secrets": SecretSuffix, "services": JobLabel} {
+		var policy *admissionregistrationv1.ValidatingAdmissionPolicy
+		for _, p := range policies {
+			if rules := p.Spec.MatchConstraints.ResourceRules; len(rules) == 1 && slices.Equal(rules[0].Resources, []string{resource}) {
+				policy = p
+			}
+		}
+		if policy == nil {
+			t.Errorf("no admission policy for %s alone", resource)
+			continue
+		}
+		ops := policy.Spec.MatchConstraints.ResourceRules[0].Operations
+		for _, op := range []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete} {
+			if !slices.Contains(ops, op) {
+				t.Errorf("policy %s does not match %s", policy.Name, op)
+			}
+		}
+		if fp := policy.Spec.FailurePolicy; fp == nil || *fp != admissionregistrationv1.Fail {
+			t.Errorf("policy %s failurePolicy = %v, want Fail", policy.Name, fp)
+		}
+		if c := policy.Spec.MatchConditions; len(c) != 1 || !strings.Contains(c[0].Expression, "'"+user+"'") {
+			t.Errorf("policy %s match conditions = %+v, want the controller's ServiceAccount %s only", policy.Name, c, user)
+		}
+		var mentioned bool
+		for _, v := range policy.Spec.Validations {
+			mentioned = mentioned || strings.Contains(v.Expression, mention)
+		}
+		if !mentioned {
+			t.Errorf("policy %s has no validation on %q", policy.Name, mention)
+		}
+		if b := bindings[policy.Name]; b == nil || !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+			t.Errorf("policy %s binding = %+v, want one that denies", policy.Name, b)
 		}
 	}
 }

@@ -146,15 +146,12 @@ func desiredPorts(port int32) []corev1.ServicePort {
 	}}
 }
 
-// belongsTo reports whether obj is the controller's object for w: controlled by it, or labelled for a
-// workload of its name and controlled by no one else (a workload of the same name deleted earlier,
-// whose owner reference the garbage collector may have stripped). Anything else is never modified.
-func belongsTo(obj metav1.Object, w workload) bool {
-	return metav1.IsControlledBy(obj, w) || labelledFor(obj, keyOf(w))
-}
-
 // labelledFor reports whether obj carries the controller's label for the workload of key and has no
-// controller other than a workload of that kind and name.
+// controller other than a workload of that kind and name (the workload itself, or one of the same name
+// deleted earlier; the garbage collector may have stripped its owner reference). This is what makes a
+// Service the controller's: the label, which the shipped admission policy requires of every Service
+// the controller creates, updates or deletes. A Service without it is never modified, even one the
+// workload controls.
 func labelledFor(obj metav1.Object, key ownerKey) bool {
 	if obj.GetLabels()[JobLabel] != key.name {
 		return false
@@ -196,7 +193,7 @@ func claim(obj metav1.Object, w workload) {
 	var refs []metav1.OwnerReference
 	for _, r := range obj.GetOwnerReferences() {
 		// Drop the reference of an earlier workload of the same name; a controller reference can only
-		// be one of those here (belongsTo).
+		// be one of those here (labelledFor).
 		if refersTo(&r, keyOf(w)) || (r.Controller != nil && *r.Controller) {
 			continue
 		}
@@ -206,7 +203,8 @@ func claim(obj metav1.Object, w workload) {
 }
 
 func serviceUpToDate(svc *corev1.Service, w workload, ts TaskSet) bool {
-	if !metaUpToDate(svc, w) || !svc.Spec.PublishNotReadyAddresses || !maps.Equal(svc.Spec.Selector, w.podSelector()) {
+	if !metaUpToDate(svc, w) || !svc.Spec.PublishNotReadyAddresses || !maps.Equal(svc.Spec.Selector, w.podSelector()) ||
+		len(svc.Spec.ExternalIPs) != 0 {
 		return false
 	}
 	want := desiredPorts(ts.Port)
