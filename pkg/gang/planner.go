@@ -273,9 +273,9 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 		for _, m := range want {
 			needGPU += m.Request.Scalars[req.GPU]
 		}
-		fits := memberSlots(want, sc, req.GPU, scratch)
+		fits, gpuMembers := memberSlots(want, sc, req.GPU, scratch)
 		for li := startIdx; li <= endIdx; li++ {
-			levelName, doms := domainsAt(req, li, sc, needGPU, fits, len(want))
+			levelName, doms := domainsAt(req, li, sc, needGPU, fits, gpuMembers)
 			for d := range doms {
 				if d.freeGPU < needGPU || d.eligibleCnt == 0 {
 					continue
@@ -449,17 +449,24 @@ func (f *feasibility) fits(c *NodeConstraints, i int) bool {
 	return known[i] == 1
 }
 
-// memberSlots is, per eligible node, how many of the members' smallest GPU
-// request its free GPUs hold: an upper bound on the members it can take.
-func memberSlots(members []Member, sc *scan, gpu v1.ResourceName, scratch *planScratch) []int {
-	smallest := int64(0)
+// memberSlots is, per eligible node, how many of the members' smallest
+// positive GPU request its free GPUs hold: an upper bound on the GPU members
+// it can take. It also returns how many members ask for GPUs: only they need
+// a slot. A member without GPUs (a PS, a Chief) needs a node that takes its
+// CPU and memory, which placing the members checks node by node; counting it
+// in GPU slots would refuse a domain that holds the whole gang.
+func memberSlots(members []Member, sc *scan, gpu v1.ResourceName, scratch *planScratch) ([]int, int) {
+	smallest, gpuMembers := int64(0), 0
 	for _, m := range members {
-		if g := m.Request.Scalars[gpu]; g > 0 && (smallest == 0 || g < smallest) {
-			smallest = g
+		if g := m.Request.Scalars[gpu]; g > 0 {
+			gpuMembers++
+			if smallest == 0 || g < smallest {
+				smallest = g
+			}
 		}
 	}
 	if smallest == 0 {
-		return nil // no GPUs asked: no bound from GPUs
+		return nil, 0 // no GPUs asked: no bound from GPUs
 	}
 	// Members that all keep one per node (required anti-affinity against
 	// each other) take at most one slot of any node.
@@ -472,7 +479,7 @@ func memberSlots(members []Member, sc *scan, gpu v1.ResourceName, scratch *planS
 	for i, free := range sc.gpu {
 		slots[i] = min(int(free/smallest), perNode)
 	}
-	return slots
+	return slots, gpuMembers
 }
 
 func onePerNode(members []Member) bool {
@@ -836,20 +843,28 @@ type resumePoint struct {
 
 func unplaceableMessage(req Request, members []Member, eligible []*NodeView, excluded string, mostPlaced int, where string, endIdx int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "gang %s needs %d", req.Gang, len(members))
-	if req.Needed < len(members) {
-		fmt.Fprintf(&b, " (at least %d)", req.Needed)
+	need := len(members)
+	if req.Needed > 0 && req.Needed < need {
+		need = req.Needed
 	}
-	fmt.Fprintf(&b, " members of %s", describeRequest(members[0].Request, req.GPU))
+	fmt.Fprintf(&b, "gang %s needs %s", req.Gang, describeMembers(members, req.GPU))
+	if need < len(members) {
+		fmt.Fprintf(&b, " (at least %d of them)", need)
+	}
 	if endIdx < len(req.Levels) {
 		fmt.Fprintf(&b, " in one %s (topology-required)", req.Levels[endIdx].Name)
 	}
-	if mostPlaced > 0 {
-		if strings.HasPrefix(where, clusterLevel) {
-			where = "the cluster"
-		}
+	if strings.HasPrefix(where, clusterLevel) {
+		where = "the cluster"
+	}
+	switch {
+	case mostPlaced >= need:
+		// The screening fits them; only the scheduler's filters (reported
+		// by the Checker) refused.
+		fmt.Fprintf(&b, "; their requests fit in %s, but not the scheduler's filters", where)
+	case mostPlaced > 0:
 		fmt.Fprintf(&b, "; at most %d fit (in %s)", mostPlaced, where)
-	} else {
+	default:
 		fmt.Fprintf(&b, "; none fit")
 	}
 	var freeGPU int64
@@ -863,9 +878,69 @@ func unplaceableMessage(req Request, members []Member, eligible []*NodeView, exc
 	return b.String()
 }
 
+// describeMembers says what the members ask for, grouped by request in
+// their placing order: "4 members of 8 nvidia.com/gpu", or for a TFJob
+// "2 members of 8 nvidia.com/gpu and 1 of 2000m cpu".
+func describeMembers(members []Member, gpu v1.ResourceName) string {
+	var parts []string
+	last, count := "", 0
+	flush := func() {
+		if count == 0 {
+			return
+		}
+		if len(parts) == 0 {
+			parts = append(parts, fmt.Sprintf("%d members of %s", count, last))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d of %s", count, last))
+		}
+	}
+	for _, m := range members {
+		d := describeRequest(m.Request, gpu)
+		if d != last {
+			flush()
+			last, count = d, 0
+		}
+		count++
+	}
+	flush()
+	return strings.Join(parts, " and ")
+}
+
 func describeRequest(r Resources, gpu v1.ResourceName) string {
 	if g := r.Scalars[gpu]; g > 0 {
 		return fmt.Sprintf("%d %s", g, gpu)
 	}
 	return fmt.Sprintf("%dm cpu", r.MilliCPU)
+}
+
+// FreeGPUs sums the free GPUs of the nodes a gang of policy may use: what
+// preemption need not free.
+func FreeGPUs(nodes []NodeView, policy Policy, gpu v1.ResourceName) int64 {
+	var free int64
+	for i := range nodes {
+		n := &nodes[i]
+		if !n.Unavailable() && !policy.Excludes(n.Preemptible) {
+			free += max(n.gpus(gpu), 0)
+		}
+	}
+	return free
+}
+
+// NeededGPUs is the least number of GPUs a plan for req places: the
+// smallest GPU requests of req.Needed members (all of them when Needed is 0).
+func NeededGPUs(req Request) int64 {
+	gpus := make([]int64, len(req.Members))
+	for i, m := range req.Members {
+		gpus[i] = m.Request.Scalars[req.GPU]
+	}
+	sort.Slice(gpus, func(i, j int) bool { return gpus[i] < gpus[j] })
+	n := len(gpus)
+	if req.Needed > 0 && req.Needed < n {
+		n = req.Needed
+	}
+	var sum int64
+	for _, g := range gpus[:n] {
+		sum += g
+	}
+	return sum
 }

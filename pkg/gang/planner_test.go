@@ -715,3 +715,46 @@ func TestNameTiesFollowDomainsAddedLater(t *testing.T) {
 		planOn(views(testNode{name: "n3", rack: "r1"}, testNode{name: "n2", rack: "r1"}, testNode{name: "n1", rack: "r1"})),
 		"n1, added after the names were ranked, sorts first")
 }
+
+// withCPUMember adds a member that asks for no GPU (a TFJob's PS).
+func withCPUMember(members []Member, name string) []Member {
+	return append(members, Member{
+		UID:         types.UID("uid-" + name),
+		Name:        name,
+		Request:     Resources{MilliCPU: 2000, Pods: 1},
+		Constraints: &NodeConstraints{},
+	})
+}
+
+// TestGPULessMemberNeedsNoGPUSlot: two 8-GPU workers and a PS without GPU,
+// rack required, on a rack with exactly two free 8-GPU nodes: the PS shares a
+// worker's node. Counting the PS in GPU slots refused the rack ("at most 3
+// fit" for a gang of 3).
+func TestGPULessMemberNeedsNoGPUSlot(t *testing.T) {
+	nodes := append(rackNodes("r1", 3, 8, 0, 0), rackNodes("r2", 3, 8, 8, 0)...)
+	req := request(withCPUMember(gangOf(2, 8), "ps-0"), func(r *Request) { r.Required = "rack" })
+	plan, err := Compute(req, views(nodes...))
+	require.NoError(t, err)
+	assert.Equal(t, "rack", plan.Level)
+	assert.Equal(t, "r1", plan.Domain, "r1 is the rack with two free nodes")
+	assert.Len(t, plan.Slots, 3)
+	assert.Equal(t, 2, plan.Nodes, "the PS shares a worker's node")
+
+	// Without a rack that has two free nodes, the message counts the GPU
+	// workers and never claims the whole gang fits.
+	_, err = Compute(req, views(append(rackNodes("r1", 2, 8, 0), rackNodes("r2", 2, 8, 0)...)...))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "needs 2 members of 8 nvidia.com/gpu and 1 of 2000m cpu in one rack (topology-required); at most 2 fit (in rack r1)")
+}
+
+// TestUnplaceableNeverSaysTheWholeGangFits: when the resources fit but the
+// filters refuse, the message says so instead of "at most N fit" with N the
+// gang's size.
+func TestUnplaceableNeverSaysTheWholeGangFits(t *testing.T) {
+	req := request(gangOf(2, 4))
+	req.Check = &refusingChecker{refuse: map[string]bool{"w-1/r1-n1": true, "w-1/r1-n2": true}}
+	_, err := Compute(req, views(rackNodes("r1", 2)...))
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "at most 2 fit")
+	assert.Contains(t, err.Error(), "their requests fit in the cluster, but not the scheduler's filters")
+}

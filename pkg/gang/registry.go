@@ -21,6 +21,8 @@ type Registry struct {
 	// releases counts dropped plans: capacity the ledger held and the
 	// scheduler's snapshot does not show being freed.
 	releases uint64
+	// profiles are the scheduler profiles whose plugins share the registry.
+	profiles sets.Set[string]
 }
 
 type victimRef struct {
@@ -88,7 +90,7 @@ type ActivePlan struct {
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{gangs: map[Key]*state{}, victimOf: map[types.UID]victimRef{}}
+	return &Registry{gangs: map[Key]*state{}, victimOf: map[types.UID]victimRef{}, profiles: sets.New[string]()}
 }
 
 func (r *Registry) get(key Key, seen time.Time) *state {
@@ -269,6 +271,51 @@ func (r *Registry) SetPlan(key Key, plan *ActivePlan, seen time.Time) bool {
 	return true
 }
 
+// NodePlan is an active plan's use of one node.
+type NodePlan struct {
+	Key    Key
+	PlanID int64
+	// Members are the plan's members planned on the node.
+	Members []types.UID
+	Profile string
+}
+
+// PlansOn lists the active plans with a member planned on node.
+func (r *Registry) PlansOn(node string) []NodePlan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []NodePlan
+	for key, s := range r.gangs {
+		if s.plan == nil {
+			continue
+		}
+		var members []types.UID
+		for uid, n := range s.plan.Slots {
+			if n == node {
+				members = append(members, uid)
+			}
+		}
+		if len(members) > 0 {
+			out = append(out, NodePlan{Key: key, PlanID: s.plan.ID, Members: members, Profile: s.plan.Profile})
+		}
+	}
+	return out
+}
+
+// AddProfile records a scheduler profile whose plugin shares the registry.
+func (r *Registry) AddProfile(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.profiles.Insert(name)
+}
+
+// Profiles lists the profiles sharing the registry, sorted.
+func (r *Registry) Profiles() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return sets.List(r.profiles)
+}
+
 // Releases is how many plans were dropped so far.
 func (r *Registry) Releases() uint64 {
 	r.mu.Lock()
@@ -441,6 +488,13 @@ func (r *Registry) Fail(key Key, planID int64, reason string, now time.Time, bas
 	plan := s.plan
 	s.plan = nil
 	r.releases++ // the capacity it held is free again
+	// Victims not gone yet are no longer waited for: a victim whose
+	// deletion failed may be chosen again by a later preemption.
+	for uid := range plan.Victims {
+		if ref, ok := r.victimOf[uid]; ok && ref.key == key {
+			delete(r.victimOf, uid)
+		}
+	}
 	backoff := min(base<<min(s.failures, 16), 5*time.Minute)
 	s.failures++
 	s.backoffUntil = now.Add(backoff)

@@ -117,3 +117,35 @@ func TestUnplaceableIsReusedOnlyWhileNothingChanged(t *testing.T) {
 		t.Error("the failed plan was reused after another plan released its capacity")
 	}
 }
+
+// TestFailedPlanFreesItsVictims: a victim that a dropped plan still waited
+// for (its deletion failed, say) may be chosen by a later preemption.
+func TestFailedPlanFreesItsVictims(t *testing.T) {
+	r := NewRegistry()
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	a := Key{Kind: KindJob, Namespace: "ns", Name: "a"}
+	plan := &ActivePlan{
+		Plan:     Plan{Slots: map[types.UID]string{"a0": "n1"}},
+		Reserved: sets.New[types.UID](),
+		Victims:  sets.New[types.UID]("v1", "v2"),
+		Deadline: now.Add(time.Minute),
+	}
+	if !r.SetPlan(a, plan, now) {
+		t.Fatal("SetPlan refused the plan")
+	}
+	if !r.IsVictim("v1") || !r.IsVictim("v2") {
+		t.Fatal("victims not recorded")
+	}
+	if got := r.PlansOn("n1"); len(got) != 1 || got[0].Key != a || len(got[0].Members) != 1 {
+		t.Errorf("PlansOn(n1) = %+v, want a's plan with a0", got)
+	}
+	if dropped, _ := r.Fail(a, plan.ID, "timeout", now, time.Second); dropped == nil {
+		t.Fatal("Fail dropped nothing")
+	}
+	if r.IsVictim("v1") || r.IsVictim("v2") {
+		t.Error("victims of a dropped plan stay protected from later preemption")
+	}
+	if got := r.PlansOn("n1"); len(got) != 0 {
+		t.Errorf("PlansOn(n1) after the drop = %+v", got)
+	}
+}

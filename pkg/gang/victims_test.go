@@ -84,7 +84,8 @@ func TestChooseVictimsMatchesBruteForce(t *testing.T) {
 				best = gpus
 			}
 		}
-		chosen, found := ChooseVictims(inst.units, inst.fits, 1<<len(inst.units)+1)
+		choice := VictimSearch{Units: inst.units, MaxChecks: 1 << (len(inst.units) + 1)}.Choose(inst.fits)
+		chosen, found := choice.Units, choice.Units != nil
 		if found != (best >= 0) {
 			t.Fatalf("instance %d: found=%v, brute force found=%v", i, found, best >= 0)
 		}
@@ -111,24 +112,105 @@ func TestChooseVictimsMatchesBruteForce(t *testing.T) {
 func TestChooseVictimsOrder(t *testing.T) {
 	always := func([]int) bool { return true }
 	units := []VictimUnit{
-		{Name: "big", GPUs: 16},
-		{Name: "pdb", GPUs: 1, ViolatesPDB: true},
-		{Name: "old", GPUs: 8, Started: time.Unix(10, 0)},
-		{Name: "new", GPUs: 8, Started: time.Unix(20, 0)},
-		{Name: "high", GPUs: 8, Priority: 5, Started: time.Unix(30, 0)},
+		{Name: "big", GPUs: 16, FreedGPUs: 16},
+		{Name: "pdb", GPUs: 1, FreedGPUs: 1, Budgets: map[int]int32{0: 1}},
+		{Name: "old", GPUs: 8, FreedGPUs: 8, Started: time.Unix(10, 0)},
+		{Name: "new", GPUs: 8, FreedGPUs: 8, Started: time.Unix(20, 0)},
+		{Name: "high", GPUs: 8, FreedGPUs: 8, Priority: 5, Started: time.Unix(30, 0)},
 	}
-	// Any single unit makes room: no PDB violation first, then fewest GPUs,
-	// then lowest priority, then most recently started.
-	chosen, ok := ChooseVictims(units, always, 100)
-	if !ok || len(chosen) != 1 || units[chosen[0]].Name != "new" {
-		t.Errorf("chose %v, want [new]", chosen)
+	// Any single unit makes room: no PDB violation first (budget 0 allows
+	// none), then fewest GPUs, then lowest priority, then most recently
+	// started.
+	choice := VictimSearch{Units: units, Allowed: []int32{0}, MaxChecks: 100}.Choose(always)
+	if len(choice.Units) != 1 || units[choice.Units[0]].Name != "new" || choice.Violations != 0 {
+		t.Errorf("chose %+v, want [new] without violations", choice)
 	}
-	// Never more than maxChecks dry runs.
+	// Never more than MaxChecks dry runs, and only every unit together
+	// makes room here.
 	calls := 0
-	if _, ok := ChooseVictims(units, func([]int) bool { calls++; return false }, 7); ok || calls != 7 {
-		t.Errorf("found=%v after %d checks, want none after 7", ok, calls)
+	onlyAll := func(set []int) bool { calls++; return len(set) == len(units) }
+	if c := (VictimSearch{Units: units, Allowed: []int32{0}, MaxChecks: 7}).Choose(onlyAll); len(c.Units) != len(units) || calls != 7 || c.Checks != 7 {
+		t.Errorf("found %v after %d checks (%d reported), want every unit after 7", c.Units, calls, c.Checks)
 	}
-	if _, ok := ChooseVictims(nil, always, 10); ok {
+	if c := (VictimSearch{MaxChecks: 10}).Choose(always); c.Units != nil {
 		t.Error("found victims among none")
+	}
+}
+
+// TestChooseVictimsCountsBudgetsForTheSet: two pods of one budget that
+// allows one disruption are each harmless alone but two disruptions
+// together; a 24-GPU gang that no budget covers is evicted instead.
+func TestChooseVictimsCountsBudgetsForTheSet(t *testing.T) {
+	units := []VictimUnit{
+		{Name: "pdb-a", GPUs: 8, FreedGPUs: 8, Pods: 1, Budgets: map[int]int32{0: 1}},
+		{Name: "pdb-b", GPUs: 8, FreedGPUs: 8, Pods: 1, Budgets: map[int]int32{0: 1}},
+		{Name: "gang", GPUs: 24, FreedGPUs: 24, Pods: 3},
+	}
+	names := func(c VictimChoice) []string {
+		var out []string
+		for _, i := range c.Units {
+			out = append(out, units[i].Name)
+		}
+		return out
+	}
+	needs16 := func(set []int) bool {
+		var freed int64
+		for _, i := range set {
+			freed += units[i].FreedGPUs
+		}
+		return freed >= 16
+	}
+	c := VictimSearch{Units: units, Allowed: []int32{1}, MaxChecks: 100}.Choose(needs16)
+	if got := names(c); len(got) != 1 || got[0] != "gang" || c.Violations != 0 {
+		t.Errorf("chose %v (%d violations), want [gang] with none", got, c.Violations)
+	}
+	// When only a violating set makes room, the one with the fewest
+	// violations: both budget pods (one over the allowance), not more.
+	units[2].FreedGPUs, units[2].GPUs = 4, 4
+	c = VictimSearch{Units: units, Allowed: []int32{1}, MaxChecks: 100}.Choose(needs16)
+	if got := names(c); len(got) != 2 || c.Violations != 1 {
+		t.Errorf("chose %v (%d violations), want both budget pods with 1", got, c.Violations)
+	}
+}
+
+// TestChooseVictimsSkipsSetsFreeingTooFew: sets that free fewer GPUs than
+// the gang lacks are never planned; when evicting everything would not make
+// room either, one dry run decides; with many small units the search still
+// ends with a set that frees what is needed, within its checks.
+func TestChooseVictimsSkipsSetsFreeingTooFew(t *testing.T) {
+	var units []VictimUnit
+	for i := range 40 {
+		units = append(units, VictimUnit{Name: fmt.Sprintf("small-%02d", i), GPUs: 1, FreedGPUs: 1, Pods: 1})
+	}
+	units = append(units, VictimUnit{Name: "gang", GPUs: 16, FreedGPUs: 16, Pods: 2})
+	freed := func(set []int) int64 {
+		var n int64
+		for _, i := range set {
+			n += units[i].FreedGPUs
+		}
+		return n
+	}
+	calls := 0
+	c := VictimSearch{Units: units, MinFreedGPUs: 16, MaxChecks: 256}.Choose(func(set []int) bool {
+		calls++
+		return freed(set) >= 16
+	})
+	if freed(c.Units) != 16 {
+		t.Errorf("chose %v freeing %d GPUs, want a set freeing exactly the 16 needed", c.Units, freed(c.Units))
+	}
+	if calls > 256 || calls != c.Checks {
+		t.Errorf("%d dry runs (reported %d), want at most 256", calls, c.Checks)
+	}
+
+	calls = 0
+	c = VictimSearch{Units: units, MinFreedGPUs: 16, MaxChecks: 256}.Choose(func(set []int) bool {
+		calls++
+		return false
+	})
+	if c.Units != nil || calls != 1 {
+		t.Errorf("chose %v after %d dry runs; want nothing after 1 (evicting everything does not help)", c.Units, calls)
+	}
+	if c := (VictimSearch{Units: units, MinFreedGPUs: 100, MaxChecks: 256}).Choose(func([]int) bool { t.Fatal("checked a set"); return true }); c.Units != nil {
+		t.Errorf("chose %v, but all units together free less than needed", c.Units)
 	}
 }

@@ -53,6 +53,10 @@ type filterCheck struct {
 	// however often it was asked.
 	rejections map[string]string
 	rejected   map[memberNode]bool
+	// refusedNodes are the nodes where a Filter plugin refused a member:
+	// what blocks there is not GPUs (the planner screened them), so
+	// preemption looks at the pods on them.
+	refusedNodes map[string]bool
 }
 
 type memberNode struct {
@@ -73,12 +77,13 @@ func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, members []*fr
 	}
 	c := &filterCheck{
 		ctx: ctx, fw: fw, key: key,
-		pods:       make(map[types.UID]*framework.PodInfo, len(members)),
-		avoid:      p.registry.Avoided(key, p.now()),
-		base:       map[types.UID]*memberBase{},
-		nodes:      p.handle.SnapshotSharedLister().NodeInfos(),
-		rejections: map[string]string{},
-		rejected:   map[memberNode]bool{},
+		pods:         make(map[types.UID]*framework.PodInfo, len(members)),
+		avoid:        p.registry.Avoided(key, p.now()),
+		base:         map[types.UID]*memberBase{},
+		nodes:        p.handle.SnapshotSharedLister().NodeInfos(),
+		rejections:   map[string]string{},
+		rejected:     map[memberNode]bool{},
+		refusedNodes: map[string]bool{},
 	}
 	for _, m := range members {
 		c.pods[m.Pod.UID] = m
@@ -261,6 +266,7 @@ func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 	}
 	status := t.filterWithNominated(pod, mt.state, ni)
 	if !status.IsSuccess() {
+		c.refusedNodes[node.Name] = true
 		c.reject(pod, node.Name, status.Message())
 		return false
 	}

@@ -143,12 +143,19 @@ type testFramework struct {
 // workers.
 func newTestFramework(t testing.TB, workers int32, nodes []*v1.Node, pods []*v1.Pod) *testFramework {
 	t.Helper()
+	return newTestFrameworkWith(t, workers, nodes, pods)
+}
+
+// newTestFrameworkWith is newTestFramework with more objects in the fake
+// clientset (PodDisruptionBudgets, say).
+func newTestFrameworkWith(t testing.TB, workers int32, nodes []*v1.Node, pods []*v1.Pod, extra ...runtime.Object) *testFramework {
+	t.Helper()
 	schedmetrics.Register()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	// The pods' namespace exists, as on a real cluster: InterPodAffinity
 	// looks up its labels in every PreFilter.
-	objects := []runtime.Object{gangJob("j", workers), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}}
+	objects := append([]runtime.Object{gangJob("j", workers), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}}, extra...)
 	var bound []*v1.Pod
 	for _, p := range pods {
 		objects = append(objects, p)
@@ -370,6 +377,11 @@ func TestUnreserveOfWaitingMemberReleasesPlan(t *testing.T) {
 	if until, _ := f.plugin.registry.Backoff(key); !until.After(f.clock.Now()) {
 		t.Error("the gang does not back off")
 	}
+	// muster did not reject a: its own cycle failed on the node, so the
+	// next plan does not put it there again.
+	if !f.plugin.registry.Avoided(key, f.clock.Now())[a.UID][slot] {
+		t.Errorf("the failed pair (%s, %s) is not avoided", a.Name, slot)
+	}
 }
 
 func TestDryRunSkipsMusterGang(t *testing.T) {
@@ -441,7 +453,7 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 		t.Errorf("held %v, want the preemptor's slot", held)
 	}
 	// Until the victims are gone, the member waits.
-	if _, status := f.preFilter(t, high); status.IsSuccess() || !contains(status.Message(), "waiting for 2") {
+	if _, status := f.preFilter(t, high); status.IsSuccess() || !contains(status.Message(), "2 of them still terminating") {
 		t.Errorf("PreFilter while victims terminate: %v", status)
 	}
 	f.plugin.onPodDelete(low0)
@@ -459,7 +471,7 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 	// snapshot (here: the snapshot still has both), keeps the plan.
 	slot := plan.Slots[high.UID]
 	heldBack := framework.NewDefaultNodeToStatus()
-	heldBack.SetAbsentNodesStatus(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "waiting for 1 of them to terminate").WithPlugin(Name))
+	heldBack.SetAbsentNodesStatus(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "gang ns/j "+waitingForVictimsPhrase+"; 1 of them still terminating").WithPlugin(Name))
 	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), state, high, heldBack); f.plugin.registry.Plan(key) == nil ||
 		result == nil || result.NominatedNodeName != slot {
 		t.Errorf("PostFilter after muster's own wait dropped the plan or the nomination (result %+v)", result)

@@ -3,13 +3,16 @@ package mustergang
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -120,10 +123,86 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 			p.failPlan(p.handlerCtx(), key, plan.ID, "member_deleted", fmt.Sprintf("member %s was deleted or finished", pod.Name))
 		}
 	}
-	if objs, _ := p.pods.ByIndex(p.gangIndex, key.String()); len(objs) == 0 {
+	if !p.gangHasPods(key) {
 		p.registry.Forget(key)
 	}
 	p.status.enqueue(key)
+}
+
+// onNodeChange drops the active plans that a node change breaks: a planned
+// node deleted (a spot node reclaimed), cordoned, being reclaimed, or no
+// longer matching a member planned there (a taint it does not tolerate, a
+// label its node affinity needs). Members waiting at Permit on it are
+// rejected at once instead of being bound to a node that cannot run them;
+// the pairs are avoided so the next plan, made at once, goes elsewhere even
+// before the scheduler's snapshot shows the change. Each profile drops its
+// own plans.
+func (p *Plugin) onNodeChange(node *v1.Node, deleted bool) {
+	for _, np := range p.registry.PlansOn(node.Name) {
+		if np.Profile != p.handle.ProfileName() {
+			continue
+		}
+		why := p.brokenPlacement(node, deleted, np)
+		if why == "" {
+			continue
+		}
+		// Every member of the gang avoids the node, not only those planned
+		// there: the snapshot the next plan reads may still show it.
+		until := p.now().Add(avoidFor)
+		if plan := p.registry.Plan(np.Key); plan != nil {
+			for uid := range plan.Slots {
+				p.registry.Avoid(np.Key, uid, node.Name, until)
+			}
+		}
+		p.after(avoidFor, func() { p.wake(p.logger, np.Key, wakeAvoidEnded, p.members(np.Key).pending) })
+		p.failPlan(p.handlerCtx(), np.Key, np.PlanID, causeNodeChanged, fmt.Sprintf("planned node %s %s", node.Name, why))
+	}
+}
+
+// brokenPlacement says why node can no longer take the members np planned
+// on it ("" when it still can).
+func (p *Plugin) brokenPlacement(node *v1.Node, deleted bool, np gang.NodePlan) string {
+	switch {
+	case deleted:
+		return "was deleted"
+	case node.Spec.Unschedulable:
+		return "was cordoned"
+	case p.reclaiming(node):
+		return "is being reclaimed"
+	}
+	planned := map[types.UID]bool{}
+	for _, uid := range np.Members {
+		planned[uid] = true
+	}
+	for _, m := range p.members(np.Key).pending {
+		if planned[m.UID] && !gang.ConstraintsOf(p.logger, m).Match(node) {
+			return fmt.Sprintf("no longer fits member %s (a taint it does not tolerate, or its node selector or affinity)", m.Name)
+		}
+	}
+	return ""
+}
+
+// nodeHandler feeds onNodeChange from the scheduler's node informer.
+func (p *Plugin) nodeHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, obj interface{}) {
+			old, ok1 := oldObj.(*v1.Node)
+			node, ok2 := obj.(*v1.Node)
+			// Most updates are the kubelet's status heartbeats: nothing a
+			// placement depends on.
+			if ok1 && ok2 && !(equality.Semantic.DeepEqual(old.Spec, node.Spec) && maps.Equal(old.Labels, node.Labels)) {
+				p.onNodeChange(node, false)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if node, ok := obj.(*v1.Node); ok {
+				p.onNodeChange(node, true)
+			}
+		},
+	}
 }
 
 // startPodGroupInformer watches PodGroups when discovery shows the CRD, so

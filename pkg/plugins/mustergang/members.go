@@ -132,8 +132,36 @@ type memberSet struct {
 
 func (m memberSet) bound() int { return len(m.boundNodes) }
 
-// members lists the gang's live pods.
+// members lists the gang's live pods of this plugin's profile.
 func (p *Plugin) members(key gang.Key) memberSet {
+	return p.membersIn(p.gangIndex, key)
+}
+
+// pendingInAnyProfile lists the gang's pending members of every profile
+// that shares the registry: a plan dropped in one profile frees capacity
+// for the gangs of all of them (they share the pod informer, each profile
+// with its own gang index, and the scheduling queue).
+func (p *Plugin) pendingInAnyProfile(key gang.Key) []*v1.Pod {
+	var pending []*v1.Pod
+	for _, profile := range p.registry.Profiles() {
+		pending = append(pending, p.membersIn(gangIndexPrefix+profile, key).pending...)
+	}
+	return pending
+}
+
+// gangHasPods reports whether any profile's gang index still holds a pod
+// of the gang: the registry's state of a gang is shared by the profiles.
+func (p *Plugin) gangHasPods(key gang.Key) bool {
+	for _, profile := range p.registry.Profiles() {
+		if objs, _ := p.pods.ByIndex(gangIndexPrefix+profile, key.String()); len(objs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// membersIn lists the gang's live pods in the pod informer's gang index.
+func (p *Plugin) membersIn(index string, key gang.Key) memberSet {
 	var set memberSet
 	var objs []interface{}
 	if key.Kind == gang.KindPod {
@@ -142,7 +170,7 @@ func (p *Plugin) members(key gang.Key) memberSet {
 			objs = append(objs, obj)
 		}
 	} else {
-		objs, _ = p.pods.ByIndex(p.gangIndex, key.String())
+		objs, _ = p.pods.ByIndex(index, key.String())
 	}
 	inFlight := p.registry.InFlight(key)
 	for _, obj := range objs {

@@ -23,7 +23,7 @@ var (
 	timeouts = newCounter("gang_timeouts_total",
 		"Gang plans dropped because not every member was reserved before the deadline.")
 	rejections = newCounterVec("gang_rejections_total",
-		"Gang plans dropped, by cause (timeout, rejected, member_deleted, plan_broken).", "cause")
+		"Gang plans dropped, by cause (timeout, rejected, member_deleted, plan_broken, node_changed).", "cause")
 	wakes = newCounterVec("gang_wakes_total",
 		"Times muster moved a gang's pending pods to the active queue itself, outside the framework's queueing hints, by reason.", "reason")
 
@@ -31,6 +31,11 @@ var (
 		"Preemptions carried out for a gang (or a pod scheduled alone): each evicts whole lower-priority gangs or lone pods.")
 	preemptedGPUs = newCounter("gang_preempted_gpus_total",
 		"GPUs requested by the pods evicted by preemption.")
+	preemptionChecks = newHistogram("gang_preemption_dry_runs",
+		"Plans tried (each with the framework's filters) by one victim search.",
+		metrics.ExponentialBuckets(1, 2, 10))
+	evictionErrors = newCounter("gang_eviction_errors_total",
+		"Failed attempts to delete a preemption victim (each is retried while the preemptor's plan waits).")
 
 	registerOnce sync.Once
 )
@@ -57,6 +62,6 @@ func newHistogram(name, help string, buckets []float64) *metrics.Histogram {
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(gangsScheduled, gangLatency, planDuration, unplaceable, timeouts, rejections, wakes, preemptions, preemptedGPUs)
+		legacyregistry.MustRegister(gangsScheduled, gangLatency, planDuration, unplaceable, timeouts, rejections, wakes, preemptions, preemptedGPUs, preemptionChecks, evictionErrors)
 	})
 }

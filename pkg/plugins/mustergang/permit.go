@@ -13,6 +13,10 @@ import (
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
+// causeNodeChanged is the drop cause when a planned node changed under the
+// plan (deleted, cordoned, reclaimed, tainted).
+const causeNodeChanged = "node_changed"
+
 // permitGrace lets muster's own plan deadline, which is serialized with plan
 // completion, fire before the framework's per-pod Permit timer.
 const permitGrace = 5 * time.Second
@@ -44,6 +48,14 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return
 	}
 	p.registry.Settled(s.key, pod.UID)
+	if plan := p.registry.Plan(s.key); plan != nil && plan.ID == s.planID {
+		// The plan is still active, so muster did not reject this member:
+		// its own Reserve or Permit failed on the node (another plugin's,
+		// or the framework's timeout). The next plan must not put it there
+		// again, or the same plan comes back after the backoff.
+		p.registry.Avoid(s.key, pod.UID, nodeName, p.now().Add(avoidFor))
+		p.after(avoidFor, func() { p.wake(p.logger, s.key, wakeAvoidEnded, p.members(s.key).pending) })
+	}
 	p.failPlan(ctx, s.key, s.planID, "rejected", fmt.Sprintf("member %s was rejected or failed to bind on node %s", pod.Name, nodeName))
 }
 
@@ -93,6 +105,9 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 // capacity this plan held is free again.
 func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause, reason string) {
 	base := time.Duration(p.args.GangBackoffSeconds) * time.Second
+	if cause == causeNodeChanged {
+		base = 0 // not the gang's doing: plan again at once, elsewhere
+	}
 	plan, backoff := p.registry.Fail(key, planID, reason, p.now(), base)
 	if plan == nil {
 		return
@@ -112,7 +127,7 @@ func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause
 	}
 	p.noticeKey(ctx, key, outcome, msg)
 	for _, other := range p.registry.Failing(gang.OutcomeUnschedulable) {
-		p.wake(logger, other, wakeCapacityFreed, p.members(other).pending)
+		p.wake(logger, other, wakeCapacityFreed, p.pendingInAnyProfile(other))
 	}
 	p.after(backoff, func() {
 		p.wake(p.logger, key, wakeBackoffEnded, p.members(key).pending)

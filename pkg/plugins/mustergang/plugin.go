@@ -167,6 +167,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 		<-ctx.Done()
 		p.stopTimers()
 	}()
+	p.registry.AddProfile(h.ProfileName())
 	p.status = newStatusWriter(p)
 	for _, l := range args.TopologyLevels {
 		p.levels = append(p.levels, gang.Level{Name: l.Name, Label: l.NodeLabel})
@@ -195,6 +196,9 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 		UpdateFunc: func(_, obj interface{}) { p.onPodChange(obj) },
 		DeleteFunc: p.onPodDelete,
 	}); err != nil {
+		return nil, err
+	}
+	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(p.nodeHandler()); err != nil {
 		return nil, err
 	}
 	if args.GangPreemption {

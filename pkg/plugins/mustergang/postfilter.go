@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -62,14 +63,17 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 
 // waitingForVictims reports whether a member was turned away only because
 // its plan still waits for the pods it preempted: some have not terminated;
-// muster's own PreFilter held the member back (the last one went since); or
+// muster's own PreFilter held the member back for them (the last one went
+// since); or
 // the cycle's snapshot still shows one on the member's slot (muster's
 // informer can see a victim go before the scheduler's cache does).
 func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot string, statuses fwk.NodeToStatusReader) (string, bool) {
 	if n := plan.Victims.Len(); n > 0 {
 		return fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, n), true
 	}
-	if st := statuses.Get(slot); st != nil && st.Plugin() == Name {
+	// muster's own PreFilter held the member back for the victims. Any
+	// other refusal by muster (the node is being reclaimed) is a refusal.
+	if st := statuses.Get(slot); st != nil && st.Plugin() == Name && strings.Contains(st.Message(), waitingForVictimsPhrase) {
 		return st.Message(), true
 	}
 	if p.evictedStillCached(plan, slot) {

@@ -3,6 +3,7 @@ package mustergang
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -12,7 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	applyv1 "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/kubernetes"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -31,23 +34,27 @@ type victimUnit struct {
 	gang.VictimUnit
 	key  gang.Key // the victim gang; zero for a lone pod
 	pods []*v1.Pod
+	// nodes are the positions (in the snapshot's node list) of its pods.
+	nodes []int
 }
 
 // preempt makes room for a gang (or a pod scheduled alone) that cannot be
 // planned, by evicting whole lower-priority gangs or lone pods: the set
-// with the fewest PodDisruptionBudget violations, then the fewest GPUs,
-// then the fewest units, then the lowest priority, then the most recently
-// started, and only if the gang's plan passes the framework's filters with
-// them gone. The plan is installed at once (its slots held in the ledger,
-// this pod nominated to its slot); the members wait until the victims have
-// terminated.
+// with the fewest PodDisruptionBudget violations (counted for the set),
+// then the fewest GPUs, then the fewest units, then the lowest priority,
+// then the most recently started, and only if the gang's plan passes the
+// framework's filters with them gone. Only units that free what the gang
+// lacks are candidates: GPUs on nodes it may use, so the CPU pods every
+// real cluster runs at priority 0 cost the search nothing; units on nodes
+// where the GPUs fit but something else does not (CPU, memory, a port, an
+// anti-affinity, as the planner's screening or the framework's filters
+// said) only when that search finds nothing. The plan is installed at once
+// (its slots held in the ledger, this pod nominated to its slot); the
+// members wait until the victims have terminated.
 func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResult, *fwk.Status) {
 	logger := klog.FromContext(ctx)
 	if !p.args.GangPreemption {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption is off")
-	}
-	if pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == v1.PreemptNever {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "not eligible for preemption: preemptionPolicy is Never")
 	}
 	constraints, err := gang.ConstraintsFromPod(pod, p.levels)
 	if err != nil {
@@ -67,6 +74,14 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if p.registry.Plan(key) != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang has a plan")
 	}
+	gr, status := p.prepareGang(ctx, pod, info, constraints)
+	if status != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, status.Message())
+	}
+	prio, never := preemptorPriority(pod, gr.candidates)
+	if never != "" {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("not eligible for preemption: %s has preemptionPolicy Never", never))
+	}
 	if !p.registry.TryPreemption(key, p.now(), time.Duration(max(p.args.GangBackoffSeconds, 1))*time.Second) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s tried preemption recently", key))
 	}
@@ -74,36 +89,79 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	gr, status := p.prepareGang(ctx, pod, info, constraints)
-	if status != nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, status.Message())
-	}
 	views, _ := p.nodeViews(nodes)
-	units := p.victimUnits(nodes, views, key, corev1helpers.PodPriority(pod), constraints.Policy)
-	if len(units) == 0 {
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: no lower-priority pods to preempt", key))
-	}
-	candidates := make([]gang.VictimUnit, len(units))
-	for i, u := range units {
-		candidates[i] = u.VictimUnit
-	}
+	gpu := v1.ResourceName(p.args.GPUResourceName)
+	needGPUs := gang.NeededGPUs(gr.req)
+	lackGPUs := needGPUs - gang.FreeGPUs(p.subtractHeld(views, p.registry.Held(key)), constraints.Policy, gpu)
+	all := p.victimUnits(nodes, views, key, prio, constraints.Policy)
+
 	var plan *gang.Plan
 	var victims []*v1.Pod
-	chosen, found := gang.ChooseVictims(candidates, func(indexes []int) bool {
-		var pods []*v1.Pod
-		for _, i := range indexes {
-			pods = append(pods, units[i].pods...)
+	refused := map[string]bool{} // nodes the framework's filters refused a member
+	search := func(units []*victimUnit, minFreed int64) gang.VictimChoice {
+		candidates := make([]gang.VictimUnit, len(units))
+		for i, u := range units {
+			candidates[i] = u.VictimUnit
 		}
-		planned, _, err := p.computePlan(ctx, gr, views, pods)
-		if err != nil {
-			return false
+		s := gang.VictimSearch{Units: candidates, MinFreedGPUs: minFreed, MaxChecks: maxPreemptionDryRuns}
+		s.Allowed = p.budgets(units, candidates)
+		return s.Choose(func(indexes []int) bool {
+			var pods []*v1.Pod
+			for _, i := range indexes {
+				pods = append(pods, units[i].pods...)
+			}
+			planned, check, err := p.computePlan(ctx, gr, views, pods)
+			if check != nil {
+				for node := range check.refusedNodes {
+					refused[node] = true
+				}
+			}
+			if err != nil {
+				return false
+			}
+			plan, victims = planned, pods
+			return true
+		})
+	}
+	// First the units that free GPUs, when the gang needs any.
+	var units []*victimUnit
+	for _, u := range all {
+		if needGPUs == 0 || u.FreedGPUs > 0 {
+			units = append(units, u)
 		}
-		plan, victims = planned, pods
-		return true
-	}, maxPreemptionDryRuns)
-	if !found {
+	}
+	choice := search(units, max(lackGPUs, min(needGPUs, 1)))
+	checks := choice.Checks
+	if choice.Units == nil && needGPUs > 0 {
+		// Something other than GPUs blocks: the units on the nodes where
+		// the GPUs would fit but the planner's screening or the filters
+		// refused a member.
+		if len(units) == 0 {
+			if _, check, _ := p.computePlan(ctx, gr, views, nil); check != nil {
+				for node := range check.refusedNodes {
+					refused[node] = true
+				}
+			}
+		}
+		blocked := p.blockedNodes(nodes, views, gr, constraints.Policy, refused)
+		units = nil
+		for _, u := range all {
+			for _, n := range u.nodes {
+				if blocked[n] || u.FreedGPUs > 0 {
+					units = append(units, u)
+					break
+				}
+			}
+		}
+		if len(units) > 0 {
+			choice = search(units, 0)
+			checks += choice.Checks
+		}
+	}
+	preemptionChecks.Observe(float64(checks))
+	if choice.Units == nil {
 		msg := fmt.Sprintf("gang %s: preempting lower-priority pods would not make room either", key)
-		logger.V(2).Info("No preemption helps", "gang", key, "candidateUnits", len(units))
+		logger.V(2).Info("No preemption helps", "gang", key, "candidateUnits", len(units), "lowerPriorityUnits", len(all), "checks", checks)
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 
@@ -113,7 +171,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	}
 	var gpus int64
 	var names []string
-	for _, i := range chosen {
+	for _, i := range choice.Units {
 		gpus += units[i].GPUs
 		names = append(names, units[i].Name)
 	}
@@ -122,12 +180,15 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	preemptedGPUs.Add(float64(gpus))
 	msg := fmt.Sprintf("gang %s preempts %d pods of %s (%d %s) to run in %s %s",
 		key, len(victims), strings.Join(names, ", "), gpus, p.args.GPUResourceName, plan.Level, plan.Domain)
-	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(victims), "gpus", gpus)
+	if choice.Violations > 0 {
+		msg += fmt.Sprintf(", exceeding PodDisruptionBudgets by %d pods (no choice keeps them)", choice.Violations)
+	}
+	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(victims), "gpus", gpus, "budgetViolations", choice.Violations, "checks", checks)
 	p.noticeKey(ctx, key, gang.OutcomePreempting, msg)
 	if !inGang {
 		p.podEvent(pod, gang.OutcomePreempting, msg)
 	}
-	for _, i := range chosen {
+	for _, i := range choice.Units {
 		p.recordVictim(ctx, units[i], key)
 	}
 	// Counted before the goroutine starts, so whoever watches the gauge never
@@ -136,10 +197,53 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	evictions.Inc()
 	go func() {
 		defer evictions.Dec()
-		p.evict(context.WithoutCancel(ctx), victims, pod, key)
+		p.evict(context.WithoutCancel(ctx), victims, pod, key, active.ID)
 	}()
 	return framework.NewPostFilterResultWithNominatedNode(active.Slots[pod.UID]),
 		fwk.NewStatus(fwk.Unschedulable, msg+"; waiting for them to terminate")
+}
+
+// preemptorPriority is the priority a gang preempts with: its lowest
+// member's, so no member evicts what another could not. never names a
+// member whose preemptionPolicy is Never (then the gang evicts nothing).
+func preemptorPriority(pod *v1.Pod, members []*framework.PodInfo) (prio int32, never string) {
+	prio = corev1helpers.PodPriority(pod)
+	pods := []*v1.Pod{pod}
+	for _, m := range members {
+		pods = append(pods, m.Pod)
+	}
+	for _, m := range pods {
+		prio = min(prio, corev1helpers.PodPriority(m))
+		if m.Spec.PreemptionPolicy != nil && *m.Spec.PreemptionPolicy == v1.PreemptNever && never == "" {
+			never = m.Name
+		}
+	}
+	return prio, never
+}
+
+// blockedNodes are the positions of nodes the gang may use where a GPU
+// member's GPUs fit but it was still refused: by the planner's screening
+// (CPU, memory, pods) or by the framework's filters (refused).
+func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gr *gangRequest, policy gang.Policy, refused map[string]bool) map[int]bool {
+	gpu := v1.ResourceName(p.args.GPUResourceName)
+	blocked := map[int]bool{}
+	for i := range views {
+		v := &views[i]
+		if nodes[i].Node() == nil || v.Unavailable() || policy.Excludes(v.Preemptible) {
+			continue
+		}
+		if refused[v.Node.Name] {
+			blocked[i] = true
+			continue
+		}
+		for _, m := range gr.req.Members {
+			if g := m.Request.Scalars[gpu]; g > 0 && v.Free.Scalars[gpu] >= g && !v.Free.Fits(m.Request) {
+				blocked[i] = true
+				break
+			}
+		}
+	}
+	return blocked
 }
 
 // victimUnits groups the snapshot's pods into whole gangs (every bound
@@ -147,6 +251,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 // and keeps the units entirely below priority prio, with no member already
 // terminating or chosen by another preemption, and with a pod on a node the
 // preemptor's policy may use (views[i] is nodes[i]'s, from nodeViews).
+// FreedGPUs counts the GPUs a unit frees on such nodes.
 func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemptor gang.Key, prio int32, policy gang.Policy) []*victimUnit {
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	byName := map[string]*victimUnit{}
@@ -176,8 +281,10 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 				byName[name] = u
 			}
 			u.pods = append(u.pods, pod)
+			u.nodes = append(u.nodes, i)
 			u.Pods++
-			u.GPUs += pi.CalculateResource().Resource.GetScalarResources()[gpu]
+			gpus := pi.CalculateResource().Resource.GetScalarResources()[gpu]
+			u.GPUs += gpus
 			u.Priority = max(u.Priority, corev1helpers.PodPriority(pod))
 			started := pod.CreationTimestamp.Time
 			if pod.Status.StartTime != nil {
@@ -188,6 +295,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 			}
 			if eligible {
 				useful[name] = true
+				u.FreedGPUs += gpus
 			}
 		}
 	}
@@ -198,37 +306,49 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 		if !useful[name] || protected[name] || (u.key != gang.Key{} && p.registry.Plan(u.key) != nil) {
 			continue
 		}
-		u.ViolatesPDB = p.violatesPDB(u.pods)
 		units = append(units, u)
 	}
 	sort.Slice(units, func(i, j int) bool { return units[i].Name < units[j].Name })
 	return units
 }
 
-// violatesPDB reports whether evicting pods exceeds the disruptions a
-// PodDisruptionBudget still allows, as DefaultPreemption counts them.
-func (p *Plugin) violatesPDB(pods []*v1.Pod) bool {
+// budgets fills each unit's Budgets with how many of its pods each
+// PodDisruptionBudget covers, and returns each budget's
+// status.disruptionsAllowed: the search counts violations for the whole
+// chosen set, as DefaultPreemption does.
+func (p *Plugin) budgets(units []*victimUnit, candidates []gang.VictimUnit) []int32 {
 	if p.pdbs == nil {
-		return false
+		return nil
 	}
-	evicted := map[*policyv1.PodDisruptionBudget]int32{}
-	for _, pod := range pods {
-		pdbs, err := p.pdbs.PodDisruptionBudgets(pod.Namespace).List(labels.Everything())
-		if err != nil {
-			continue
-		}
-		for _, pdb := range pdbs {
-			selector, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-			if err != nil || selector.Empty() || !selector.Matches(labels.Set(pod.Labels)) {
-				continue
+	var allowed []int32
+	index := map[*policyv1.PodDisruptionBudget]int{}
+	byNamespace := map[string][]*policyv1.PodDisruptionBudget{}
+	for i, u := range units {
+		for _, pod := range u.pods {
+			pdbs, listed := byNamespace[pod.Namespace]
+			if !listed {
+				pdbs, _ = p.pdbs.PodDisruptionBudgets(pod.Namespace).List(labels.Everything())
+				byNamespace[pod.Namespace] = pdbs
 			}
-			evicted[pdb]++
-			if evicted[pdb] > pdb.Status.DisruptionsAllowed {
-				return true
+			for _, pdb := range pdbs {
+				selector, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+				if err != nil || selector.Empty() || !selector.Matches(labels.Set(pod.Labels)) {
+					continue
+				}
+				b, ok := index[pdb]
+				if !ok {
+					b = len(allowed)
+					index[pdb] = b
+					allowed = append(allowed, pdb.Status.DisruptionsAllowed)
+				}
+				if candidates[i].Budgets == nil {
+					candidates[i].Budgets = map[int]int32{}
+				}
+				candidates[i].Budgets[b]++
 			}
 		}
 	}
-	return false
+	return allowed
 }
 
 // recordVictim tells a victim gang (or the lone pod) why it is evicted.
@@ -248,28 +368,61 @@ func (p *Plugin) recordVictim(ctx context.Context, u *victimUnit, preemptor gang
 const EvictionOperation = "MusterGangEviction"
 
 // evict marks each victim with the DisruptionTarget condition, as
-// DefaultPreemption does, and deletes it (with its grace period).
-func (p *Plugin) evict(ctx context.Context, victims []*v1.Pod, preemptor *v1.Pod, key gang.Key) {
+// DefaultPreemption does, and deletes it (with its grace period). A failed
+// call is retried, with backoff, for as long as the plan that waits for the
+// victims is active: giving up early would leave a victim gang half
+// deleted. Once the plan is gone (its deadline, its preemptor deleted), its
+// victims are no longer protected and nothing more is deleted.
+func (p *Plugin) evict(ctx context.Context, victims []*v1.Pod, preemptor *v1.Pod, key gang.Key, planID int64) {
 	logger := klog.FromContext(ctx)
 	client := p.handle.ClientSet()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for _, v := range victims {
-		condition := applyv1.PodCondition().
-			WithType(v1.DisruptionTarget).
-			WithStatus(v1.ConditionTrue).
-			WithReason(v1.PodReasonPreemptionByScheduler).
-			WithMessage(fmt.Sprintf("%s: preempting to accommodate gang %s", preemptor.Spec.SchedulerName, key)).
-			WithLastTransitionTime(metav1.Now())
-		apply := applyv1.Pod(v.Name, v.Namespace).WithStatus(applyv1.PodStatus().WithConditions(condition))
-		if _, err := client.CoreV1().Pods(v.Namespace).ApplyStatus(ctx, apply, metav1.ApplyOptions{FieldManager: "muster-scheduler", Force: true}); err != nil && !apierrors.IsNotFound(err) {
-			logger.Error(err, "Could not add the DisruptionTarget condition", "victim", klog.KObj(v), "gang", key)
-		}
-		err := client.CoreV1().Pods(v.Namespace).Delete(ctx, v.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(v.UID))})
-		if err != nil && !apierrors.IsNotFound(err) {
-			logger.Error(err, "Could not preempt victim", "victim", klog.KObj(v), "gang", key)
-			continue
-		}
-		logger.V(2).Info("Preempted", "victim", klog.KObj(v), "gang", key)
+	planActive := func() bool {
+		plan := p.registry.Plan(key)
+		return plan != nil && plan.ID == planID
 	}
+	for _, v := range victims {
+		backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 10 * time.Second}
+		for {
+			err := p.evictOne(ctx, client, v, preemptor, key)
+			if err == nil {
+				logger.V(2).Info("Preempted", "victim", klog.KObj(v), "gang", key)
+				break
+			}
+			evictionErrors.Inc()
+			if !planActive() || ctx.Err() != nil {
+				logger.Error(err, "Could not preempt victim; the plan waiting for it is gone", "victim", klog.KObj(v), "gang", key)
+				return
+			}
+			logger.Error(err, "Could not preempt victim; retrying", "victim", klog.KObj(v), "gang", key)
+			select {
+			case <-p.clock.After(backoff.Step()):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// evictOne marks and deletes one victim; a victim already gone is done.
+func (p *Plugin) evictOne(ctx context.Context, client kubernetes.Interface, v *v1.Pod, preemptor *v1.Pod, key gang.Key) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	condition := applyv1.PodCondition().
+		WithType(v1.DisruptionTarget).
+		WithStatus(v1.ConditionTrue).
+		WithReason(v1.PodReasonPreemptionByScheduler).
+		WithMessage(fmt.Sprintf("%s: preempting to accommodate gang %s", preemptor.Spec.SchedulerName, key)).
+		WithLastTransitionTime(metav1.Now())
+	apply := applyv1.Pod(v.Name, v.Namespace).WithStatus(applyv1.PodStatus().WithConditions(condition))
+	if _, err := client.CoreV1().Pods(v.Namespace).ApplyStatus(ctx, apply, metav1.ApplyOptions{FieldManager: "muster-scheduler", Force: true}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		klog.FromContext(ctx).Error(err, "Could not add the DisruptionTarget condition", "victim", klog.KObj(v), "gang", key)
+	}
+	err := client.CoreV1().Pods(v.Namespace).Delete(ctx, v.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(v.UID))})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone, or replaced by a pod of the same name (a new UID)
+	}
+	return err
 }

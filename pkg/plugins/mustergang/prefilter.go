@@ -74,6 +74,11 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	return p.steer(cs, pod, key, plan, constraints)
 }
 
+// waitingForVictimsPhrase is in the message of a member held back until the
+// pods its plan preempted are gone; PostFilter tells that wait from a
+// refusal by it.
+const waitingForVictimsPhrase = "preempted pods to make room and waits for them"
+
 // steer sends a planned member to its slot: PreFilter narrows to it and
 // Filter rejects every other node. Members of a plan that preempted wait
 // until the victims are gone.
@@ -85,7 +90,7 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 	}
 	if n := plan.Victims.Len(); n > 0 {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("gang %s preempted pods to make room; waiting for %d of them to terminate (planned on %s)", key, n, node))
+			fmt.Sprintf("gang %s %s; %d of them still terminating (planned on %s)", key, waitingForVictimsPhrase, n, node))
 	}
 	cs.Write(stateKey, &cycleState{slot: node, planID: plan.ID, key: key, policy: constraints.Policy})
 	return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil

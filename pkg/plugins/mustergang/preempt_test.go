@@ -1,0 +1,273 @@
+package mustergang
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/internal/testobj"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// lowGang is a running gang of Job name at priority 1, one 8-GPU member on
+// each of nodes.
+func lowGang(name string, nodes ...string) []*v1.Pod {
+	var pods []*v1.Pod
+	for i, n := range nodes {
+		p := worker(name, i, 8, n)
+		p.Spec.Priority = ptr.To[int32](1)
+		pods = append(pods, p)
+	}
+	return pods
+}
+
+// cpuPods are n lone CPU pods at priority 0 on node, as node agents and
+// CPU services run on every node of a real cluster.
+func cpuPods(node string, n int) []*v1.Pod {
+	var pods []*v1.Pod
+	for i := range n {
+		name := fmt.Sprintf("agent-%s-%d", node, i)
+		pods = append(pods, testobj.MakePod("ns", name).UID(name).Label("app", "agent").Created(t0).Node(node).Priority(0).
+			Container(testobj.MakeContainer("a").Request(v1.ResourceCPU, resource.MustParse("100m")).Obj()).Obj())
+	}
+	return pods
+}
+
+// preemptFor runs pod's failed PreFilter and PostFilter and returns the
+// plan its gang got (nil: no preemption).
+func (f *testFramework) preemptFor(t *testing.T, pod *v1.Pod) *gang.ActivePlan {
+	t.Helper()
+	state, status := f.preFilter(t, pod)
+	if status.IsSuccess() {
+		t.Fatalf("PreFilter of %s succeeded; the test wants a full cluster", pod.Name)
+	}
+	f.fw.RunPostFilterPlugins(context.Background(), state, pod, framework.NewDefaultNodeToStatus())
+	key, _ := gang.KeyOf(pod)
+	return f.plugin.registry.Plan(key)
+}
+
+func victimNames(f *testFramework, plan *gang.ActivePlan, pods []*v1.Pod) sets.Set[string] {
+	out := sets.New[string]()
+	for _, p := range pods {
+		if plan.Evicted.Has(p.UID) {
+			out.Insert(p.Name)
+		}
+	}
+	return out
+}
+
+// TestPreemptionLooksOnlyAtUnitsThatFreeGPUs: two nodes each run a member
+// of a low 2x8 gang and 10 priority-0 CPU pods. The high 2x8 gang evicts the
+// low gang whole and no CPU pod. Ordering zero-GPU sets first never reached
+// the low gang with 9 or more CPU pods.
+func TestPreemptionLooksOnlyAtUnitsThatFreeGPUs(t *testing.T) {
+	pods := lowGang("low", "n1", "n2")
+	pods = append(pods, cpuPods("n1", 10)...)
+	pods = append(pods, cpuPods("n2", 10)...)
+	high := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+	for _, p := range high {
+		p.Spec.Priority = ptr.To[int32](100)
+	}
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(pods, high...))
+	plan := f.preemptFor(t, high[0])
+	if plan == nil {
+		t.Fatal("no preemption")
+	}
+	if got, want := victimNames(f, plan, pods), sets.New("low-0", "low-1"); !got.Equal(want) {
+		t.Errorf("victims %v, want %v", sets.List(got), sets.List(want))
+	}
+}
+
+// TestPreemptionKeepsBudgetsAsASet: a budget allows one disruption over two
+// 8-GPU pods; a 3x8 low gang no budget covers runs elsewhere. Evicting both
+// budget pods (16 GPUs, two disruptions) breaks the budget: the gang goes.
+func TestPreemptionKeepsBudgetsAsASet(t *testing.T) {
+	var pods []*v1.Pod
+	for i, n := range []string{"n1", "n2"} {
+		name := fmt.Sprintf("db-%d", i)
+		pods = append(pods, testobj.MakePod("ns", name).UID(name).Label("app", "db").Created(t0).Node(n).Priority(1).
+			Container(testobj.MakeContainer("db").GPUs(8).Obj()).Obj())
+	}
+	pods = append(pods, lowGang("low", "n3", "n4", "n5")...)
+	high := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+	for _, p := range high {
+		p.Spec.Priority = ptr.To[int32](100)
+	}
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+		Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1},
+	}
+	nodes := []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8), gpuNode("n5", 8)}
+	f := newTestFrameworkWith(t, 2, nodes, append(pods, high...), pdb)
+	plan := f.preemptFor(t, high[0])
+	if plan == nil {
+		t.Fatal("no preemption")
+	}
+	if got, want := victimNames(f, plan, pods), sets.New("low-0", "low-1", "low-2"); !got.Equal(want) {
+		t.Errorf("victims %v, want %v (the budget allows one of db-0, db-1)", sets.List(got), sets.List(want))
+	}
+}
+
+// TestGangPreemptsWithItsLowestMember: a gang whose members have
+// priorities 100 and 5 may not evict a gang of priority 10, whichever
+// member's cycle asks.
+func TestGangPreemptsWithItsLowestMember(t *testing.T) {
+	low := lowGang("low", "n1", "n2")
+	for _, p := range low {
+		p.Spec.Priority = ptr.To[int32](10)
+	}
+	high := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+	high[0].Spec.Priority = ptr.To[int32](100)
+	high[1].Spec.Priority = ptr.To[int32](5)
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(low, high...))
+	if plan := f.preemptFor(t, high[0]); plan != nil {
+		t.Errorf("preempted %v for a gang with a member of priority 5", plan.Evicted)
+	}
+}
+
+// TestEvictionRetriesUntilEveryVictimIsGone: a victim's delete fails twice;
+// the eviction keeps at it while the plan waits, so the victim gang is
+// never left half deleted.
+func TestEvictionRetriesUntilEveryVictimIsGone(t *testing.T) {
+	low := lowGang("low", "n1", "n2")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, low)
+	client := f.plugin.handle.ClientSet().(*fake.Clientset)
+	failures := 2
+	client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.DeleteAction).GetName() == "low-1" && failures > 0 {
+			failures--
+			return true, nil, apierrors.NewServiceUnavailable("etcd is busy")
+		}
+		return false, nil, nil
+	})
+	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
+	plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{"j-0": "n1"}}, Reserved: sets.New[types.UID](),
+		Victims: sets.New[types.UID]("low-0", "low-1"), Deadline: f.clock.Now().Add(time.Minute)}
+	if !f.plugin.registry.SetPlan(key, plan, t0) {
+		t.Fatal("SetPlan")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.plugin.evict(context.Background(), low, worker("j", 0, 8, ""), key, plan.ID)
+	}()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case <-done:
+			return true, nil
+		default:
+			f.clock.Step(time.Second) // the retry's backoff runs on the plugin's clock
+			return false, nil
+		}
+	})
+	if err != nil {
+		t.Fatalf("eviction did not finish: %v", err)
+	}
+	list, _ := client.CoreV1().Pods("ns").List(context.Background(), metav1.ListOptions{})
+	if len(list.Items) != 0 || failures != 0 {
+		t.Errorf("%d pods left, %d failures unused; want every victim deleted after the failures", len(list.Items), failures)
+	}
+}
+
+// TestNodeChangeDropsAWaitingPlan: a member waits at Permit on a node that
+// is then deleted, cordoned, tainted for reclaim or with a taint the member
+// does not tolerate: the plan is dropped at once, the waiting member
+// rejected (never bound there), every member avoids the node, and the gang
+// is not backed off (it plans again at once). A change that breaks nothing
+// (a label nobody asks for) keeps the plan.
+func TestNodeChangeDropsAWaitingPlan(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		change  func(*v1.Node)
+		deleted bool
+		want    string // "" keeps the plan
+	}{
+		{name: "deleted", deleted: true, want: "was deleted"},
+		{name: "cordoned", change: func(n *v1.Node) { n.Spec.Unschedulable = true }, want: "was cordoned"},
+		{name: "reclaim notice", change: func(n *v1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: "cloud.google.com/impending-node-termination", Effect: v1.TaintEffectNoSchedule})
+		}, want: "is being reclaimed"},
+		{name: "untolerated taint", change: func(n *v1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: "maintenance", Effect: v1.TaintEffectNoSchedule})
+		}, want: "no longer fits member"},
+		{name: "unrelated label", change: func(n *v1.Node) { n.Labels["team"] = "a" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+			f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, []*v1.Pod{a, b})
+			key, _ := gang.KeyOf(a)
+			_, plan := f.planAndWait(t, a)
+			slot := plan.Slots[a.UID]
+			node, err := f.plugin.handle.SnapshotSharedLister().NodeInfos().Get(slot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed := node.Node().DeepCopy()
+			if tc.change != nil {
+				tc.change(changed)
+			}
+			f.plugin.onNodeChange(changed, tc.deleted)
+			if tc.want == "" {
+				if f.plugin.registry.Plan(key) == nil {
+					t.Fatal("a change that breaks nothing dropped the plan")
+				}
+				return
+			}
+			if f.plugin.registry.Plan(key) != nil {
+				t.Fatal("the plan survived")
+			}
+			if st := f.fw.WaitOnPermit(context.Background(), a); st.IsSuccess() || !contains(st.Message(), tc.want) {
+				t.Errorf("waiting member ended with %v, want a rejection saying the node %s", st, tc.want)
+			}
+			avoided := f.plugin.registry.Avoided(key, f.clock.Now())
+			if !avoided[a.UID][slot] || !avoided[b.UID][slot] {
+				t.Errorf("avoided %v, want both members off %s", avoided, slot)
+			}
+			if until, _ := f.plugin.registry.Backoff(key); until.After(f.clock.Now()) {
+				t.Errorf("the gang backs off until %v; a node change is not its fault", until)
+			}
+		})
+	}
+}
+
+// TestReclaimRefusalIsNotAWaitForVictims: muster's Filter refusing the
+// planned node because it is being reclaimed drops the plan (and avoids the
+// pair); only muster's wait for preempted pods keeps it.
+func TestReclaimRefusalIsNotAWaitForVictims(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	state, status := f.preFilter(t, a)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	plan := f.plugin.registry.Plan(key)
+	slot := plan.Slots[a.UID]
+	plan.Evicted = sets.New[types.UID]("gone") // a plan that preempted, its victims gone
+	statuses := framework.NewDefaultNodeToStatus()
+	statuses.Set(slot, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node is being reclaimed").WithPlugin(Name))
+	f.fw.RunPostFilterPlugins(context.Background(), state, a, statuses)
+	if f.plugin.registry.Plan(key) != nil {
+		t.Fatal("the plan stayed on a reclaiming node")
+	}
+	if !f.plugin.registry.Avoided(key, f.clock.Now())[a.UID][slot] {
+		t.Error("the refused pair is not avoided")
+	}
+}
