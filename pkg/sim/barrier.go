@@ -113,6 +113,7 @@ type stepChanges struct {
 	created      []*v1.Pod // unbound pods created: must be queued
 	deletedQueue []*v1.Pod // unbound pods deleted: must have left the queue
 	deletedBound []*v1.Pod // bound pods deleted: must have left the cache
+	createdBound []*v1.Pod // bound pods created (background): must be in the cache
 	tainted      []string  // nodes that got the reclaim taint
 }
 
@@ -234,6 +235,11 @@ func (h *harness) scheduledChanges() string {
 	for _, pod := range h.changes.deletedBound {
 		if _, err := c.GetPod(pod); err == nil {
 			return "deleted pod " + pod.Name + " still in the cache"
+		}
+	}
+	for _, pod := range h.changes.createdBound {
+		if _, err := c.GetPod(pod); err != nil {
+			return "background pod " + pod.Name + " not in the cache"
 		}
 	}
 	if n := c.NodeCount(); n != len(h.nodes) {

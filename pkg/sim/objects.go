@@ -50,7 +50,7 @@ func reclaimTaint() v1.Taint {
 
 func jobObject(j *scenario.Job, schedulerName string, submit time.Duration) *batchv1.Job {
 	return testobj.MakeJob(namespace, j.Name).UID("job-" + j.Name).Created(epoch.Add(submit)).
-		Indexed().Workers(int32(j.Workers)).SchedulerName(schedulerName).RestartPolicy(v1.RestartPolicyNever).Obj()
+		Indexed().Workers(int32(j.Members())).SchedulerName(schedulerName).RestartPolicy(v1.RestartPolicyNever).Obj()
 }
 
 // podGroupName names the native PodGroup of one attempt of a job.
@@ -76,7 +76,7 @@ func podGroupObject(j *scenario.Job, attempt int, created time.Duration, topolog
 			// its workers: preemption takes the group whole or not at all.
 			DisruptionMode: &schedulingv1beta1.DisruptionMode{All: &schedulingv1beta1.AllDisruptionMode{}},
 			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
-				Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(j.Workers)},
+				Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(j.Members())},
 			},
 		},
 	}
@@ -88,19 +88,35 @@ func podGroupObject(j *scenario.Job, attempt int, created time.Duration, topolog
 	return pg
 }
 
+// domainGPUs are the GPUs of the largest rack and the largest zone of the
+// plan's nodes at the start.
+type domainGPUs struct{ rack, zone int64 }
+
+func domainsOf(nodes []scenario.Node) domainGPUs {
+	racks, zones := map[string]int64{}, map[string]int64{}
+	for _, n := range nodes {
+		racks[n.Rack] += n.GPUs
+		zones[n.Zone] += n.GPUs
+	}
+	var d domainGPUs
+	for _, g := range racks {
+		d.rack = max(d.rack, g)
+	}
+	for _, g := range zones {
+		d.zone = max(d.zone, g)
+	}
+	return d
+}
+
 // topologyKeyFor is the smallest domain a gang of j fits in on an empty
 // cluster, as a user of topology-aware scheduling would ask for: a rack,
-// else a zone, else none ("").
-func topologyKeyFor(j *scenario.Job, c scenario.Cluster) string {
+// else a zone, else none (""). Its CPU-only members need no GPU.
+func topologyKeyFor(j *scenario.Job, d domainGPUs) string {
 	gpus := int64(j.Workers) * j.GPUs
-	rackGPUs := int64(min(c.NodesPerRack, c.Nodes)) * c.GPUsPerNode
-	racks := (c.Nodes + c.NodesPerRack - 1) / c.NodesPerRack
-	// Racks go round-robin over zones: the smallest zone has this many.
-	zoneGPUs := int64(racks/c.Zones) * rackGPUs
 	switch {
-	case gpus <= rackGPUs:
+	case gpus <= d.rack:
 		return configv1.LabelRack
-	case gpus <= zoneGPUs:
+	case gpus <= d.zone:
 		return configv1.LabelZone
 	}
 	return ""
@@ -115,15 +131,21 @@ func podName(j *scenario.Job, attempt, index int) string {
 	return fmt.Sprintf("%s-r%d-%d", j.Name, attempt, index)
 }
 
-// podObject is one worker as the Job controller would create it: controlled
-// by the Job (muster's zero-config gang), indexed, asking for GPUs; for
-// native gang scheduling it also names its PodGroup.
-func podObject(j *scenario.Job, job *batchv1.Job, b *built, attempt, index int, created time.Duration) *v1.Pod {
+// podObject is one member as the Job controller would create it: controlled
+// by the Job (muster's zero-config gang), indexed, a worker asking for GPUs
+// or, at an index past the workers, a CPU-only member (a TFJob's parameter
+// server) asking for cpuMember; for native gang scheduling it also names
+// its PodGroup.
+func podObject(j *scenario.Job, job *batchv1.Job, b *built, attempt, index int, created time.Duration, cpuMember v1.ResourceList) *v1.Pod {
 	name := podName(j, attempt, index)
-	worker := testobj.MakeContainer(workerName).Image(testobj.WorkerImage).
-		Request(v1.ResourceCPU, *resource.NewQuantity(cpuPerGPU*j.GPUs, resource.DecimalSI)).
-		Request(v1.ResourceMemory, resource.MustParse(fmt.Sprintf("%dGi", memGiPerGPU*j.GPUs))).
-		GPUs(j.GPUs)
+	worker := testobj.MakeContainer(workerName).Image(testobj.WorkerImage)
+	if index < j.Workers {
+		worker.Request(v1.ResourceCPU, *resource.NewQuantity(cpuPerGPU*j.GPUs, resource.DecimalSI)).
+			Request(v1.ResourceMemory, resource.MustParse(fmt.Sprintf("%dGi", memGiPerGPU*j.GPUs))).
+			GPUs(j.GPUs)
+	} else {
+		worker.Request(v1.ResourceCPU, cpuMember[v1.ResourceCPU]).Request(v1.ResourceMemory, cpuMember[v1.ResourceMemory])
+	}
 	pod := testobj.MakePod(namespace, name).UID("pod-"+name).Created(epoch.Add(created)).JobMember(job, index).
 		SchedulerName(b.schedulerName).Priority(j.Priority).RestartPolicy(v1.RestartPolicyNever).
 		SchedulingGate(stepGate).Container(worker.Obj()).Phase(v1.PodPending)

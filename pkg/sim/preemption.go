@@ -105,12 +105,15 @@ func (h *harness) evictionsInFlight() (float64, error) {
 
 // collectEvictions takes the pods the scheduler deleted in this step out of
 // their gangs, records the loss, and queues each such gang's restart at the
-// current instant (evPreempted).
-func (h *harness) collectEvictions() {
+// current instant (evPreempted). Background pods it deleted are recorded
+// apart (they are no job's) and their budgets' status updated.
+func (h *harness) collectEvictions(ctx context.Context) error {
 	lost := map[*gangState]*measure.Eviction{}
+	var others []string
 	for _, name := range h.deletions.take() {
 		g := h.podGang[name]
 		if g == nil {
+			others = append(others, name)
 			continue
 		}
 		e := lost[g]
@@ -119,8 +122,14 @@ func (h *harness) collectEvictions() {
 			lost[g] = e
 		}
 		e.Pods++
+		if !g.cpuOnly[name] {
+			e.GPUPods++
+		}
 		if node, ok := g.bound[name]; ok {
-			e.GPUs += g.job.GPUs
+			e.GPUs += g.podGPUs(name)
+			if g.cpuOnly[name] {
+				g.boundCPUOnly--
+			}
 			delete(g.bound, name)
 			delete(h.nodePods[node], name)
 		}
@@ -144,6 +153,11 @@ func (h *harness) collectEvictions() {
 		h.rec.Evicted(*e)
 		heap.Push(&h.events, event{at: h.now, kind: evPreempted, seq: g.job.Seq, gang: g, attempt: g.attempt})
 	}
+	n, err := h.evictedBackground(ctx, others)
+	if n > 0 {
+		h.rec.BackgroundEvicted(n)
+	}
+	return err
 }
 
 // restartPreempted stops what is left of a gang that lost members to

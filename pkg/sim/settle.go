@@ -82,6 +82,9 @@ const (
 	kindJobDelete
 	kindPodGroupAdd
 	kindPodGroupDelete
+	kindPDBAdd
+	kindPDBUpdate
+	kindPDBDelete
 	numKinds
 )
 
@@ -122,7 +125,7 @@ func (c *counters) handler(add, del int, update func(old, new interface{}) int) 
 
 // watch adds the counting handlers to the scheduler's informers (before they
 // start, so the initial list is counted as adds nobody waits for).
-func (c *counters) watch(factory informers.SharedInformerFactory, podGroups bool) error {
+func (c *counters) watch(factory informers.SharedInformerFactory, podGroups, pdbs bool) error {
 	podUpdate := func(old, new interface{}) int {
 		o, ok1 := old.(*v1.Pod)
 		n, ok2 := new.(*v1.Pod)
@@ -150,6 +153,13 @@ func (c *counters) watch(factory informers.SharedInformerFactory, podGroups bool
 			informer cache.SharedIndexInformer
 			handler  cache.ResourceEventHandlerFuncs
 		}{factory.Scheduling().V1beta1().PodGroups().Informer(), c.handler(kindPodGroupAdd, kindPodGroupDelete, nil)})
+	}
+	if pdbs {
+		// Only the budgets' status changes, written by the harness.
+		regs = append(regs, struct {
+			informer cache.SharedIndexInformer
+			handler  cache.ResourceEventHandlerFuncs
+		}{factory.Policy().V1().PodDisruptionBudgets().Informer(), c.handler(kindPDBAdd, kindPDBDelete, func(_, _ interface{}) int { return kindPDBUpdate })})
 	}
 	for _, r := range regs {
 		if _, err := r.informer.AddEventHandler(r.handler); err != nil {

@@ -180,6 +180,10 @@ type harness struct {
 	// versions to itself, and the scheduler ignores an update whose
 	// resourceVersion did not change.
 	resourceVersion atomic.Int64
+	// bg is the realistic background (background.go); domains the GPUs of
+	// the largest rack and zone (TAS constraints).
+	bg      *background
+	domains domainGPUs
 }
 
 // versioned gives obj the next resourceVersion of counter.
@@ -202,8 +206,23 @@ type gangState struct {
 	attempt int
 	pods    []string
 	bound   map[string]string // pod → node
-	running bool
-	done    bool
+	// cpuOnly are the current attempt's CPU-only members; boundCPUOnly
+	// how many of them are bound.
+	cpuOnly      map[string]bool
+	boundCPUOnly int
+	running      bool
+	done         bool
+}
+
+// heldGPUs are the GPUs of the gang's bound members.
+func (g *gangState) heldGPUs() int64 { return int64(len(g.bound)-g.boundCPUOnly) * g.job.GPUs }
+
+// podGPUs are the GPUs member pod asks for.
+func (g *gangState) podGPUs(pod string) int64 {
+	if g.cpuOnly[pod] {
+		return 0
+	}
+	return g.job.GPUs
 }
 
 func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, error) {
@@ -216,8 +235,12 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 	if err != nil {
 		return nil, fmt.Errorf("cluster.memory: %w", err)
 	}
+	bg, err := newBackground(plan)
+	if err != nil {
+		return nil, err
+	}
 	h := &harness{
-		opts: opts, plan: plan, cpu: cpu, memory: memory,
+		opts: opts, plan: plan, cpu: cpu, memory: memory, bg: bg, domains: domainsOf(plan.Nodes),
 		rec: measure.NewRecorder(opts.Scheduler), counts: &counters{}, binds: &bindLog{}, pauser: waits,
 		nodes: map[string]*nodeSpec{}, podGang: map[string]*gangState{}, nodePods: map[string]map[string]bool{},
 		clock:  clocktesting.NewFakeClock(epoch),
@@ -237,7 +260,8 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 		}
 		// Nodes go straight into the tracker before the informers start:
 		// they arrive in the initial list, not as thousands of watch events.
-		if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, nodeObject(*spec, cpu, memory))); err != nil {
+		nodeCPU, nodeMemory := h.nodeResources(spec.gpus)
+		if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, nodeObject(*spec, nodeCPU, nodeMemory))); err != nil {
 			return nil, err
 		}
 	}
@@ -251,7 +275,10 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 		return nil, err
 	}
 	h.sched = h.b.sched
-	if err := h.counts.watch(factory, h.b.podGroups); err != nil {
+	if err := h.counts.watch(factory, h.b.podGroups, len(plan.PDBs) > 0); err != nil {
+		return nil, err
+	}
+	if err := h.addBackground(); err != nil {
 		return nil, err
 	}
 	// The initial list delivers every node as an add: wait for those too.
@@ -320,6 +347,8 @@ type event struct {
 	node       string
 	slot       int
 	generation int
+	// background: replacements, the background pods of the deleted node.
+	background []*bgPod
 }
 
 type eventQueue []event
@@ -489,7 +518,9 @@ func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 	}
 	binds := h.collectBinds(resumedAt)
 	h.rec.Step(h.sample(), applied+busy, binds, h.partialGangs())
-	h.collectEvictions()
+	if err := h.collectEvictions(ctx); err != nil {
+		return 0, err
+	}
 	h.opts.Progress.Update(h.progressState())
 	return binds, nil
 }
@@ -529,7 +560,7 @@ func (h *harness) deletePods(ctx context.Context, g *gangState) error {
 		}
 		ref := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: types.UID("pod-" + name)}}
 		if node, ok := g.bound[name]; ok && h.b.harnessBinds {
-			h.harnessFree[node] += g.job.GPUs
+			h.harnessFree[node] += g.podGPUs(name)
 		}
 		if node, ok := g.bound[name]; ok {
 			delete(h.nodePods[node], name)
@@ -542,7 +573,7 @@ func (h *harness) deletePods(ctx context.Context, g *gangState) error {
 		}
 		delete(h.podGang, name)
 	}
-	g.pods, g.bound = nil, map[string]string{}
+	g.pods, g.bound, g.cpuOnly, g.boundCPUOnly = nil, map[string]string{}, nil, 0
 	return nil
 }
 
@@ -595,6 +626,10 @@ func (h *harness) deleteNode(ctx context.Context, e event, arriving []*gangState
 			return nil, err
 		}
 	}
+	bgPods, err := h.deleteBackgroundOn(ctx, e.node)
+	if err != nil {
+		return nil, err
+	}
 	h.counts.want(kindNodeDelete)
 	if err := h.cs.CoreV1().Nodes().Delete(ctx, e.node, metav1.DeleteOptions{}); err != nil {
 		return nil, err
@@ -603,7 +638,7 @@ func (h *harness) deleteNode(ctx context.Context, e event, arriving []*gangState
 	delete(h.nodePods, e.node)
 	if after := h.plan.Scenario.Churn.ReplaceAfter.Duration; after > 0 {
 		heap.Push(&h.events, event{at: h.now + h.plan.Scenario.Quantize(after), kind: evReplace, seq: e.seq, slot: e.slot,
-			generation: spec.generation + 1})
+			generation: spec.generation + 1, background: bgPods})
 	}
 	return arriving, nil
 }
@@ -634,12 +669,13 @@ func (h *harness) replaceNode(ctx context.Context, e event) error {
 	spec := &nodeSpec{name: fmt.Sprintf("%s-g%d", orig.Name, e.generation), rack: orig.Rack, zone: orig.Zone, gpus: orig.GPUs,
 		spot: true, slot: e.slot, generation: e.generation}
 	h.counts.want(kindNodeAdd)
-	if _, err := h.cs.CoreV1().Nodes().Create(ctx, versioned(&h.resourceVersion, nodeObject(*spec, h.cpu, h.memory)), metav1.CreateOptions{}); err != nil {
+	nodeCPU, nodeMemory := h.nodeResources(spec.gpus)
+	if _, err := h.cs.CoreV1().Nodes().Create(ctx, versioned(&h.resourceVersion, nodeObject(*spec, nodeCPU, nodeMemory)), metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	h.addNode(spec)
 	h.slots[e.slot] = spec.name
-	return nil
+	return h.recreateBackground(ctx, e.background, spec.name)
 }
 
 // submit creates what arriving gangs need, in an order that lets the
@@ -674,7 +710,7 @@ func (h *harness) submit(ctx context.Context, arriving []*gangState) error {
 		if g.jobObj == nil {
 			g.jobObj = jobObject(g.job, h.b.schedulerName, h.now)
 		}
-		for i := 0; i < g.job.Workers; i++ {
+		for i := 0; i < g.job.Members(); i++ {
 			refs = append(refs, podRef{g, i})
 		}
 	}
@@ -682,10 +718,17 @@ func (h *harness) submit(ctx context.Context, arriving []*gangState) error {
 		rng := rand.New(rand.NewPCG(h.plan.Seed, scenario.StreamPodOrder+h.stepIndex))
 		rng.Shuffle(len(refs), func(i, j int) { refs[i], refs[j] = refs[j], refs[i] })
 	}
+	cpuMember := v1.ResourceList{v1.ResourceCPU: h.bg.memberCPU, v1.ResourceMemory: h.bg.memMem}
 	for _, r := range refs {
-		pod := podObject(r.g.job, r.g.jobObj, h.b, r.g.attempt, r.index, h.now)
+		pod := podObject(r.g.job, r.g.jobObj, h.b, r.g.attempt, r.index, h.now, cpuMember)
+		if r.index >= r.g.job.Workers {
+			if r.g.cpuOnly == nil {
+				r.g.cpuOnly = map[string]bool{}
+			}
+			r.g.cpuOnly[pod.Name] = true
+		}
 		if h.b.harnessBinds {
-			node, err := h.firstFit(r.g.job.GPUs)
+			node, err := h.firstFit(r.g.podGPUs(pod.Name))
 			if err != nil {
 				return err
 			}
@@ -737,6 +780,9 @@ func (h *harness) collectBinds(resumedAt time.Time) int {
 			touched = append(touched, g)
 		}
 		g.bound[r.pod] = r.node
+		if g.cpuOnly[r.pod] {
+			g.boundCPUOnly++
+		}
 		if h.nodePods[r.node] == nil {
 			h.nodePods[r.node] = map[string]bool{}
 		}
@@ -747,7 +793,7 @@ func (h *harness) collectBinds(resumedAt time.Time) int {
 		}
 	}
 	for _, g := range touched {
-		if g.running || len(g.bound) < g.job.Workers {
+		if g.running || len(g.bound) < g.job.Members() {
 			continue
 		}
 		g.running = true
@@ -771,7 +817,7 @@ func (h *harness) placement(g *gangState) measure.Placement {
 func (h *harness) partialGangs() []string {
 	var out []string
 	for _, g := range h.gangs {
-		if n := len(g.bound); n > 0 && n < g.job.Workers {
+		if n := len(g.bound); n > 0 && n < g.job.Members() {
 			out = append(out, g.job.Name)
 		}
 	}
@@ -793,7 +839,7 @@ func (h *harness) removeNode(name string) *nodeSpec {
 func (h *harness) sample() measure.Sample {
 	s := measure.Sample{T: h.now.Seconds(), CapacityGPUs: h.capacityGPUs}
 	for _, g := range h.gangs {
-		held := int64(len(g.bound)) * g.job.GPUs
+		held := g.heldGPUs()
 		s.HeldGPUs += held
 		if g.running {
 			s.RunningGPUs += held
@@ -867,7 +913,7 @@ func (h *harness) topologyKey(j *scenario.Job) string {
 	if !h.b.rackConstraints {
 		return ""
 	}
-	return topologyKeyFor(j, h.plan.Scenario.Cluster)
+	return topologyKeyFor(j, h.domains)
 }
 
 // processCPU is the CPU time (user and system) this process has used so far.

@@ -111,9 +111,18 @@ type Preemption struct {
 	HighWaitP99S  float64 `json:"high_wait_p99_s"`
 	HighNotPlaced int     `json:"high_not_placed"`
 	// PodsEvicted and GPUsEvicted count pods the scheduler deleted to make
-	// room, and their GPUs.
+	// room (jobs' pods and background pods), and their GPUs.
 	PodsEvicted int   `json:"pods_evicted"`
 	GPUsEvicted int64 `json:"gpus_evicted"`
+	// NonGPUPodsEvicted counts pods that asked for no GPU which the
+	// scheduler deleted although they freed no GPU for the preemptor:
+	// background pods, and a gang's CPU-only members deleted when none of
+	// its GPU members was deleted in the same step. A scheduler that only
+	// makes room for GPUs evicts none. CPUMembersWithGang counts the
+	// CPU-only members deleted together with GPU members of their gang
+	// (taking a victim gang whole), which the first count leaves out.
+	NonGPUPodsEvicted  int `json:"non_gpu_pods_evicted"`
+	CPUMembersWithGang int `json:"cpu_members_with_gang"`
 	// GPUsNeededLowerBound is what no scheduler can evict less than: for
 	// each higher-priority job, its GPUs beyond those free when it arrived
 	// (jobs arriving together share the free GPUs).
@@ -198,17 +207,22 @@ type Recorder struct {
 	broken    int
 	steps     int
 	evictions []Eviction
-	needed    int64
-	segments  []Segment
+	// backgroundEvicted counts background pods the scheduler deleted.
+	backgroundEvicted int
+	needed            int64
+	segments          []Segment
 }
 
 // Eviction is one gang's loss to preemption in one step.
 type Eviction struct {
 	Gang string
 	// At is the virtual time of the step.
-	At   time.Duration
-	Pods int
-	GPUs int64
+	At time.Duration
+	// Pods were deleted, GPUPods of them asked for GPUs (the rest are
+	// CPU-only members), and GPUs are what the bound ones held.
+	Pods    int
+	GPUPods int
+	GPUs    int64
 	// Partial: members of the gang stayed bound that the scheduler did not
 	// evict.
 	Partial bool
@@ -259,6 +273,10 @@ func (r *Recorder) stopRun(g *gangRecord, t time.Duration, lost bool) {
 	seg.To, seg.Lost = t.Seconds(), lost
 	g.running = 0
 }
+
+// BackgroundEvicted records that the scheduler deleted n background pods
+// (CPU-only pods that are not jobs').
+func (r *Recorder) BackgroundEvicted(n int) { r.backgroundEvicted += n }
 
 // NeededForPriority adds GPUs that higher-priority jobs needed beyond the
 // free ones when they arrived (see Preemption.GPUsNeededLowerBound).
@@ -498,7 +516,8 @@ func capacityArea(samples []Sample, from, to float64) float64 {
 	return area
 }
 
-// preemption is nil for a run whose jobs all have one priority.
+// preemption is nil for a run whose jobs all have one priority and in
+// which the scheduler deleted nothing.
 func (r *Recorder) preemption() *Preemption {
 	if len(r.order) == 0 {
 		return nil
@@ -507,7 +526,7 @@ func (r *Recorder) preemption() *Preemption {
 	for _, name := range r.order {
 		lowest, highest = min(lowest, r.gangs[name].priority), max(highest, r.gangs[name].priority)
 	}
-	if lowest == highest {
+	if lowest == highest && len(r.evictions) == 0 && r.backgroundEvicted == 0 {
 		return nil
 	}
 	p := &Preemption{GPUsNeededLowerBound: r.needed}
@@ -534,7 +553,14 @@ func (r *Recorder) preemption() *Preemption {
 		if e.Partial {
 			p.VictimGangsPartial++
 		}
+		if cpuOnly := e.Pods - e.GPUPods; e.GPUPods == 0 {
+			p.NonGPUPodsEvicted += cpuOnly
+		} else {
+			p.CPUMembersWithGang += cpuOnly
+		}
 	}
+	p.PodsEvicted += r.backgroundEvicted
+	p.NonGPUPodsEvicted += r.backgroundEvicted
 	return p
 }
 

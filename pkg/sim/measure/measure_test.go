@@ -173,12 +173,12 @@ func TestPreemption(t *testing.T) {
 	r.Placed("low-b", 0, 0, Placement{})
 	r.Submitted("high-a", 2, 8, 100, 10*s)
 	r.NeededForPriority(16)
-	r.Evicted(Eviction{Gang: "low-a", Pods: 2, GPUs: 16})
+	r.Evicted(Eviction{Gang: "low-a", Pods: 2, GPUPods: 2, GPUs: 16})
 	r.Placed("high-a", 10*s, 0, Placement{})
 	r.Submitted("high-b", 1, 8, 100, 20*s)
 	r.NeededForPriority(8)
-	r.Evicted(Eviction{Gang: "low-b", Pods: 1, GPUs: 8, Partial: true})
-	r.Evicted(Eviction{Gang: "low-a", Pods: 1, GPUs: 8})
+	r.Evicted(Eviction{Gang: "low-b", Pods: 1, GPUPods: 1, GPUs: 8, Partial: true})
+	r.Evicted(Eviction{Gang: "low-a", Pods: 1, GPUPods: 1, GPUs: 8})
 	r.Placed("high-b", 50*s, 0, Placement{})
 	r.Placed("high-b", 70*s, 0, Placement{}) // placed again after a restart: the first placement counts
 	r.Submitted("high-c", 1, 8, 100, 40*s)
@@ -199,6 +199,45 @@ func TestPreemption(t *testing.T) {
 	one.End(0, nil)
 	if _, d, _, _ := one.Result(); d.Preemption != nil {
 		t.Errorf("a run of one priority reported preemption %+v", d.Preemption)
+	}
+}
+
+// Non-GPU pods evicted are background pods and CPU-only members evicted
+// without any GPU member of their gang; CPU-only members taken with their
+// gang's GPU members are counted apart. A run of one priority in which the
+// scheduler deleted something still reports it.
+func TestNonGPUPodsEvicted(t *testing.T) {
+	r := NewRecorder("default")
+	for _, g := range []string{"whole", "worker-only", "ps-only"} {
+		r.Submitted(g, 2, 8, 0, 0)
+		r.Placed(g, 0, 0, Placement{})
+	}
+	r.Submitted("high", 4, 8, 100, 10*s)
+	// whole: 2 workers and the PS in one step; worker-only: one worker;
+	// ps-only: the PS alone; and three background pods in two steps.
+	r.Evicted(Eviction{Gang: "whole", At: 10 * s, Pods: 3, GPUPods: 2, GPUs: 16})
+	r.Evicted(Eviction{Gang: "worker-only", At: 10 * s, Pods: 1, GPUPods: 1, GPUs: 8, Partial: true})
+	r.Evicted(Eviction{Gang: "ps-only", At: 10 * s, Pods: 1, Partial: true})
+	r.BackgroundEvicted(2)
+	r.BackgroundEvicted(1)
+	r.Placed("high", 10*s, 0, Placement{})
+	r.End(20*s, nil)
+	_, d, _, _ := r.Result()
+	p := d.Preemption
+	if p == nil {
+		t.Fatal("no preemption record")
+	}
+	if p.NonGPUPodsEvicted != 1+3 || p.CPUMembersWithGang != 1 || p.PodsEvicted != 3+1+1+3 || p.GPUsEvicted != 24 || p.VictimGangs != 3 {
+		t.Errorf("non-GPU %d (want 4), with gang %d (want 1), pods %d (want 8), GPUs %d (want 24), victim gangs %d (want 3)",
+			p.NonGPUPodsEvicted, p.CPUMembersWithGang, p.PodsEvicted, p.GPUsEvicted, p.VictimGangs)
+	}
+
+	one := NewRecorder("default")
+	one.Submitted("a", 1, 8, 0, 0)
+	one.BackgroundEvicted(1)
+	one.End(0, nil)
+	if _, d, _, _ := one.Result(); d.Preemption == nil || d.Preemption.NonGPUPodsEvicted != 1 || d.Preemption.HighJobs != 0 {
+		t.Errorf("one priority, a background pod evicted: preemption %+v; want it reported", d.Preemption)
 	}
 }
 

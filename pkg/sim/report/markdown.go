@@ -64,7 +64,8 @@ var detailRows = []struct {
 	{"end", func(d measure.Details) string { return d.EndReason }},
 }
 
-// preemptionRows describe measure.Preemption for runs with priorities.
+// preemptionRows describe measure.Preemption for runs with priorities (or
+// in which the scheduler deleted pods).
 var preemptionRows = []struct {
 	name   string
 	format func(p measure.Preemption) string
@@ -77,6 +78,8 @@ var preemptionRows = []struct {
 		return fmt.Sprintf("%d (%d)", p.GPUsEvicted, p.GPUsNeededLowerBound)
 	}},
 	{"pods evicted", func(p measure.Preemption) string { return fmt.Sprint(p.PodsEvicted) }},
+	{"non-GPU pods evicted", func(p measure.Preemption) string { return fmt.Sprint(p.NonGPUPodsEvicted) }},
+	{"CPU-only members evicted with their gang", func(p measure.Preemption) string { return fmt.Sprint(p.CPUMembersWithGang) }},
 	{"victim gangs (left partly running)", func(p measure.Preemption) string {
 		return fmt.Sprintf("%d (%d)", p.VictimGangs, p.VictimGangsPartial)
 	}},
@@ -99,7 +102,18 @@ func Markdown(rep Report, det Details) string {
 		fmt.Fprintf(&b, "%s\n\n", det.Description)
 	}
 	fmt.Fprintf(&b, "- Cluster: %d nodes, %d GPUs, %d racks, %d zones, %d spot nodes.\n", rep.Nodes, rep.GPUs, det.Racks, det.Zones, det.SpotNodes)
-	fmt.Fprintf(&b, "- Workload: %d jobs (gangs), %d pods.\n", det.Jobs, det.Pods)
+	if det.SmallNodes > 0 {
+		fmt.Fprintf(&b, "- %d of the nodes have %d GPUs (the others %d).\n", det.SmallNodes, det.SmallNodeGPUs, det.GPUsPerNode)
+	}
+	fmt.Fprintf(&b, "- Workload: %d jobs (gangs), %d pods", det.Jobs, det.Pods)
+	if det.CPUMemberJobs > 0 {
+		fmt.Fprintf(&b, "; %d jobs have a CPU-only member (a parameter server)", det.CPUMemberJobs)
+	}
+	b.WriteString(".\n")
+	if det.BackgroundPods > 0 {
+		fmt.Fprintf(&b, "- Background: %d CPU-only pods of priority 0 bound from the start (not jobs: no job metric counts them), %d PodDisruptionBudgets over %d of them.\n",
+			det.BackgroundPods, det.PDBs, det.PDBPods)
+	}
 	fmt.Fprintf(&b, "- Command: `%s`\n", det.Command)
 	fmt.Fprintf(&b, "- Machine: %s.\n\n", describeMachine(det.Machine))
 

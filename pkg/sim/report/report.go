@@ -66,17 +66,27 @@ func CommonWindow(plan *scenario.Plan, runs []*measure.Run) (from, to float64) {
 
 // Details is details.json: what report.json leaves out.
 type Details struct {
-	Scenario    string                     `json:"scenario"`
-	Description string                     `json:"description"`
-	Seed        uint64                     `json:"seed"`
-	Command     string                     `json:"command"`
-	Machine     Machine                    `json:"machine"`
-	Jobs        int                        `json:"jobs"`
-	Pods        int                        `json:"pods"`
-	Racks       int                        `json:"racks"`
-	Zones       int                        `json:"zones"`
-	SpotNodes   int                        `json:"spot_nodes"`
-	Schedulers  map[string]measure.Details `json:"schedulers"`
+	Scenario    string  `json:"scenario"`
+	Description string  `json:"description"`
+	Seed        uint64  `json:"seed"`
+	Command     string  `json:"command"`
+	Machine     Machine `json:"machine"`
+	Jobs        int     `json:"jobs"`
+	Pods        int     `json:"pods"`
+	Racks       int     `json:"racks"`
+	Zones       int     `json:"zones"`
+	SpotNodes   int     `json:"spot_nodes"`
+	// The realistic background (scenario.Background), zero without one:
+	// nodes with fewer GPUs and how many they have, jobs with a CPU-only
+	// member, background pods, budgets and the pods they cover.
+	GPUsPerNode    int64                      `json:"gpus_per_node,omitempty"`
+	SmallNodes     int                        `json:"small_nodes,omitempty"`
+	SmallNodeGPUs  int64                      `json:"small_node_gpus,omitempty"`
+	CPUMemberJobs  int                        `json:"cpu_member_jobs,omitempty"`
+	BackgroundPods int                        `json:"background_pods,omitempty"`
+	PDBs           int                        `json:"pdbs,omitempty"`
+	PDBPods        int                        `json:"pdb_pods,omitempty"`
+	Schedulers     map[string]measure.Details `json:"schedulers"`
 }
 
 // Machine describes where the run happened.
@@ -130,6 +140,15 @@ func Write(dir string, plan *scenario.Plan, runs []*measure.Run, command string,
 		}
 	}
 	det.Racks, det.Zones = len(racks), len(zones)
+	det.GPUsPerNode = plan.Scenario.Cluster.GPUsPerNode
+	if det.SmallNodes = plan.SmallNodes(); det.SmallNodes > 0 {
+		det.SmallNodeGPUs = plan.Scenario.Background.SmallNodes.GPUs
+	}
+	det.CPUMemberJobs = plan.CPUMemberJobs()
+	det.BackgroundPods, det.PDBs = len(plan.Background), len(plan.PDBs)
+	for _, pdb := range plan.PDBs {
+		det.PDBPods += pdb.Pods
+	}
 	from, to := CommonWindow(plan, runs)
 	rep.CommonWindowS = [2]float64{from, to}
 	for _, r := range runs {

@@ -181,3 +181,48 @@ func TestEqualWorkFigures(t *testing.T) {
 		t.Errorf("net pods/s against a None run of other steps = %v, want NaN", got)
 	}
 }
+
+// The preemption tables of report.md and of the summary show the non-GPU
+// pods each scheduler evicted; report.md describes the background.
+func TestNonGPUPodsEvictedColumn(t *testing.T) {
+	s, err := scenario.Parse([]byte(`name: bg
+cluster: {nodes: 4, gpusPerNode: 8, nodesPerRack: 4}
+workload: {waves: [{duration: 1m, gangs: [2x8]}, {at: 10s, duration: 1m, priority: 10, gangs: [1x8]}]}
+background: {pods: {}, smallNodes: {fraction: 0.5}, cpuMembers: {fraction: 1}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := s.Expand(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := testRuns()
+	runs[0].Details.Preemption = &measure.Preemption{HighJobs: 1, PodsEvicted: 3, GPUsEvicted: 16, VictimGangs: 1, CPUMembersWithGang: 1}
+	runs[1].Details.Preemption = &measure.Preemption{HighJobs: 1, PodsEvicted: 5, GPUsEvicted: 8, VictimGangs: 1, VictimGangsPartial: 1, NonGPUPodsEvicted: 4}
+	out := filepath.Join(t.TempDir(), "bg")
+	if err := Write(out, plan, runs, "muster-sim --scenario bg", Machine{CPUs: 2, GOMAXPROCS: 2}); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(out, MarkdownFile))
+	for _, want := range []string{
+		"| non-GPU pods evicted | 0 | 4 |",
+		"| CPU-only members evicted with their gang | 1 | 0 |",
+		"- 2 of the nodes have 4 GPUs (the others 8).",
+		"2 jobs have a CPU-only member",
+		"- Background: 12 CPU-only pods of priority 0",
+	} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md)
+		}
+	}
+	section, err := Summary([]string{out}, SummaryOptions{Command: "make bench", Date: "2026-01-02"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| left partly running | non-GPU pods evicted |", "| bg | muster | 0 | 0 / 0 | 16 | 0 | 1 | 0 | 0 |", "| bg | default | 0 | 0 / 0 | 8 | 0 | 1 | 1 | 4 |"} {
+		if !strings.Contains(section, want) {
+			t.Errorf("summary lacks %q:\n%s", want, section)
+		}
+	}
+}

@@ -422,9 +422,9 @@ func preemptionTable(b *strings.Builder, groups []*group) {
 				continue
 			}
 			if !started {
-				b.WriteString("\nPriorities and preemption (definitions: measure.Preemption; the lower bound counts GPUs a higher-priority job needed beyond those free when it arrived, in that run):\n\n")
-				b.WriteString("| scenario | scheduler | higher-priority jobs not placed | their wait p50 / p99 (virtual s) | GPUs evicted | lower bound | victim gangs | left partly running |\n")
-				b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|\n")
+				b.WriteString("\nPriorities and preemption (definitions: measure.Preemption; the lower bound counts GPUs a higher-priority job needed beyond those free when it arrived, in that run; *non-GPU pods evicted* are pods that asked for no GPU deleted without any GPU member of their gang, target 0):\n\n")
+				b.WriteString("| scenario | scheduler | higher-priority jobs not placed | their wait p50 / p99 (virtual s) | GPUs evicted | lower bound | victim gangs | left partly running | non-GPU pods evicted |\n")
+				b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
 				started = true
 			}
 			p := func(f func(measure.Preemption) float64) string {
@@ -435,14 +435,15 @@ func preemptionTable(b *strings.Builder, groups []*group) {
 					return f(*r.d.Preemption)
 				}).Format("%.0f")
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s / %s | %s | %s | %s | %s |\n", g.scenario, s,
+			fmt.Fprintf(b, "| %s | %s | %s | %s / %s | %s | %s | %s | %s | %s |\n", g.scenario, s,
 				p(func(x measure.Preemption) float64 { return float64(x.HighNotPlaced) }),
 				p(func(x measure.Preemption) float64 { return x.HighWaitP50S }),
 				p(func(x measure.Preemption) float64 { return x.HighWaitP99S }),
 				p(func(x measure.Preemption) float64 { return float64(x.GPUsEvicted) }),
 				p(func(x measure.Preemption) float64 { return float64(x.GPUsNeededLowerBound) }),
 				p(func(x measure.Preemption) float64 { return float64(x.VictimGangs) }),
-				p(func(x measure.Preemption) float64 { return float64(x.VictimGangsPartial) }))
+				p(func(x measure.Preemption) float64 { return float64(x.VictimGangsPartial) }),
+				p(func(x measure.Preemption) float64 { return float64(x.NonGPUPodsEvicted) }))
 		}
 	}
 }

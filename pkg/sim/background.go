@@ -1,0 +1,312 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/internal/testobj"
+	"github.com/muster-sched/muster/pkg/sim/scenario"
+)
+
+// The realistic background (scenario.Background) in the fake cluster.
+//
+// Background pods are CPU-only pods of priority 0 bound to their nodes
+// before the scheduler starts: they go into the fake's tracker with the
+// nodes, so the scheduler's informers list them and its cache and
+// snapshot count their requests on their nodes from the first cycle. They
+// live in a namespace of their own, are never jobs' (no job metric counts
+// them) and never finish. What happens to them:
+//
+//   - The scheduler's preemption may delete one; the simulator records it
+//     (measure.Recorder.BackgroundEvicted) and does not recreate it (no
+//     controller runs).
+//   - When a spot node is deleted, its background pods are deleted with it
+//     (as the pod garbage collector does) and come back on its replacement
+//     (the DaemonSet's pods, and the Deployment replicas recreated there).
+//   - The status of each PodDisruptionBudget (the fake has no disruption
+//     controller) is written at the start and again whenever a pod it
+//     covers goes or comes, as the disruption controller would write it.
+
+// backgroundNamespace holds the background pods and their budgets.
+const backgroundNamespace = "background"
+
+// backgroundLabel marks background pods.
+const backgroundLabel = "sim.muster.dev/background"
+
+// bgPod is a live background pod.
+type bgPod struct {
+	name, node, app, kind, pdb string
+}
+
+// bgPDB is a budget and how many of its pods are alive.
+type bgPDB struct {
+	spec    scenario.PDB
+	healthy int
+}
+
+// background is the harness's record of the background.
+type background struct {
+	cpu, memory       resource.Quantity // of each background pod
+	memberCPU, memMem resource.Quantity // of each CPU-only gang member
+	pods              map[string]*bgPod
+	onNode            map[string]map[string]bool // node → background pod names
+	pdbs              map[string]*bgPDB
+}
+
+func newBackground(plan *scenario.Plan) (*background, error) {
+	b := &background{pods: map[string]*bgPod{}, onNode: map[string]map[string]bool{}, pdbs: map[string]*bgPDB{}}
+	if bg := plan.Scenario.Background; bg != nil {
+		var err error
+		if p := bg.Pods; p != nil {
+			if b.cpu, err = resource.ParseQuantity(p.CPU); err != nil {
+				return nil, fmt.Errorf("background.pods.cpu: %w", err)
+			}
+			if b.memory, err = resource.ParseQuantity(p.Memory); err != nil {
+				return nil, fmt.Errorf("background.pods.memory: %w", err)
+			}
+		}
+		if m := bg.CPUMembers; m != nil {
+			if b.memberCPU, err = resource.ParseQuantity(m.CPU); err != nil {
+				return nil, fmt.Errorf("background.cpuMembers.cpu: %w", err)
+			}
+			if b.memMem, err = resource.ParseQuantity(m.Memory); err != nil {
+				return nil, fmt.Errorf("background.cpuMembers.memory: %w", err)
+			}
+		}
+	}
+	for _, p := range plan.PDBs {
+		b.pdbs[p.Name] = &bgPDB{spec: p}
+	}
+	for _, p := range plan.Background {
+		b.add(&bgPod{name: p.Name, node: p.Node, app: p.App, kind: p.Kind, pdb: p.PDB})
+	}
+	return b, nil
+}
+
+func (b *background) add(p *bgPod) {
+	b.pods[p.name] = p
+	if b.onNode[p.node] == nil {
+		b.onNode[p.node] = map[string]bool{}
+	}
+	b.onNode[p.node][p.name] = true
+	if p.pdb != "" {
+		b.pdbs[p.pdb].healthy++
+	}
+}
+
+// remove forgets a background pod and returns it (nil if it is not one).
+func (b *background) remove(name string) *bgPod {
+	p := b.pods[name]
+	if p == nil {
+		return nil
+	}
+	delete(b.pods, name)
+	delete(b.onNode[p.node], name)
+	if p.pdb != "" {
+		b.pdbs[p.pdb].healthy--
+	}
+	return p
+}
+
+// podsOn lists the background pods on node, sorted.
+func (b *background) podsOn(node string) []*bgPod {
+	names := make([]string, 0, len(b.onNode[node]))
+	for name := range b.onNode[node] {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	out := make([]*bgPod, 0, len(names))
+	for _, name := range names {
+		out = append(out, b.pods[name])
+	}
+	return out
+}
+
+// backgroundPodObject is a background pod bound to its node and running:
+// priority 0 as with no PriorityClass, controlled by its DaemonSet or its
+// Deployment's ReplicaSet, asking for cpu and memory and no GPU.
+func backgroundPodObject(p *bgPod, cpu, memory resource.Quantity, created metav1.Time) *v1.Pod {
+	container := testobj.MakeContainer(p.app).Image("registry.k8s.io/pause:3.10").
+		Request(v1.ResourceCPU, cpu).Request(v1.ResourceMemory, memory).Obj()
+	ownerKind, owner := "DaemonSet", p.app
+	if p.kind == scenario.KindService {
+		ownerKind, owner = "ReplicaSet", p.app+"-rs"
+	}
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.name, Namespace: backgroundNamespace, UID: types.UID("pod-" + p.name),
+			CreationTimestamp: created,
+			Labels:            map[string]string{"app": p.app, backgroundLabel: "true"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: ownerKind, Name: owner,
+				UID: types.UID(ownerKind + "-" + owner), Controller: ptr.To(true)}},
+		},
+		Spec: v1.PodSpec{
+			NodeName:      p.node,
+			SchedulerName: v1.DefaultSchedulerName,
+			Priority:      ptr.To[int32](0),
+			Containers:    []v1.Container{container},
+		},
+		Status: v1.PodStatus{
+			Phase:     v1.PodRunning,
+			StartTime: &created,
+			Conditions: []v1.PodCondition{
+				{Type: v1.PodScheduled, Status: v1.ConditionTrue},
+				{Type: v1.PodReady, Status: v1.ConditionTrue},
+			},
+		},
+	}
+}
+
+// pdbObject is a budget with the status the disruption controller would
+// write for it with healthy of its pods running: the Deployment wants
+// spec.Pods, so desiredHealthy is that less maxUnavailable.
+func pdbObject(p *bgPDB) *policyv1.PodDisruptionBudget {
+	desired := max(p.spec.Pods-p.spec.MaxUnavailable, 0)
+	allowed := max(p.healthy-desired, 0)
+	cond := metav1.Condition{Type: policyv1.DisruptionAllowedCondition, Status: metav1.ConditionTrue, Reason: policyv1.SufficientPodsReason,
+		LastTransitionTime: metav1.NewTime(epoch), ObservedGeneration: 1}
+	if allowed == 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, policyv1.InsufficientPodsReason
+	}
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: p.spec.Name, Namespace: backgroundNamespace, UID: types.UID("pdb-" + p.spec.Name),
+			Generation: 1, CreationTimestamp: metav1.NewTime(epoch)},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr.To(intstr.FromInt32(int32(p.spec.MaxUnavailable))),
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": p.spec.App}},
+		},
+		Status: policyv1.PodDisruptionBudgetStatus{
+			ObservedGeneration: 1,
+			DisruptionsAllowed: int32(allowed),
+			CurrentHealthy:     int32(p.healthy),
+			DesiredHealthy:     int32(desired),
+			ExpectedPods:       int32(p.spec.Pods),
+			Conditions:         []metav1.Condition{cond},
+		},
+	}
+}
+
+// addBackground puts the plan's background pods and budgets into the
+// tracker before the informers start, as it does the nodes: the scheduler
+// lists them with its first sync.
+func (h *harness) addBackground() error {
+	names := make([]string, 0, len(h.bg.pods))
+	for name := range h.bg.pods {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		pod := backgroundPodObject(h.bg.pods[name], h.bg.cpu, h.bg.memory, metav1.NewTime(epoch))
+		if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, pod)); err != nil {
+			return err
+		}
+	}
+	for _, p := range h.plan.PDBs {
+		if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, pdbObject(h.bg.pdbs[p.Name]))); err != nil {
+			return err
+		}
+	}
+	// The initial list delivers them as adds: wait for those too.
+	h.counts.wanted[kindPodAdd].Add(int64(len(names)))
+	h.counts.wanted[kindPDBAdd].Add(int64(len(h.plan.PDBs)))
+	return nil
+}
+
+// syncPDBs writes the status of the budgets in touched, in name order.
+func (h *harness) syncPDBs(ctx context.Context, touched map[string]bool) error {
+	names := make([]string, 0, len(touched))
+	for name := range touched {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		h.counts.want(kindPDBUpdate)
+		pdb := versioned(&h.resourceVersion, pdbObject(h.bg.pdbs[name]))
+		if _, err := h.cs.PolicyV1().PodDisruptionBudgets(backgroundNamespace).UpdateStatus(ctx, pdb, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("budget %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// deleteBackgroundOn deletes the background pods of a node about to be
+// deleted, as the pod garbage collector would, and returns them.
+func (h *harness) deleteBackgroundOn(ctx context.Context, node string) ([]*bgPod, error) {
+	pods := h.bg.podsOn(node)
+	touched := map[string]bool{}
+	for _, p := range pods {
+		h.counts.want(kindPodDelete)
+		h.deletions.mine(p.name)
+		if err := h.cs.CoreV1().Pods(backgroundNamespace).Delete(ctx, p.name, metav1.DeleteOptions{}); err != nil {
+			return nil, fmt.Errorf("deleting background pod %s: %w", p.name, err)
+		}
+		h.bg.remove(p.name)
+		h.changes.deletedBound = append(h.changes.deletedBound, &v1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Name: p.name, Namespace: backgroundNamespace, UID: types.UID("pod-" + p.name)}})
+		if p.pdb != "" {
+			touched[p.pdb] = true
+		}
+	}
+	delete(h.bg.onNode, node)
+	return pods, h.syncPDBs(ctx, touched)
+}
+
+// recreateBackground puts pods (those of a deleted node) on its
+// replacement node, bound and running.
+func (h *harness) recreateBackground(ctx context.Context, pods []*bgPod, node string) error {
+	touched := map[string]bool{}
+	for _, old := range pods {
+		p := &bgPod{name: scenario.BackgroundPodName(old.app, node), node: node, app: old.app, kind: old.kind, pdb: old.pdb}
+		pod := backgroundPodObject(p, h.bg.cpu, h.bg.memory, metav1.NewTime(epoch.Add(h.now)))
+		h.counts.want(kindPodAdd)
+		if _, err := h.cs.CoreV1().Pods(backgroundNamespace).Create(ctx, versioned(&h.resourceVersion, pod), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating background pod %s: %w", p.name, err)
+		}
+		h.bg.add(p)
+		h.changes.createdBound = append(h.changes.createdBound, pod)
+		if p.pdb != "" {
+			touched[p.pdb] = true
+		}
+	}
+	return h.syncPDBs(ctx, touched)
+}
+
+// evictedBackground takes background pods the scheduler deleted out of the
+// record, updates their budgets' status and reports how many there were.
+func (h *harness) evictedBackground(ctx context.Context, names []string) (int, error) {
+	touched := map[string]bool{}
+	n := 0
+	for _, name := range names {
+		p := h.bg.remove(name)
+		if p == nil {
+			continue
+		}
+		n++
+		if p.pdb != "" {
+			touched[p.pdb] = true
+		}
+	}
+	return n, h.syncPDBs(ctx, touched)
+}
+
+// nodeResources is a node's CPU and memory: the cluster's for a node of
+// gpusPerNode GPUs, in proportion for a smaller one.
+func (h *harness) nodeResources(gpus int64) (cpu, memory resource.Quantity) {
+	full := h.plan.Scenario.Cluster.GPUsPerNode
+	if gpus == full {
+		return h.cpu, h.memory
+	}
+	cpu = *resource.NewMilliQuantity(h.cpu.MilliValue()*gpus/full, resource.DecimalSI)
+	memory = *resource.NewQuantity(h.memory.Value()*gpus/full, resource.BinarySI)
+	return cpu, memory
+}
