@@ -85,15 +85,78 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if !p.registry.TryPreemption(key, p.now(), time.Duration(max(p.args.GangBackoffSeconds, 1))*time.Second) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s tried preemption recently", key))
 	}
-	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+	found, err := p.searchVictims(ctx, gr, prio, constraints.Policy)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
+	}
+	if found.choice.Units == nil {
+		msg := fmt.Sprintf("gang %s: preempting lower-priority pods would not make room either", key)
+		logger.V(2).Info("No preemption helps", "gang", key, "candidateUnits", len(found.units), "lowerPriorityUnits", found.lowerPriority, "checks", found.checks)
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+	}
+	plan, victims, units, choice, checks := found.plan, found.victims, found.units, found.choice, found.checks
+	active, status := p.installPlan(ctx, pod, gr, plan, victims)
+	if status != nil {
+		return nil, status
+	}
+	var gpus int64
+	var names []string
+	for _, i := range choice.Units {
+		gpus += units[i].GPUs
+		names = append(names, units[i].Name)
+	}
+	sort.Strings(names)
+	preemptions.Inc()
+	preemptedGPUs.Add(float64(gpus))
+	msg := fmt.Sprintf("gang %s preempts %d pods of %s (%d %s) to run in %s %s",
+		key, len(victims), strings.Join(names, ", "), gpus, p.args.GPUResourceName, plan.Level, plan.Domain)
+	if choice.Violations > 0 {
+		msg += fmt.Sprintf(", exceeding PodDisruptionBudgets by %d pods (no choice keeps them)", choice.Violations)
+	}
+	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(victims), "gpus", gpus, "budgetViolations", choice.Violations, "checks", checks)
+	p.noticeKey(ctx, key, gang.OutcomePreempting, msg)
+	if !inGang {
+		p.podEvent(pod, gang.OutcomePreempting, msg)
+	}
+	for _, i := range choice.Units {
+		p.recordVictim(ctx, units[i], key)
+	}
+	// Counted before the goroutine starts, so whoever watches the gauge never
+	// sees an eviction as done before it began.
+	evictions := schedmetrics.Goroutines.WithLabelValues(EvictionOperation)
+	evictions.Inc()
+	go func() {
+		defer evictions.Dec()
+		p.evict(context.WithoutCancel(ctx), victims, pod, key, active.ID)
+	}()
+	return framework.NewPostFilterResultWithNominatedNode(active.Slots[pod.UID]),
+		fwk.NewStatus(fwk.Unschedulable, msg+"; waiting for them to terminate")
+}
+
+// victimSearch is the outcome of searchVictims: the chosen units (indexes
+// into units) and the plan the gang gets with them gone.
+type victimSearch struct {
+	plan          *gang.Plan
+	victims       []*v1.Pod
+	units         []*victimUnit
+	choice        gang.VictimChoice
+	checks        int
+	lowerPriority int // every lower-priority unit, candidate or not
+}
+
+// searchVictims finds what to evict for the gang of gr (see preempt),
+// changing nothing.
+func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32, policy gang.Policy) (*victimSearch, error) {
+	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		return nil, err
 	}
 	views, _ := p.nodeViews(nodes)
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	needGPUs := gang.NeededGPUs(gr.req)
-	lackGPUs := needGPUs - gang.FreeGPUs(p.subtractHeld(views, p.registry.Held(key)), constraints.Policy, gpu)
-	all := p.victimUnits(nodes, views, key, prio, constraints.Policy)
+	lackGPUs := needGPUs - gang.FreeGPUs(p.subtractHeld(views, p.registry.Held(gr.info.key)), policy, gpu)
+	// A lone pod that asks for no GPU is grouped only where it can matter.
+	all := p.victimUnits(nodes, views, gr.info.key, prio, policy, func(int) bool { return needGPUs == 0 })
 
 	var plan *gang.Plan
 	var victims []*v1.Pod
@@ -143,8 +206,9 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 				}
 			}
 		}
-		blocked := p.blockedNodes(nodes, views, gr, constraints.Policy, refused)
+		blocked := p.blockedNodes(nodes, views, gr, policy, refused)
 		units = nil
+		all = p.victimUnits(nodes, views, gr.info.key, prio, policy, func(i int) bool { return blocked[i] })
 		for _, u := range all {
 			for _, n := range u.nodes {
 				if blocked[n] || u.FreedGPUs > 0 {
@@ -159,48 +223,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		}
 	}
 	preemptionChecks.Observe(float64(checks))
-	if choice.Units == nil {
-		msg := fmt.Sprintf("gang %s: preempting lower-priority pods would not make room either", key)
-		logger.V(2).Info("No preemption helps", "gang", key, "candidateUnits", len(units), "lowerPriorityUnits", len(all), "checks", checks)
-		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
-	}
-
-	active, status := p.installPlan(ctx, pod, gr, plan, victims)
-	if status != nil {
-		return nil, status
-	}
-	var gpus int64
-	var names []string
-	for _, i := range choice.Units {
-		gpus += units[i].GPUs
-		names = append(names, units[i].Name)
-	}
-	sort.Strings(names)
-	preemptions.Inc()
-	preemptedGPUs.Add(float64(gpus))
-	msg := fmt.Sprintf("gang %s preempts %d pods of %s (%d %s) to run in %s %s",
-		key, len(victims), strings.Join(names, ", "), gpus, p.args.GPUResourceName, plan.Level, plan.Domain)
-	if choice.Violations > 0 {
-		msg += fmt.Sprintf(", exceeding PodDisruptionBudgets by %d pods (no choice keeps them)", choice.Violations)
-	}
-	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(victims), "gpus", gpus, "budgetViolations", choice.Violations, "checks", checks)
-	p.noticeKey(ctx, key, gang.OutcomePreempting, msg)
-	if !inGang {
-		p.podEvent(pod, gang.OutcomePreempting, msg)
-	}
-	for _, i := range choice.Units {
-		p.recordVictim(ctx, units[i], key)
-	}
-	// Counted before the goroutine starts, so whoever watches the gauge never
-	// sees an eviction as done before it began.
-	evictions := schedmetrics.Goroutines.WithLabelValues(EvictionOperation)
-	evictions.Inc()
-	go func() {
-		defer evictions.Dec()
-		p.evict(context.WithoutCancel(ctx), victims, pod, key, active.ID)
-	}()
-	return framework.NewPostFilterResultWithNominatedNode(active.Slots[pod.UID]),
-		fwk.NewStatus(fwk.Unschedulable, msg+"; waiting for them to terminate")
+	return &victimSearch{plan: plan, victims: victims, units: units, choice: choice, checks: checks, lowerPriority: len(all)}, nil
 }
 
 // preemptorPriority is the priority a gang preempts with: its lowest
@@ -252,7 +275,11 @@ func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gr *g
 // terminating or chosen by another preemption, and with a pod on a node the
 // preemptor's policy may use (views[i] is nodes[i]'s, from nodeViews).
 // FreedGPUs counts the GPUs a unit frees on such nodes.
-func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemptor gang.Key, prio int32, policy gang.Policy) []*victimUnit {
+//
+// Lone pods that ask for no GPU are left out except on the nodes lone
+// says: on a real cluster they are most pods (agents, services), and a GPU
+// gang's search never needs them.
+func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemptor gang.Key, prio int32, policy gang.Policy, lone func(node int) bool) []*victimUnit {
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	byName := map[string]*victimUnit{}
 	useful := map[string]bool{}
@@ -262,10 +289,16 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 			continue
 		}
 		eligible := !views[i].Unavailable() && !policy.Excludes(views[i].Preemptible)
+		loneHere := lone(i)
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()
+			gpus := pi.CalculateResource().Resource.GetScalarResources()[gpu]
+			k, inGang := gang.KeyOf(pod)
+			if !inGang && gpus == 0 && !loneHere {
+				continue
+			}
 			name, key := "pod "+pod.Namespace+"/"+pod.Name, gang.Key{}
-			if k, ok := gang.KeyOf(pod); ok {
+			if inGang {
 				name, key = "gang "+k.String(), k
 			}
 			if key == preemptor {
@@ -283,7 +316,6 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 			u.pods = append(u.pods, pod)
 			u.nodes = append(u.nodes, i)
 			u.Pods++
-			gpus := pi.CalculateResource().Resource.GetScalarResources()[gpu]
 			u.GPUs += gpus
 			u.Priority = max(u.Priority, corev1helpers.PodPriority(pod))
 			started := pod.CreationTimestamp.Time

@@ -1,0 +1,64 @@
+package mustergang
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/internal/testobj"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// BenchmarkVictimSearch is one gang preemption's search (no eviction): a
+// 2x8-GPU gang of priority 100 on a cluster of 5000 8-GPU nodes (32 per
+// rack) that low-priority 2x8 gangs fill, with cpuPods priority-0 CPU pods
+// on every node beside them, as node agents and services run on a real
+// cluster. dryruns/op is how many plans the search tried.
+func BenchmarkVictimSearch(b *testing.B) {
+	const nodesN = 5000
+	for _, cpuPerNode := range []int{0, 30} {
+		b.Run(fmt.Sprintf("nodes=%d/cpuPods=%d", nodesN, cpuPerNode), func(b *testing.B) {
+			nodes := make([]*v1.Node, nodesN)
+			var pods []*v1.Pod
+			for i := range nodes {
+				name := fmt.Sprintf("n%05d", i)
+				nodes[i] = testobj.MakeNode(name).GPUs(8).Rack(fmt.Sprintf("r%d", i/32)).Obj()
+				low := worker(fmt.Sprintf("low-%04d", i/2), i%2, 8, name)
+				low.Spec.Priority = ptr.To[int32](1)
+				pods = append(pods, low)
+				pods = append(pods, cpuPods(name, cpuPerNode)...)
+			}
+			high := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+			for _, p := range high {
+				p.Spec.Priority = ptr.To[int32](100)
+			}
+			f := newTestFramework(b, 2, nodes, append(pods, high...))
+			ctx := context.Background()
+			info, _, err := f.plugin.resolve(high[0])
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := gang.ConstraintsFromPod(high[0], f.plugin.levels)
+			if err != nil {
+				b.Fatal(err)
+			}
+			gr, status := f.plugin.prepareGang(ctx, high[0], info, c)
+			if status != nil {
+				b.Fatal(status)
+			}
+			checks := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				found, err := f.plugin.searchVictims(ctx, gr, 100, c.Policy)
+				if err != nil || found.choice.Units == nil {
+					b.Fatalf("no victims found: %v", err)
+				}
+				checks += found.checks
+			}
+			b.ReportMetric(float64(checks)/float64(b.N), "dryruns/op")
+		})
+	}
+}
