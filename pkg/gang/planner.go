@@ -70,6 +70,12 @@ func (n *NodeView) Unavailable() bool {
 	return n.Reclaiming || (n.gpu == "" && n.Node.Spec.Unschedulable)
 }
 
+// Eligible reports whether a gang of policy may use the node at all: it is
+// available and the policy does not exclude it.
+func (n *NodeView) Eligible(policy Policy) bool {
+	return !n.Unavailable() && !policy.Excludes(n.Preemptible)
+}
+
 // Member is one pod to place.
 type Member struct {
 	UID     types.UID
@@ -918,8 +924,7 @@ func describeRequest(r Resources, gpu v1.ResourceName) string {
 func FreeGPUs(nodes []NodeView, policy Policy, gpu v1.ResourceName) int64 {
 	var free int64
 	for i := range nodes {
-		n := &nodes[i]
-		if !n.Unavailable() && !policy.Excludes(n.Preemptible) {
+		if n := &nodes[i]; n.Eligible(policy) {
 			free += max(n.gpus(gpu), 0)
 		}
 	}

@@ -1,6 +1,8 @@
 package gang
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,8 +23,6 @@ type Registry struct {
 	// releases counts dropped plans: capacity the ledger held and the
 	// scheduler's snapshot does not show being freed.
 	releases uint64
-	// profiles are the scheduler profiles whose plugins share the registry.
-	profiles sets.Set[string]
 }
 
 type victimRef struct {
@@ -90,7 +90,7 @@ type ActivePlan struct {
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{gangs: map[Key]*state{}, victimOf: map[types.UID]victimRef{}, profiles: sets.New[string]()}
+	return &Registry{gangs: map[Key]*state{}, victimOf: map[types.UID]victimRef{}}
 }
 
 func (r *Registry) get(key Key, seen time.Time) *state {
@@ -275,9 +275,10 @@ func (r *Registry) SetPlan(key Key, plan *ActivePlan, seen time.Time) bool {
 type NodePlan struct {
 	Key    Key
 	PlanID int64
-	// Members are the plan's members planned on the node.
-	Members []types.UID
-	Profile string
+	// Members are the plan's members planned on the node; Gang all its
+	// planned members.
+	Members, Gang []types.UID
+	Profile       string
 }
 
 // PlansOn lists the active plans with a member planned on node.
@@ -296,24 +297,10 @@ func (r *Registry) PlansOn(node string) []NodePlan {
 			}
 		}
 		if len(members) > 0 {
-			out = append(out, NodePlan{Key: key, PlanID: s.plan.ID, Members: members, Profile: s.plan.Profile})
+			out = append(out, NodePlan{Key: key, PlanID: s.plan.ID, Members: members, Gang: slices.Collect(maps.Keys(s.plan.Slots)), Profile: s.plan.Profile})
 		}
 	}
 	return out
-}
-
-// AddProfile records a scheduler profile whose plugin shares the registry.
-func (r *Registry) AddProfile(name string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.profiles.Insert(name)
-}
-
-// Profiles lists the profiles sharing the registry, sorted.
-func (r *Registry) Profiles() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return sets.List(r.profiles)
 }
 
 // Releases is how many plans were dropped so far.
@@ -476,7 +463,8 @@ func (r *Registry) Permit(key Key, planID int64, uid types.UID, now time.Time) (
 // Fail drops the gang's active plan if its ID is planID (0 matches any
 // plan), backs the gang off and records why. Each failure in a row doubles
 // the backoff (base, 2×base, … up to 5 minutes), so a gang whose plan keeps
-// breaking does not churn. It returns the dropped plan and the backoff, or
+// breaking does not churn; a base of 0 (a drop that was not the gang's
+// doing) neither backs off nor counts. It returns the dropped plan and the backoff, or
 // nil if nothing was dropped.
 func (r *Registry) Fail(key Key, planID int64, reason string, now time.Time, base time.Duration) (*ActivePlan, time.Duration) {
 	r.mu.Lock()
@@ -496,7 +484,9 @@ func (r *Registry) Fail(key Key, planID int64, reason string, now time.Time, bas
 		}
 	}
 	backoff := min(base<<min(s.failures, 16), 5*time.Minute)
-	s.failures++
+	if base > 0 {
+		s.failures++ // a drop that is not the gang's doing does not count
+	}
 	s.backoffUntil = now.Add(backoff)
 	s.lastFailure = reason
 	return plan, backoff

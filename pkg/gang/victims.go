@@ -174,7 +174,7 @@ func (s VictimSearch) Choose(feasible func(units []int) bool) VictimChoice {
 				}
 				continue
 			}
-			if set.freed >= s.MinFreedGPUs && set.count < len(order) && check(set) {
+			if set.freed >= s.MinFreedGPUs && check(set) {
 				return done()
 			}
 			if next {

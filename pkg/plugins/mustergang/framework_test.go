@@ -453,7 +453,8 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 		t.Errorf("held %v, want the preemptor's slot", held)
 	}
 	// Until the victims are gone, the member waits.
-	if _, status := f.preFilter(t, high); status.IsSuccess() || !contains(status.Message(), "2 of them still terminating") {
+	heldState, status := f.preFilter(t, high)
+	if status.IsSuccess() || !contains(status.Message(), "2 of them still terminating") {
 		t.Errorf("PreFilter while victims terminate: %v", status)
 	}
 	f.plugin.onPodDelete(low0)
@@ -471,8 +472,8 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 	// snapshot (here: the snapshot still has both), keeps the plan.
 	slot := plan.Slots[high.UID]
 	heldBack := framework.NewDefaultNodeToStatus()
-	heldBack.SetAbsentNodesStatus(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "gang ns/j "+waitingForVictimsPhrase+"; 1 of them still terminating").WithPlugin(Name))
-	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), state, high, heldBack); f.plugin.registry.Plan(key) == nil ||
+	heldBack.SetAbsentNodesStatus(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "gang ns/j preempted pods to make room and waits for them; 1 of them still terminating").WithPlugin(Name))
+	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), heldState, high, heldBack); f.plugin.registry.Plan(key) == nil ||
 		result == nil || result.NominatedNodeName != slot {
 		t.Errorf("PostFilter after muster's own wait dropped the plan or the nomination (result %+v)", result)
 	}

@@ -105,7 +105,7 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 		lone := gang.LoneKey(pod)
 		if plan := p.registry.Plan(lone); plan != nil {
 			if _, planned := plan.Slots[pod.UID]; planned {
-				p.failPlan(p.handlerCtx(), lone, plan.ID, "member_deleted", fmt.Sprintf("pod %s was deleted or finished", pod.Name))
+				p.failPlan(p.handlerCtx(), lone, plan.ID, dropMemberDeleted, fmt.Sprintf("pod %s was deleted or finished", pod.Name))
 			}
 		}
 		p.registry.Forget(lone)
@@ -120,7 +120,7 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 	}
 	if plan := p.registry.Plan(key); plan != nil {
 		if _, planned := plan.Slots[pod.UID]; planned {
-			p.failPlan(p.handlerCtx(), key, plan.ID, "member_deleted", fmt.Sprintf("member %s was deleted or finished", pod.Name))
+			p.failPlan(p.handlerCtx(), key, plan.ID, dropMemberDeleted, fmt.Sprintf("member %s was deleted or finished", pod.Name))
 		}
 	}
 	if !p.gangHasPods(key) {
@@ -148,19 +148,20 @@ func (p *Plugin) onNodeChange(node *v1.Node, deleted bool) {
 		}
 		// Every member of the gang avoids the node, not only those planned
 		// there: the snapshot the next plan reads may still show it.
-		until := p.now().Add(avoidFor)
-		if plan := p.registry.Plan(np.Key); plan != nil {
-			for uid := range plan.Slots {
-				p.registry.Avoid(np.Key, uid, node.Name, until)
-			}
-		}
+		p.avoid(np.Key, node.Name, np.Gang...)
 		p.after(avoidFor, func() { p.wake(p.logger, np.Key, wakeAvoidEnded, p.members(np.Key).pending) })
-		p.failPlan(p.handlerCtx(), np.Key, np.PlanID, causeNodeChanged, fmt.Sprintf("planned node %s %s", node.Name, why))
+		p.failPlan(p.handlerCtx(), np.Key, np.PlanID, dropNodeChanged, fmt.Sprintf("planned node %s %s", node.Name, why))
 	}
 }
 
 // brokenPlacement says why node can no longer take the members np planned
-// on it ("" when it still can).
+// on it ("" when it still can). It runs in an informer handler, outside any
+// scheduling cycle, where the framework's filters cannot run (the snapshot
+// is the cycle's), so it asks the planner's own screening
+// (gang.NodeConstraints: taints, node selector, required node affinity, as
+// the framework's helpers evaluate them). A member not yet reserved is
+// checked again by the filters in its own cycle anyway; this is what
+// releases members already waiting at Permit.
 func (p *Plugin) brokenPlacement(node *v1.Node, deleted bool, np gang.NodePlan) string {
 	switch {
 	case deleted:

@@ -3,6 +3,7 @@ package mustergang
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -137,14 +138,14 @@ func (p *Plugin) members(key gang.Key) memberSet {
 	return p.membersIn(p.gangIndex, key)
 }
 
-// pendingInAnyProfile lists the gang's pending members of every profile
-// that shares the registry: a plan dropped in one profile frees capacity
-// for the gangs of all of them (they share the pod informer, each profile
-// with its own gang index, and the scheduling queue).
+// pendingInAnyProfile lists the gang's pending members of every profile:
+// a plan dropped in one profile frees capacity for the gangs of all of
+// them. The profiles share the pod informer, each with its own gang index,
+// and the scheduling queue.
 func (p *Plugin) pendingInAnyProfile(key gang.Key) []*v1.Pod {
 	var pending []*v1.Pod
-	for _, profile := range p.registry.Profiles() {
-		pending = append(pending, p.membersIn(gangIndexPrefix+profile, key).pending...)
+	for _, index := range p.gangIndexes() {
+		pending = append(pending, p.membersIn(index, key).pending...)
 	}
 	return pending
 }
@@ -152,12 +153,23 @@ func (p *Plugin) pendingInAnyProfile(key gang.Key) []*v1.Pod {
 // gangHasPods reports whether any profile's gang index still holds a pod
 // of the gang: the registry's state of a gang is shared by the profiles.
 func (p *Plugin) gangHasPods(key gang.Key) bool {
-	for _, profile := range p.registry.Profiles() {
-		if objs, _ := p.pods.ByIndex(gangIndexPrefix+profile, key.String()); len(objs) > 0 {
+	for _, index := range p.gangIndexes() {
+		if objs, _ := p.pods.ByIndex(index, key.String()); len(objs) > 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// gangIndexes are the pod informer's gang indexes, one per muster profile.
+func (p *Plugin) gangIndexes() []string {
+	var out []string
+	for name := range p.pods.GetIndexers() {
+		if strings.HasPrefix(name, gangIndexPrefix) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // membersIn lists the gang's live pods in the pod informer's gang index.

@@ -13,9 +13,45 @@ import (
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
-// causeNodeChanged is the drop cause when a planned node changed under the
-// plan (deleted, cordoned, reclaimed, tainted).
-const causeNodeChanged = "node_changed"
+// dropCause says why a plan was dropped: the rejections metric's label,
+// the outcome announced, and whether the gang backs off.
+type dropCause int
+
+const (
+	// dropTimeout: the deadline passed before every member was reserved.
+	dropTimeout dropCause = iota
+	// dropRejected: a member was rejected at Reserve or Permit, or failed
+	// to bind.
+	dropRejected
+	// dropMemberDeleted: a planned member was deleted or finished.
+	dropMemberDeleted
+	// dropPlanBroken: a member could not go to its planned node.
+	dropPlanBroken
+	// dropNodeChanged: a planned node was deleted, cordoned, started being
+	// reclaimed or stopped matching its member.
+	dropNodeChanged
+)
+
+var dropCauseNames = [...]string{
+	dropTimeout:       "timeout",
+	dropRejected:      "rejected",
+	dropMemberDeleted: "member_deleted",
+	dropPlanBroken:    "plan_broken",
+	dropNodeChanged:   "node_changed",
+}
+
+func (c dropCause) String() string { return dropCauseNames[c] }
+
+// backsOff reports whether the gang waits before it is planned again: not
+// when the cluster changed under a plan that was fine.
+func (c dropCause) backsOff() bool { return c != dropNodeChanged }
+
+func (c dropCause) outcome() gang.Outcome {
+	if c == dropTimeout {
+		return gang.OutcomeTimedOut
+	}
+	return gang.OutcomeRejected
+}
 
 // permitGrace lets muster's own plan deadline, which is serialized with plan
 // completion, fire before the framework's per-pod Permit timer.
@@ -53,10 +89,9 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		// its own Reserve or Permit failed on the node (another plugin's,
 		// or the framework's timeout). The next plan must not put it there
 		// again, or the same plan comes back after the backoff.
-		p.registry.Avoid(s.key, pod.UID, nodeName, p.now().Add(avoidFor))
-		p.after(avoidFor, func() { p.wake(p.logger, s.key, wakeAvoidEnded, p.members(s.key).pending) })
+		p.avoid(s.key, nodeName, pod.UID)
 	}
-	p.failPlan(ctx, s.key, s.planID, "rejected", fmt.Sprintf("member %s was rejected or failed to bind on node %s", pod.Name, nodeName))
+	p.failPlan(ctx, s.key, s.planID, dropRejected, fmt.Sprintf("member %s was rejected or failed to bind on node %s", pod.Name, nodeName))
 }
 
 // Permit holds each member until every member of the plan is reserved, then
@@ -100,13 +135,13 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 }
 
 // failPlan drops the gang's plan planID (0: whatever plan it has), rejects
-// members waiting at Permit, backs the gang off, and wakes its members when
-// the backoff ends. Gangs that could not be placed are retried at once: the
+// members waiting at Permit, backs the gang off (unless the cause was not
+// its doing), and wakes its members when the backoff ends. Gangs that could not be placed are retried at once: the
 // capacity this plan held is free again.
-func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause, reason string) {
-	base := time.Duration(p.args.GangBackoffSeconds) * time.Second
-	if cause == causeNodeChanged {
-		base = 0 // not the gang's doing: plan again at once, elsewhere
+func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause dropCause, reason string) {
+	var base time.Duration
+	if cause.backsOff() {
+		base = time.Duration(p.args.GangBackoffSeconds) * time.Second
 	}
 	plan, backoff := p.registry.Fail(key, planID, reason, p.now(), base)
 	if plan == nil {
@@ -114,17 +149,14 @@ func (p *Plugin) failPlan(ctx context.Context, key gang.Key, planID int64, cause
 	}
 	p.endDeadline(plan.ID)
 	logger := klog.FromContext(ctx)
-	rejections.WithLabelValues(cause).Inc()
-	if cause == "timeout" {
+	rejections.WithLabelValues(cause.String()).Inc()
+	if cause == dropTimeout {
 		timeouts.Inc()
 	}
 	msg := fmt.Sprintf("gang %s: %s; released all %d planned members (retry in %s)", key, reason, len(plan.Slots), backoff)
 	p.rejectWaiting(key, plan.Slots, msg)
-	logger.V(2).Info("Gang plan dropped", "gang", key, "cause", cause, "reason", reason, "backoff", backoff)
-	outcome := gang.OutcomeRejected
-	if cause == "timeout" {
-		outcome = gang.OutcomeTimedOut
-	}
+	logger.V(2).Info("Gang plan dropped", "gang", key, "cause", cause.String(), "reason", reason, "backoff", backoff)
+	outcome := cause.outcome()
 	p.noticeKey(ctx, key, outcome, msg)
 	for _, other := range p.registry.Failing(gang.OutcomeUnschedulable) {
 		p.wake(logger, other, wakeCapacityFreed, p.pendingInAnyProfile(other))
@@ -161,5 +193,5 @@ func (p *Plugin) expirePlan(key gang.Key, id int64) {
 	}
 	reason := fmt.Sprintf("timed out after %s with %d of %d members reserved",
 		plan.Deadline.Sub(plan.Created).Round(time.Second), plan.Reserved.Len(), len(plan.Slots))
-	p.failPlan(p.handlerCtx(), key, id, "timeout", reason)
+	p.failPlan(p.handlerCtx(), key, id, dropTimeout, reason)
 }

@@ -167,7 +167,6 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 		<-ctx.Done()
 		p.stopTimers()
 	}()
-	p.registry.AddProfile(h.ProfileName())
 	p.status = newStatusWriter(p)
 	for _, l := range args.TopologyLevels {
 		p.levels = append(p.levels, gang.Level{Name: l.Name, Label: l.NodeLabel})
@@ -177,17 +176,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	registerMetrics()
 
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
-	profile := h.ProfileName()
-	if err := podInformer.AddIndexers(cache.Indexers{p.gangIndex: func(obj interface{}) ([]string, error) {
-		pod, ok := obj.(*v1.Pod)
-		if !ok || pod.Spec.SchedulerName != profile {
-			return nil, nil
-		}
-		if key, ok := gang.KeyOf(pod); ok {
-			return []string{key.String()}, nil
-		}
-		return nil, nil
-	}}); err != nil {
+	if err := podInformer.AddIndexers(cache.Indexers{p.gangIndex: gangIndexFunc(h.ProfileName())}); err != nil {
 		return nil, fmt.Errorf("adding gang index: %w", err)
 	}
 	p.pods = podInformer.GetIndexer()
@@ -223,6 +212,20 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	}
 	go p.status.run(ctx)
 	return p, nil
+}
+
+// gangIndexFunc indexes the pods of profile by their gang.
+func gangIndexFunc(profile string) cache.IndexFunc {
+	return func(obj interface{}) ([]string, error) {
+		pod, ok := obj.(*v1.Pod)
+		if !ok || pod.Spec.SchedulerName != profile {
+			return nil, nil
+		}
+		if key, ok := gang.KeyOf(pod); ok {
+			return []string{key.String()}, nil
+		}
+		return nil, nil
+	}
 }
 
 // handlerCtx is the context for work outside a scheduling cycle: it carries

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -34,7 +34,8 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return result, status
 	}
 	slot := plan.Slots[pod.UID]
-	if msg, waiting := p.waitingForVictims(key, plan, slot, statuses); waiting {
+	s, err := readState(cs)
+	if msg, waiting := p.waitingForVictims(key, plan, slot, s, statuses); waiting {
 		// Keep the hold; the end of the wait requeues the member.
 		return framework.NewPostFilterResultWithNominatedNode(slot), fwk.NewStatus(fwk.Unschedulable, msg)
 	}
@@ -42,11 +43,10 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if st := statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
 		why = st.Message()
 	}
-	switch s, err := readState(cs); {
+	switch {
 	case err == nil && s.slot == slot:
 		// muster's PreFilter steered the member there and a Filter said no.
-		p.registry.Avoid(key, pod.UID, slot, p.now().Add(avoidFor))
-		p.after(avoidFor, func() { p.wake(p.logger, key, wakeAvoidEnded, p.members(key).pending) })
+		p.avoid(key, slot, pod.UID)
 	case err != nil && !errors.Is(err, fwk.ErrNotFound):
 		// A state of the wrong type is a bug: report it, and do not guess
 		// where the member was steered.
@@ -57,24 +57,26 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		why = "rejected before muster's PreFilter ran: " + why
 	}
 	reason := fmt.Sprintf("member %s cannot go to its planned node %s: %s", pod.Name, slot, why)
-	p.failPlan(ctx, key, plan.ID, "plan_broken", reason)
+	p.failPlan(ctx, key, plan.ID, dropPlanBroken, reason)
 	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, reason))
 }
 
 // waitingForVictims reports whether a member was turned away only because
 // its plan still waits for the pods it preempted: some have not terminated;
-// muster's own PreFilter held the member back for them (the last one went
-// since); or
-// the cycle's snapshot still shows one on the member's slot (muster's
-// informer can see a victim go before the scheduler's cache does).
-func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot string, statuses fwk.NodeToStatusReader) (string, bool) {
+// muster's own PreFilter held the member back for them (s, its state; the
+// last one went since); or the cycle's snapshot still shows one on the
+// member's slot (muster's informer can see a victim go before the
+// scheduler's cache does). Any other refusal, muster's own included (the
+// node is being reclaimed), is a refusal.
+func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot string, s *cycleState, statuses fwk.NodeToStatusReader) (string, bool) {
 	if n := plan.Victims.Len(); n > 0 {
 		return fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, n), true
 	}
-	// muster's own PreFilter held the member back for the victims. Any
-	// other refusal by muster (the node is being reclaimed) is a refusal.
-	if st := statuses.Get(slot); st != nil && st.Plugin() == Name && strings.Contains(st.Message(), waitingForVictimsPhrase) {
-		return st.Message(), true
+	if s != nil && s.heldForVictims && s.planID == plan.ID {
+		if st := statuses.Get(slot); st != nil {
+			return st.Message(), true
+		}
+		return fmt.Sprintf("gang %s waits for preempted pods to terminate", key), true
 	}
 	if p.evictedStillCached(plan, slot) {
 		return fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, slot), true
@@ -103,3 +105,13 @@ func (p *Plugin) evictedStillCached(plan *gang.ActivePlan, node string) bool {
 // avoidFor is how long a (member, node) pair the framework rejected in a
 // real cycle is kept out of new plans.
 const avoidFor = time.Minute
+
+// avoid keeps the members uids of gang key off node in the plans made in
+// the next avoidFor, and wakes the gang when that ends.
+func (p *Plugin) avoid(key gang.Key, node string, uids ...types.UID) {
+	until := p.now().Add(avoidFor)
+	for _, uid := range uids {
+		p.registry.Avoid(key, uid, node, until)
+	}
+	p.after(avoidFor, func() { p.wake(p.logger, key, wakeAvoidEnded, p.members(key).pending) })
+}

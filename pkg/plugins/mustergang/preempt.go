@@ -3,6 +3,7 @@ package mustergang
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"sort"
 	"strings"
@@ -161,6 +162,11 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 	var plan *gang.Plan
 	var victims []*v1.Pod
 	refused := map[string]bool{} // nodes the framework's filters refused a member
+	noteRefused := func(check *filterCheck) {
+		if check != nil {
+			maps.Copy(refused, check.refusedNodes)
+		}
+	}
 	search := func(units []*victimUnit, minFreed int64) gang.VictimChoice {
 		candidates := make([]gang.VictimUnit, len(units))
 		for i, u := range units {
@@ -174,11 +180,7 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 				pods = append(pods, units[i].pods...)
 			}
 			planned, check, err := p.computePlan(ctx, gr, views, pods)
-			if check != nil {
-				for node := range check.refusedNodes {
-					refused[node] = true
-				}
-			}
+			noteRefused(check)
 			if err != nil {
 				return false
 			}
@@ -200,11 +202,9 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 		// the GPUs would fit but the planner's screening or the filters
 		// refused a member.
 		if len(units) == 0 {
-			if _, check, _ := p.computePlan(ctx, gr, views, nil); check != nil {
-				for node := range check.refusedNodes {
-					refused[node] = true
-				}
-			}
+			// No dry run asked the filters yet: ask once, without victims.
+			_, check, _ := p.computePlan(ctx, gr, views, nil)
+			noteRefused(check)
 		}
 		blocked := p.blockedNodes(nodes, views, gr, policy, refused)
 		units = nil
@@ -252,7 +252,7 @@ func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gr *g
 	blocked := map[int]bool{}
 	for i := range views {
 		v := &views[i]
-		if nodes[i].Node() == nil || v.Unavailable() || policy.Excludes(v.Preemptible) {
+		if nodes[i].Node() == nil || !v.Eligible(policy) {
 			continue
 		}
 		if refused[v.Node.Name] {
@@ -288,7 +288,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 		if ni.Node() == nil {
 			continue
 		}
-		eligible := !views[i].Unavailable() && !policy.Excludes(views[i].Preemptible)
+		eligible := views[i].Eligible(policy)
 		loneHere := lone(i)
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()

@@ -258,9 +258,7 @@ func TestReclaimRefusalIsNotAWaitForVictims(t *testing.T) {
 	if !status.IsSuccess() {
 		t.Fatalf("PreFilter: %v", status)
 	}
-	plan := f.plugin.registry.Plan(key)
-	slot := plan.Slots[a.UID]
-	plan.Evicted = sets.New[types.UID]("gone") // a plan that preempted, its victims gone
+	slot := f.plugin.registry.Plan(key).Slots[a.UID]
 	statuses := framework.NewDefaultNodeToStatus()
 	statuses.Set(slot, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node is being reclaimed").WithPlugin(Name))
 	f.fw.RunPostFilterPlugins(context.Background(), state, a, statuses)

@@ -74,11 +74,6 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	return p.steer(cs, pod, key, plan, constraints)
 }
 
-// waitingForVictimsPhrase is in the message of a member held back until the
-// pods its plan preempted are gone; PostFilter tells that wait from a
-// refusal by it.
-const waitingForVictimsPhrase = "preempted pods to make room and waits for them"
-
 // steer sends a planned member to its slot: PreFilter narrows to it and
 // Filter rejects every other node. Members of a plan that preempted wait
 // until the victims are gone.
@@ -88,11 +83,15 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("gang %s is placing %d other members; this pod waits for that plan to finish", key, len(plan.Slots)))
 	}
+	state := &cycleState{slot: node, planID: plan.ID, key: key, policy: constraints.Policy}
 	if n := plan.Victims.Len(); n > 0 {
+		// PostFilter reads that this refusal is the wait, not a failure.
+		state.heldForVictims = true
+		cs.Write(stateKey, state)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("gang %s %s; %d of them still terminating (planned on %s)", key, waitingForVictimsPhrase, n, node))
+			fmt.Sprintf("gang %s preempted pods to make room and waits for them; %d of them still terminating (planned on %s)", key, n, node))
 	}
-	cs.Write(stateKey, &cycleState{slot: node, planID: plan.ID, key: key, policy: constraints.Policy})
+	cs.Write(stateKey, state)
 	return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
 }
 

@@ -22,6 +22,9 @@ type cycleState struct {
 	// that gang plans hold.
 	held    map[string]gang.Resources
 	request gang.Resources
+	// heldForVictims: PreFilter held the planned member back until the pods
+	// its plan preempted are gone.
+	heldForVictims bool
 }
 
 func (s *cycleState) Clone() fwk.StateData { return s }

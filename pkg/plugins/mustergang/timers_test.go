@@ -35,7 +35,7 @@ func TestPlanDeadlineTimerEndsWithThePlan(t *testing.T) {
 		}},
 		{"dropped", func(t *testing.T, f *testFramework, b *v1.Pod) {
 			key, _ := gang.KeyOf(b)
-			f.plugin.failPlan(context.Background(), key, 0, "rejected", "test")
+			f.plugin.failPlan(context.Background(), key, 0, dropRejected, "test")
 			// The gang's first backoff is the one timer left; it is much
 			// shorter than the plan's deadline.
 			f.clock.Step(time.Duration(f.plugin.args.GangBackoffSeconds) * time.Second)
