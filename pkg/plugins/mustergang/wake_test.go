@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -278,4 +279,31 @@ func TestWakeLogsGangAndReason(t *testing.T) {
 	assert.Contains(t, out, "Waking gang members")
 	assert.Contains(t, out, `gang="ns/j"`)
 	assert.Contains(t, out, `reason="owner_changed"`)
+}
+
+// Profiles share the registry and the pod informer: a plan dropped in one
+// wakes the gangs waiting for capacity in another, and a gang's state is
+// forgotten only when no profile has its pods left.
+func TestProfilesShareWakesAndGangState(t *testing.T) {
+	a, b := worker("g", 0, 8, ""), worker("g", 1, 8, "")
+	waiting := worker("o", 0, 8, "")
+	waiting.Spec.SchedulerName = "other" // a gang of the second profile
+	mine := worker("o", 1, 8, "")        // the same Job's pod in this profile
+	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil, []*v1.Pod{a, b, waiting, mine})
+	// The second profile's plugin adds its index to the shared informer.
+	require.NoError(t, f.plugin.handle.SharedInformerFactory().Core().V1().Pods().Informer().
+		AddIndexers(cache.Indexers{gangIndexPrefix + "other": gangIndexFunc("other")}))
+	other, _ := gang.KeyOf(waiting)
+	f.plugin.registry.Notice(other, gang.OutcomeUnschedulable, "no room", t0)
+
+	state, plan := f.planAndWait(t, a)
+	f.takeActivated()
+	f.fw.RunReservePluginsUnreserve(context.Background(), state, a, plan.Slots[a.UID])
+	assert.Contains(t, f.takeActivated(), "ns/o-0", "the other profile's gang waiting for capacity is woken")
+
+	// This profile's last pod of gang o goes; the other profile's stays.
+	require.NoError(t, f.plugin.pods.Delete(mine))
+	f.plugin.onPodDelete(mine)
+	outcome, _ := f.plugin.registry.LastNotice(other)
+	assert.Equal(t, gang.OutcomeUnschedulable, outcome, "the gang's state was forgotten while the other profile has its pod")
 }
