@@ -26,6 +26,8 @@ type cluster struct {
 	t   *testing.T
 	ctx context.Context
 	ns  string
+	// backgroundNS holds the background pods (addBackground), if any.
+	backgroundNS string
 }
 
 // startCluster starts a fresh control plane, creates nodes and starts the

@@ -86,6 +86,7 @@ func TestReplacementWorkerHonoursAntiAffinityWithRunningSibling(t *testing.T) {
 	for _, nodes := range []int{2, 4} {
 		t.Run(fmt.Sprintf("%d nodes", nodes), func(t *testing.T) {
 			c := startCluster(t, gpuNodes(nodes, 8)...)
+			c.addBackground(4, gpuNodes(nodes, 8)...)
 			c.createJob(jobSpec{name: "mwms", workers: int32(nodes), gpus: 4, mutate: oneWorkerPerNode})
 			pods := c.waitJobBound("mwms", nodes)
 			if got := nodesOf(pods); len(got) != nodes {
@@ -225,8 +226,9 @@ func TestMissingClaimHoldsNothingAndGangCompletesWhenItArrives(t *testing.T) {
 // with an exactly fitting node sorts first.
 func TestReplacementJoinsTheGangsRack(t *testing.T) {
 	// r2 (2 nodes) fits the 2 × 8-GPU gang exactly; r1 has 3 nodes.
-	c := startCluster(t, append(testobj.Cluster(1, 3, 1, 8),
-		gpuNode("r2-n1", 8).Rack("r2").Obj(), gpuNode("r2-n2", 8).Rack("r2").Obj())...)
+	nodes := append(testobj.Cluster(1, 3, 1, 8), gpuNode("r2-n1", 8).Rack("r2").Obj(), gpuNode("r2-n2", 8).Rack("r2").Obj())
+	c := startCluster(t, nodes...)
+	c.addBackground(4, nodes...)
 	c.createJob(jobSpec{name: "racked", workers: 2, gpus: 8, annotations: map[string]string{"muster.dev/topology-required": "rack"},
 		mutate: func(job *batchv1.Job) { job.Spec.BackoffLimit = ptr.To[int32](3) }})
 	pods := c.waitJobBound("racked", 2)
@@ -246,9 +248,11 @@ func TestReplacementJoinsTheGangsRack(t *testing.T) {
 func TestRestartedSchedulerCompletesGangInItsRack(t *testing.T) {
 	// r1 fits the two remaining members exactly and sorts first; r2 holds
 	// the two bound members and has room for the rest.
-	c := startClusterWithoutScheduler(t, append(testobj.Cluster(1, 2, 1, 8),
+	nodes := append(testobj.Cluster(1, 2, 1, 8),
 		gpuNode("r2-n1", 8).Rack("r2").Obj(), gpuNode("r2-n2", 8).Rack("r2").Obj(),
-		gpuNode("r2-n3", 8).Rack("r2").Obj(), gpuNode("r2-n4", 8).Rack("r2").Obj())...)
+		gpuNode("r2-n3", 8).Rack("r2").Obj(), gpuNode("r2-n4", 8).Rack("r2").Obj())
+	c := startClusterWithoutScheduler(t, nodes...)
+	c.addBackground(4, nodes...)
 	c.createJob(jobSpec{name: "resume", workers: 4, gpus: 8, annotations: map[string]string{"muster.dev/topology-required": "rack"}})
 	c.waitFor("4 pods of job resume", 30*time.Second, func() (bool, error) { return len(c.jobPods("resume")) == 4, nil })
 	// What the previous scheduler bound before it stopped.

@@ -40,6 +40,7 @@ func racksOf(c *cluster, pods []corev1.Pod) map[string]int {
 func TestTopologyTightestDomain(t *testing.T) {
 	t.Run("gang lands in the rack that holds it whole", func(t *testing.T) {
 		c := startCluster(t, testobj.Cluster(2, 4, 1, 8)...)
+		c.addBackground(4, testobj.Cluster(2, 4, 1, 8)...)
 		c.fill("r1-n1", 8)
 		c.fill("r1-n2", 8)
 		c.createJob(jobSpec{name: "big", workers: 4, gpus: 8})

@@ -82,6 +82,17 @@ func (k *kubelet) removedPods() map[string]bool {
 	return out
 }
 
+// startPreemptionCluster starts a cluster of nodes on a real cluster's
+// background (perNode priority-0 CPU pods on each, a budget over some), with
+// the priority classes and the kubelet stand-in preemption tests need.
+func startPreemptionCluster(t *testing.T, perNode int, nodes ...*corev1.Node) (*cluster, *kubelet) {
+	t.Helper()
+	c := startCluster(t, nodes...)
+	c.createPriorityClasses()
+	c.addBackground(perNode, nodes...)
+	return c, c.startKubelet()
+}
+
 func (c *cluster) createPriorityClasses() {
 	c.t.Helper()
 	for _, pc := range []*schedulingv1.PriorityClass{
@@ -130,9 +141,7 @@ func (c *cluster) fillWithGangs(priority string, gangs map[string]int32) {
 }
 
 func TestPreemptionEvictsOneWholeGang(t *testing.T) {
-	c := startCluster(t, gpuNodes(4, 8)...)
-	c.createPriorityClasses()
-	k := c.startKubelet()
+	c, k := startPreemptionCluster(t, 4, gpuNodes(4, 8)...)
 	c.fillWithGangs("low", map[string]int32{"low-a": 2, "low-b": 2})
 
 	c.createJob(jobSpec{name: "high", workers: 2, gpus: 8, mutate: withPriority("high")})
@@ -156,12 +165,13 @@ func TestPreemptionEvictsOneWholeGang(t *testing.T) {
 	}
 	c.waitForEvent("Job", victim, "Preempted", c.ns+"/high")
 	c.waitForEvent("Job", "high", "GangPreempting", victim)
+	if got := c.backgroundLeft(); got != 16 {
+		t.Errorf("%d of 16 background CPU pods left", got)
+	}
 }
 
 func TestPreemptionEvictsFewestGPUs(t *testing.T) {
-	c := startCluster(t, gpuNodes(6, 8)...)
-	c.createPriorityClasses()
-	k := c.startKubelet()
+	c, k := startPreemptionCluster(t, 4, gpuNodes(6, 8)...)
 	c.fillWithGangs("low", map[string]int32{"one-a": 1, "one-b": 1, "one-c": 1, "one-d": 1, "two": 2})
 
 	c.createJob(jobSpec{name: "high", workers: 3, gpus: 8, mutate: withPriority("high")})
@@ -183,6 +193,9 @@ func TestPreemptionEvictsFewestGPUs(t *testing.T) {
 	if evictedOnes != 1 {
 		t.Errorf("%d 1-node gangs evicted, want 1", evictedOnes)
 	}
+	if got := c.backgroundLeft(); got != 24 {
+		t.Errorf("%d of 24 background CPU pods left", got)
+	}
 }
 
 func TestPreemptionNeverAndEqualPriorityEvictNothing(t *testing.T) {
@@ -194,9 +207,7 @@ func TestPreemptionNeverAndEqualPriorityEvictNothing(t *testing.T) {
 		{"equal priority", withPriority("low")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := startCluster(t, gpuNodes(2, 8)...)
-			c.createPriorityClasses()
-			k := c.startKubelet()
+			c, k := startPreemptionCluster(t, 4, gpuNodes(2, 8)...)
 			c.fillWithGangs("low", map[string]int32{"low": 2})
 			c.createJob(jobSpec{name: "waiting", workers: 2, gpus: 8, mutate: tc.mutate})
 			c.waitJobUnschedulable("waiting", 2, "gang")
@@ -220,9 +231,7 @@ func TestPreemptionNeverAndEqualPriorityEvictNothing(t *testing.T) {
 }
 
 func TestPreemptorDeletedReleasesItsHold(t *testing.T) {
-	c := startCluster(t, gpuNodes(2, 8)...)
-	c.createPriorityClasses()
-	k := c.startKubelet()
+	c, k := startPreemptionCluster(t, 4, gpuNodes(2, 8)...)
 	c.fillWithGangs("low", map[string]int32{"low": 2})
 	k.running.Store(false) // the victims stay terminating for now
 

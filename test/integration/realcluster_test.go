@@ -27,16 +27,21 @@ const (
 )
 
 // addBackground puts what every real node runs beside the GPU workloads on
-// each node: perNode CPU pods at priority 0 (no PriorityClass), bound
+// each of nodes: perNode CPU pods at priority 0 (no PriorityClass), bound
 // directly as a DaemonSet's or a Deployment's would be, every other one a
 // replica of a CPU service that a PodDisruptionBudget covers (allowing one
-// disruption, as the disruption controller would report it).
-func (c *cluster) addBackground(perNode int, nodes ...string) {
+// disruption, as the disruption controller would report it). They live in
+// a namespace of their own, as agents and services do, so what a test
+// counts in its namespace is only its workload.
+func (c *cluster) addBackground(perNode int, nodes ...*corev1.Node) {
 	c.t.Helper()
+	if c.backgroundNS == "" {
+		c.backgroundNS = c.Namespace(c.t, "background")
+	}
 	service := 0
 	for _, node := range nodes {
 		for i := range perNode {
-			w := testobj.MakePod(c.ns, fmt.Sprintf("bg-%s-%d", node, i)).Node(node).PodSpec(corev1.PodSpec{
+			w := testobj.MakePod(c.backgroundNS, fmt.Sprintf("bg-%s-%d", node.Name, i)).Node(node.Name).PodSpec(corev1.PodSpec{
 				SchedulerName: "default-scheduler",
 				Containers: []corev1.Container{testobj.MakeContainer("agent").Image(testobj.WorkerImage).
 					Request(corev1.ResourceCPU, resource.MustParse("100m")).Request(corev1.ResourceMemory, resource.MustParse("128Mi")).Obj()},
@@ -47,13 +52,13 @@ func (c *cluster) addBackground(perNode int, nodes ...string) {
 				w.Label(serviceLabel, "true")
 				service++
 			}
-			if _, err := c.Client.CoreV1().Pods(c.ns).Create(c.ctx, w.Obj(), metav1.CreateOptions{}); err != nil {
+			if _, err := c.Client.CoreV1().Pods(c.backgroundNS).Create(c.ctx, w.Obj(), metav1.CreateOptions{}); err != nil {
 				c.t.Fatal(err)
 			}
 		}
 	}
 	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: "cpu-service"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.backgroundNS, GenerateName: "cpu-service-"},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MinAvailable: ptr.To(intstr.FromInt32(int32(max(service-1, 0)))),
 			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{serviceLabel: "true"}},
@@ -66,29 +71,33 @@ func (c *cluster) addBackground(perNode int, nodes ...string) {
 // status the disruption controller (not running here) would write.
 func (c *cluster) createBudget(pdb *policyv1.PodDisruptionBudget, expected, allowed int32) {
 	c.t.Helper()
-	created, err := c.Client.PolicyV1().PodDisruptionBudgets(c.ns).Create(c.ctx, pdb, metav1.CreateOptions{})
+	budgets := c.Client.PolicyV1().PodDisruptionBudgets(pdb.Namespace)
+	created, err := budgets.Create(c.ctx, pdb, metav1.CreateOptions{})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	created.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: created.Generation, ExpectedPods: expected,
 		CurrentHealthy: expected, DesiredHealthy: expected - allowed, DisruptionsAllowed: allowed}
-	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(c.ns).UpdateStatus(c.ctx, created, metav1.UpdateOptions{}); err != nil {
+	if _, err := budgets.UpdateStatus(c.ctx, created, metav1.UpdateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
 }
 
-func nodeNames(nodes []*corev1.Node) []string {
-	var names []string
-	for _, n := range nodes {
-		names = append(names, n.Name)
-	}
-	return names
-}
-
-// backgroundLeft counts the background pods still running (not deleted).
+// backgroundLeft counts the background pods not deleted (nothing finishes
+// a deleted one there: a victim among them would stay terminating).
 func (c *cluster) backgroundLeft() int {
 	c.t.Helper()
-	return len(c.podsLabelled(agentLabel, "true")) + len(c.podsLabelled(serviceLabel, "true"))
+	pods, err := c.Client.CoreV1().Pods(c.backgroundNS).List(c.ctx, metav1.ListOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // A high-priority 2x8 gang evicts a low-priority 2x8 gang whole on two
@@ -96,11 +105,7 @@ func (c *cluster) backgroundLeft() int {
 // Before the victim search looked only at units that free GPUs, it tried
 // every set of CPU pods first and never reached the gang.
 func TestPreemptionBesideCPUPods(t *testing.T) {
-	nodes := gpuNodes(2, 8)
-	c := startCluster(t, nodes...)
-	c.createPriorityClasses()
-	c.addBackground(10, nodeNames(nodes)...)
-	k := c.startKubelet()
+	c, k := startPreemptionCluster(t, 10, gpuNodes(2, 8)...)
 	c.fillWithGangs("low", map[string]int32{"low": 2})
 
 	c.createJob(jobSpec{name: "high", workers: 2, gpus: 8, mutate: withPriority("high")})
@@ -119,7 +124,8 @@ func TestPreemptionBesideCPUPods(t *testing.T) {
 
 // Two 8-GPU workers and a PS without GPU, rack required, land in the rack
 // that has two free 8-GPU nodes; counted in GPU slots, the PS made that
-// rack "too small" and the gang waited forever.
+// rack "too small" and the gang waited forever. A failed worker's
+// replacement then joins the gang's rack.
 func TestGPULessPSInRequiredRack(t *testing.T) {
 	var nodes []*corev1.Node
 	for _, rack := range []string{"r1", "r2"} {
@@ -128,7 +134,7 @@ func TestGPULessPSInRequiredRack(t *testing.T) {
 		}
 	}
 	c := startCluster(t, nodes...)
-	c.addBackground(4, nodeNames(nodes)...)
+	c.addBackground(4, nodes...)
 	c.fill("r1-n1", 8) // r1 keeps two free nodes
 	c.fill("r2-n1", 8) // r2 only one
 	c.fill("r2-n2", 8)
@@ -143,17 +149,28 @@ func TestGPULessPSInRequiredRack(t *testing.T) {
 	if racks := racksOf(c, pods); racks["r1"] != 3 {
 		t.Errorf("placed in racks %v, want all 3 in r1", racks)
 	}
+
+	// A worker fails and the training operator creates its replacement; a
+	// new rack whose one node fits it exactly sorts first. The replacement
+	// joins the PS and the other worker in r1.
+	c.addNodes(gpuNode("a0-n1", 8).Rack("a0").Obj())
+	for _, p := range pods {
+		if p.Name == "tf-worker-1" {
+			c.setPhase(p, corev1.PodFailed)
+		}
+	}
+	c.createGroupPod("tf", "tf-worker-1-retry", 8, rack)
+	pods = c.waitAllBound("live members of tf", 3, func() []corev1.Pod { return live(c.groupPods("tf")) })
+	if racks := racksOf(c, pods); racks["r1"] != 3 {
+		t.Errorf("after the replacement, members in racks %v, want all 3 in r1", racks)
+	}
 }
 
 // A budget allows one disruption over two 8-GPU pods; a 3x8 low gang runs
 // elsewhere. Evicting both budgeted pods frees fewer GPUs but disrupts two:
 // the gang is evicted and the budget kept.
 func TestPreemptionKeepsTheBudget(t *testing.T) {
-	nodes := gpuNodes(5, 8)
-	c := startCluster(t, nodes...)
-	c.createPriorityClasses()
-	c.addBackground(2, nodeNames(nodes)...)
-	k := c.startKubelet()
+	c, k := startPreemptionCluster(t, 2, gpuNodes(5, 8)...)
 	for i, node := range []string{"node-1", "node-2"} {
 		pod := testobj.MakePod(c.ns, fmt.Sprintf("db-%d", i)).Label("app", "db").PodSpec(testobj.WorkerPodSpec("none", 8)).Node(node).Obj()
 		pod.Spec.PriorityClassName = "low"
@@ -217,7 +234,7 @@ func TestPlannedNodeChangesWhileMemberWaits(t *testing.T) {
 			ext := startHoldingExtender(t, 1) // the second member to come is held
 			nodes := gpuNodes(4, 8)
 			c := startClusterWith(t, ext.Config(), nodes...)
-			c.addBackground(4, nodeNames(nodes)...)
+			c.addBackground(4, nodes...)
 			c.createPodGroup("pair", 2, ptr.To[int32](600))
 			tolerate := func(p *corev1.Pod) {
 				p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: reclaim.Key, Operator: corev1.TolerationOpExists})
