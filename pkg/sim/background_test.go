@@ -180,7 +180,7 @@ func TestEvictedBackgroundIsCounted(t *testing.T) {
 // with it bound, and the GPUs it holds are its workers'.
 func TestCPUOnlyMemberHoldsNoGPU(t *testing.T) {
 	g := &gangState{job: &scenario.Job{Workers: 2, GPUs: 4, CPUMembers: 1}, bound: map[string]string{"w0": "a", "ps": "b"},
-		cpuOnly: map[string]bool{"ps": true}, boundCPUOnly: 1}
+		cpuOnly: map[string]bool{"ps": true}}
 	if g.heldGPUs() != 4 || g.podGPUs("ps") != 0 || g.podGPUs("w1") != 4 {
 		t.Errorf("held %d GPUs, ps %d, w1 %d; want 4, 0, 4", g.heldGPUs(), g.podGPUs("ps"), g.podGPUs("w1"))
 	}

@@ -127,9 +127,6 @@ func (h *harness) collectEvictions(ctx context.Context) error {
 		}
 		if node, ok := g.bound[name]; ok {
 			e.GPUs += g.podGPUs(name)
-			if g.cpuOnly[name] {
-				g.boundCPUOnly--
-			}
 			delete(g.bound, name)
 			delete(h.nodePods[node], name)
 		}

@@ -206,16 +206,23 @@ type gangState struct {
 	attempt int
 	pods    []string
 	bound   map[string]string // pod → node
-	// cpuOnly are the current attempt's CPU-only members; boundCPUOnly
-	// how many of them are bound.
-	cpuOnly      map[string]bool
-	boundCPUOnly int
-	running      bool
-	done         bool
+	// cpuOnly are the current attempt's CPU-only members.
+	cpuOnly map[string]bool
+	running bool
+	done    bool
 }
 
-// heldGPUs are the GPUs of the gang's bound members.
-func (g *gangState) heldGPUs() int64 { return int64(len(g.bound)-g.boundCPUOnly) * g.job.GPUs }
+// heldGPUs are the GPUs of the gang's bound members: every bound member's
+// but those of the (few) CPU-only ones.
+func (g *gangState) heldGPUs() int64 {
+	gpuMembers := len(g.bound)
+	for name := range g.cpuOnly {
+		if _, bound := g.bound[name]; bound {
+			gpuMembers--
+		}
+	}
+	return int64(gpuMembers) * g.job.GPUs
+}
 
 // podGPUs are the GPUs member pod asks for.
 func (g *gangState) podGPUs(pod string) int64 {
@@ -573,7 +580,7 @@ func (h *harness) deletePods(ctx context.Context, g *gangState) error {
 		}
 		delete(h.podGang, name)
 	}
-	g.pods, g.bound, g.cpuOnly, g.boundCPUOnly = nil, map[string]string{}, nil, 0
+	g.pods, g.bound, g.cpuOnly = nil, map[string]string{}, nil
 	return nil
 }
 
@@ -780,9 +787,6 @@ func (h *harness) collectBinds(resumedAt time.Time) int {
 			touched = append(touched, g)
 		}
 		g.bound[r.pod] = r.node
-		if g.cpuOnly[r.pod] {
-			g.boundCPUOnly++
-		}
 		if h.nodePods[r.node] == nil {
 			h.nodePods[r.node] = map[string]bool{}
 		}
