@@ -183,7 +183,8 @@ func (s VictimSearch) Choose(feasible func(units []int) bool) VictimChoice {
 			}
 		}
 	}
-	// Reprieve from everything, violating units first, then the costliest.
+	// Reprieve from everything: units a budget covers first, then the
+	// costliest.
 	current := all
 	reprieve := append([]int(nil), all...)
 	sort.SliceStable(reprieve, func(a, b int) bool {

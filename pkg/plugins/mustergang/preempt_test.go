@@ -62,7 +62,7 @@ func (f *testFramework) preemptFor(t *testing.T, pod *v1.Pod) *gang.ActivePlan {
 	return f.plugin.registry.Plan(key)
 }
 
-func victimNames(f *testFramework, plan *gang.ActivePlan, pods []*v1.Pod) sets.Set[string] {
+func victimNames(plan *gang.ActivePlan, pods []*v1.Pod) sets.Set[string] {
 	out := sets.New[string]()
 	for _, p := range pods {
 		if plan.Evicted.Has(p.UID) {
@@ -89,7 +89,7 @@ func TestPreemptionLooksOnlyAtUnitsThatFreeGPUs(t *testing.T) {
 	if plan == nil {
 		t.Fatal("no preemption")
 	}
-	if got, want := victimNames(f, plan, pods), sets.New("low-0", "low-1"); !got.Equal(want) {
+	if got, want := victimNames(plan, pods), sets.New("low-0", "low-1"); !got.Equal(want) {
 		t.Errorf("victims %v, want %v", sets.List(got), sets.List(want))
 	}
 }
@@ -120,7 +120,7 @@ func TestPreemptionKeepsBudgetsAsASet(t *testing.T) {
 	if plan == nil {
 		t.Fatal("no preemption")
 	}
-	if got, want := victimNames(f, plan, pods), sets.New("low-0", "low-1", "low-2"); !got.Equal(want) {
+	if got, want := victimNames(plan, pods), sets.New("low-0", "low-1", "low-2"); !got.Equal(want) {
 		t.Errorf("victims %v, want %v (the budget allows one of db-0, db-1)", sets.List(got), sets.List(want))
 	}
 }
