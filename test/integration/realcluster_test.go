@@ -125,7 +125,7 @@ func TestPreemptionBesideCPUPods(t *testing.T) {
 // Two 8-GPU workers and a PS without GPU, rack required, land in the rack
 // that has two free 8-GPU nodes; counted in GPU slots, the PS made that
 // rack "too small" and the gang waited forever. A failed worker's
-// replacement then joins the gang's rack.
+// replacement then joins the gang's rack. Some nodes have 4 GPUs, not 8.
 func TestGPULessPSInRequiredRack(t *testing.T) {
 	var nodes []*corev1.Node
 	for _, rack := range []string{"r1", "r2"} {
@@ -133,6 +133,10 @@ func TestGPULessPSInRequiredRack(t *testing.T) {
 			nodes = append(nodes, gpuNode(fmt.Sprintf("%s-n%d", rack, i), 8).Rack(rack).Obj())
 		}
 	}
+	// Nodes of a second size: r2 then has as many free GPUs as the workers
+	// need (8 + 4 + 4), but only one node that holds a worker, and it is
+	// the tighter rack by free GPUs.
+	nodes = append(nodes, gpuNode("r2-s1", 4).Rack("r2").Obj(), gpuNode("r2-s2", 4).Rack("r2").Obj(), gpuNode("r1-s1", 4).Rack("r1").Obj())
 	c := startCluster(t, nodes...)
 	c.addBackground(4, nodes...)
 	c.fill("r1-n1", 8) // r1 keeps two free nodes
