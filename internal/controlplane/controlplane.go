@@ -1,6 +1,6 @@
 // Package controlplane runs a real Kubernetes control plane inside the current
-// process: embedded etcd, kube-apiserver, the Job and StatefulSet controllers, plus the muster
-// scheduler on demand. Integration tests and `make demo` use it; nothing is
+// process: embedded etcd, kube-apiserver, the Job, StatefulSet and
+// ResourceClaim controllers, plus the muster scheduler on demand. Integration tests and `make demo` use it; nothing is
 // downloaded and no external binary is started.
 package controlplane
 
@@ -28,13 +28,16 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/component-base/version"
+	"k8s.io/klog/v2"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	"k8s.io/kubernetes/pkg/controller/job"
+	"k8s.io/kubernetes/pkg/controller/resourceclaim"
 	"k8s.io/kubernetes/pkg/controller/statefulset"
 	"k8s.io/kubernetes/test/utils/ktesting"
 )
 
-// ControlPlane is a running etcd + kube-apiserver + Job and StatefulSet controllers.
+// ControlPlane is a running etcd + kube-apiserver + Job, StatefulSet and
+// ResourceClaim controllers.
 type ControlPlane struct {
 	// Config is an admin client configuration.
 	Config *rest.Config
@@ -48,7 +51,8 @@ type ControlPlane struct {
 
 // Start starts etcd, kube-apiserver (admission plugins ServiceAccount and
 // TaintNodesByCondition off, so plain Node objects are schedulable), installs
-// muster's CRDs and starts the Job and StatefulSet controllers. Everything stops in tb.Cleanup.
+// muster's CRDs and starts the Job, StatefulSet and ResourceClaim controllers.
+// Everything stops in tb.Cleanup.
 // Start fails tb on error. apiserverFlags are added to kube-apiserver's
 // (e.g. --authorization-mode=RBAC; the default authorizes everything).
 func Start(tb ktesting.TB, apiserverFlags ...string) *ControlPlane {
@@ -231,8 +235,11 @@ func writeKubeconfig(dir string, cfg *rest.Config) (string, error) {
 	return p, clientcmd.WriteToFile(*kc, p)
 }
 
-// startControllers runs the workload controllers muster serves: Job and
-// StatefulSet.
+// startControllers runs the workload controllers muster serves, Job and
+// StatefulSet, and kube-controller-manager's ResourceClaim controller: the
+// API server serves resource.k8s.io/v1 (DRA is GA), and without the
+// controller a pod naming a ResourceClaimTemplate never gets its claim, and
+// a deleted pod's claims stay allocated (reserved for a pod that is gone).
 func (cp *ControlPlane) startControllers() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	factory := informers.NewSharedInformerFactory(cp.Client, 0)
@@ -248,9 +255,18 @@ func (cp *ControlPlane) startControllers() error {
 	// StatefulSets are the other workload muster forms gangs of.
 	ssc := statefulset.NewStatefulSetController(ctx, factory.Core().V1().Pods(), factory.Apps().V1().StatefulSets(),
 		factory.Core().V1().PersistentVolumeClaims(), factory.Apps().V1().ControllerRevisions(), cp.Client)
+	// Its scheduling/v1beta1 PodGroup informer is only used with the
+	// DRAWorkloadResourceClaims and GenericWorkload gates, off by default.
+	rcc, err := resourceclaim.NewController(klog.FromContext(ctx), cp.Client, factory.Core().V1().Pods(),
+		factory.Scheduling().V1beta1().PodGroups(), factory.Resource().V1().ResourceClaims(),
+		factory.Resource().V1().ResourceClaimTemplates())
+	if err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
 	go jc.Run(ctx, 4)
 	go ssc.Run(ctx, 2)
+	go rcc.Run(ctx, 2)
 	return nil
 }
 

@@ -16,8 +16,12 @@ import (
 // StartGarbageCollector runs kube-controller-manager's garbage collector
 // until the test ends, so that deleting an owner deletes its dependents as in
 // a cluster: a deleted Job's pods, a deleted TFJob's pods and PodGroup, a
-// deleted Job's Kueue Workload. It finds CRDs installed later within
-// seconds. Start leaves it off: muster's own tests delete what they mean to.
+// deleted Job's Kueue Workload, a deleted pod's ResourceClaims (those the
+// ResourceClaim controller made from a template and the scheduler's
+// extended-resource claim, both owned by the pod; the ResourceClaim
+// controller only deallocates them and leaves the deletion to the
+// collector). It finds CRDs installed later within seconds. Start leaves it
+// off: muster's own tests delete what they mean to.
 func (cp *ControlPlane) StartGarbageCollector() error {
 	metadataClient, err := metadata.NewForConfig(cp.Config)
 	if err != nil {
