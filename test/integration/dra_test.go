@@ -277,12 +277,19 @@ func (c *cluster) nothingBoundNorAllocated(list func() []corev1.Pod) func() erro
 	}
 }
 
-// requireRefused checks that each of pods was tried and refused:
-// PodScheduled=False.
+// requireRefused checks that each of pods was tried and refused
+// (PodScheduled=False) and logs why.
 func requireRefused(t *testing.T, pods []corev1.Pod) {
 	t.Helper()
 	for _, p := range pods {
-		assert.True(t, unschedulableWith(&p), "pod %s has no PodScheduled=False condition: %+v", p.Name, p.Status.Conditions)
+		if !assert.True(t, unschedulableWith(&p), "pod %s has no PodScheduled=False condition: %+v", p.Name, p.Status.Conditions) {
+			continue
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled {
+				t.Logf("pod %s refused: %s", p.Name, cond.Message)
+			}
+		}
 	}
 }
 
