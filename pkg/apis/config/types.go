@@ -20,6 +20,9 @@ type MusterGangArgs struct {
 	// GPUResourceName is the extended resource that topology and bin-packing
 	// count.
 	GPUResourceName string
+	// GPUDeviceClasses are DeviceClasses whose devices count as GPUs,
+	// beside every class whose extendedResourceName is GPUResourceName.
+	GPUDeviceClasses []string
 	// TopologyPreset names a built-in set of levels (see v1.TopologyPresets);
 	// used when TopologyLevels is empty.
 	TopologyPreset string

@@ -30,6 +30,12 @@ func ValidateMusterGangArgs(path *field.Path, args *MusterGangArgs) error {
 		errs = append(errs, field.Invalid(path.Child("gpuResourceName"), args.GPUResourceName, msg))
 	}
 
+	for i, class := range args.GPUDeviceClasses {
+		for _, msg := range validation.IsDNS1123Subdomain(class) {
+			errs = append(errs, field.Invalid(path.Child("gpuDeviceClasses").Index(i), class, msg))
+		}
+	}
+
 	levelsPath := path.Child("topologyLevels")
 	if args.TopologyPreset != "" && !slices.Contains(TopologyPresetNames, args.TopologyPreset) {
 		errs = append(errs, field.NotSupported(path.Child("topologyPreset"), args.TopologyPreset, TopologyPresetNames))

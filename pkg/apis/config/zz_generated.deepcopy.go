@@ -13,6 +13,11 @@ import (
 func (in *MusterGangArgs) DeepCopyInto(out *MusterGangArgs) {
 	*out = *in
 	out.TypeMeta = in.TypeMeta
+	if in.GPUDeviceClasses != nil {
+		in, out := &in.GPUDeviceClasses, &out.GPUDeviceClasses
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.TopologyLevels != nil {
 		in, out := &in.TopologyLevels, &out.TopologyLevels
 		*out = make([]TopologyLevel, len(*in))

@@ -7,11 +7,15 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -57,6 +61,17 @@ type filterCheck struct {
 	// what blocks there is not GPUs (the planner screened them), so
 	// preemption looks at the pods on them.
 	refusedNodes map[string]bool
+
+	// dra is the per-trial view of DRA devices (see draCheck), made when
+	// the first member needs devices; nil while none has.
+	dra        *draCheck
+	draGPUs    *draGPUs
+	victimPods []*v1.Pod
+	// draOverrides: in a dry run with victims, a refusal by the
+	// DynamicResources plugin gives way to the per-trial view, which sees
+	// the victims' devices free. Only when that plugin is the profile's
+	// last Filter (muster's own aside), so no other Filter went unasked.
+	draOverrides bool
 }
 
 type memberNode struct {
@@ -84,6 +99,11 @@ func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, members []*fr
 		rejections:   map[string]string{},
 		rejected:     map[memberNode]bool{},
 		refusedNodes: map[string]bool{},
+		draGPUs:      p.dra,
+		victimPods:   victims,
+	}
+	if len(victims) > 0 && p.dra.enabled() {
+		c.draOverrides = draFiltersLast(fw)
 	}
 	for _, m := range members {
 		c.pods[m.Pod.UID] = m
@@ -201,6 +221,11 @@ type filterTrial struct {
 	placed []placedPod
 	states map[types.UID]*memberTrial
 	nodes  map[string]fwk.NodeInfo
+	// The trial's DRA devices: taken by placed members, the claims they
+	// allocated, and each member's devices from its last draFits.
+	draTaken  sets.Set[structured.DeviceID]
+	draClaims sets.Set[types.UID]
+	draChosen map[types.UID]draChoice
 }
 
 type placedPod struct {
@@ -265,12 +290,77 @@ func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 		}
 	}
 	status := t.filterWithNominated(pod, mt.state, ni)
-	if !status.IsSuccess() {
+	overridden := !status.IsSuccess() && c.draOverrides && status.Plugin() == dynamicresources.Name
+	if !status.IsSuccess() && !overridden {
+		c.refusedNodes[node.Name] = true
+		c.reject(pod, node.Name, status.Message())
+		return false
+	}
+	needed, err := t.draFits(member, ni)
+	if err != nil {
+		c.reject(pod, node.Name, err.Error())
+		return false
+	}
+	if overridden && !needed {
 		c.refusedNodes[node.Name] = true
 		c.reject(pod, node.Name, status.Message())
 		return false
 	}
 	return true
+}
+
+// draFits allocates the devices member needs on ni in the trial's DRA view
+// and keeps them for Place; needed is false when it needs none there.
+func (t *filterTrial) draFits(member *framework.PodInfo, ni fwk.NodeInfo) (needed bool, err error) {
+	c := t.c
+	if !c.draGPUs.enabled() {
+		return false, nil
+	}
+	pod := member.Pod
+	if len(pod.Spec.ResourceClaims) == 0 && c.draGPUs.extendedClaim(pod, member.CalculateResource().Resource.GetScalarResources(), ni) == nil {
+		return false, nil
+	}
+	if c.dra == nil {
+		if c.dra, err = c.draGPUs.newDRACheck(c.ctx, c.victimPods); err != nil {
+			return true, err
+		}
+	}
+	claims := c.dra.toAllocate(member, ni, t.draClaims)
+	if len(claims) == 0 {
+		return false, nil
+	}
+	devices, err := c.dra.allocate(c.ctx, ni.Node(), claims, t.draTaken)
+	if err != nil {
+		return true, err
+	}
+	if t.draChosen == nil {
+		t.draChosen = map[types.UID]draChoice{}
+	}
+	t.draChosen[pod.UID] = draChoice{node: ni.Node().Name, devices: devices, claims: claims}
+	return true, nil
+}
+
+// draChoice is the devices a member was given on a node by draFits.
+type draChoice struct {
+	node    string
+	devices []structured.DeviceID
+	claims  []*resourceapi.ResourceClaim
+}
+
+// draFiltersLast reports whether DynamicResources is the profile's last
+// Filter plugin, muster's own aside.
+func draFiltersLast(fw framework.Framework) bool {
+	plugins := fw.ListPlugins()
+	if plugins == nil {
+		return false
+	}
+	last := ""
+	for _, pl := range plugins.Filter.Enabled {
+		if pl.Name != Name {
+			last = pl.Name
+		}
+	}
+	return last == dynamicresources.Name
 }
 
 // filterWithNominated is RunFilterPluginsWithNominatedPods without the
@@ -320,6 +410,15 @@ func (t *filterTrial) Place(m *gang.Member, node *v1.Node) {
 	}
 	info := placedInfo(member, node.Name)
 	ni.AddPodInfo(info)
+	if chosen, ok := t.draChosen[m.UID]; ok && chosen.node == node.Name {
+		if t.draTaken == nil {
+			t.draTaken, t.draClaims = sets.New[structured.DeviceID](), sets.New[types.UID]()
+		}
+		t.draTaken.Insert(chosen.devices...)
+		for _, claim := range chosen.claims {
+			t.draClaims.Insert(claim.UID)
+		}
+	}
 	// A member is placed once per trial, so its own state never needs it.
 	t.placed = append(t.placed, placedPod{info: info, node: node.Name})
 }

@@ -11,9 +11,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
@@ -24,6 +26,7 @@ import (
 	kubeschedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	schedcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
@@ -180,11 +183,33 @@ func newTestFrameworkWith(t testing.TB, workers int32, nodes []*v1.Node, pods []
 		}
 		return pl, err
 	}
+	// A DeviceClass among the objects brings in dynamic resource
+	// allocation: the framework's DRA manager and the DynamicResources
+	// plugin, as kube-scheduler wires them, with the features of the
+	// default gates (NodeResourcesFit then leaves DRA-served extended
+	// resources to DynamicResources).
+	var fts feature.Features
+	var plugins []tf.RegisterPluginFunc
+	var opts []frameworkruntime.Option
+	for _, o := range extra {
+		if _, ok := o.(*resourceapi.DeviceClass); ok && opts == nil {
+			fts = feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+			manager, err := newDRAManager(ctx, client, factory)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts = append(opts, frameworkruntime.WithSharedDRAManager(manager))
+			newDRA := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+				return dynamicresources.New(ctx, &kubeschedulerconfig.DynamicResourcesArgs{FilterTimeout: &metav1.Duration{}}, h, fts)
+			}
+			plugins = append(plugins, tf.RegisterPluginAsExtensions(dynamicresources.Name, newDRA, "PreFilter", "Filter", "Reserve", "PreBind"))
+		}
+	}
 	newFit := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		return noderesources.NewFit(ctx, &kubeschedulerconfig.NodeResourcesFitArgs{
 			ScoringStrategy: &kubeschedulerconfig.ScoringStrategy{Type: kubeschedulerconfig.LeastAllocated,
 				Resources: []kubeschedulerconfig.ResourceSpec{{Name: "cpu", Weight: 1}}},
-		}, h, feature.Features{})
+		}, h, fts)
 	}
 	newAffinity := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		return interpodaffinity.New(ctx, &kubeschedulerconfig.InterPodAffinityArgs{}, h, feature.Features{})
@@ -192,13 +217,15 @@ func newTestFrameworkWith(t testing.TB, workers int32, nodes []*v1.Node, pods []
 	newUnschedulable := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		return nodeunschedulable.New(ctx, nil, h, feature.Features{})
 	}
-	fw, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+	plugins = append([]tf.RegisterPluginFunc{
 		tf.RegisterPluginAsExtensions(nodeunschedulable.Name, newUnschedulable, "Filter"),
 		tf.RegisterPluginAsExtensions(noderesources.Name, newFit, "PreFilter", "Filter"),
 		tf.RegisterPluginAsExtensions(interpodaffinity.Name, newAffinity, "PreFilter", "Filter"),
+	}, plugins...)
+	plugins = append(plugins,
 		tf.RegisterPluginAsExtensions(Name, newMuster, "QueueSort", "PreFilter", "Filter", "PostFilter", "Reserve", "Permit"),
-		tf.RegisterBindPlugin("DefaultBinder", func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) { return binder{}, nil }),
-	}, "muster",
+		tf.RegisterBindPlugin("DefaultBinder", func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) { return binder{}, nil }))
+	fw, err := tf.NewFramework(ctx, plugins, "muster", append(opts,
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithInformerFactory(factory),
 		frameworkruntime.WithSnapshotSharedLister(snapshot),
@@ -206,12 +233,15 @@ func newTestFrameworkWith(t testing.TB, workers int32, nodes []*v1.Node, pods []
 		frameworkruntime.WithPodActivator(queue),
 		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
 		frameworkruntime.WithEventRecorder(tfw.events),
-	)
+	)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
+	if len(opts) > 0 {
+		waitForDRA(t, fw.SharedDRAManager(), extra)
+	}
 	tfw.fw = fw
 	tfw.nodes, _ = snapshot.NodeInfos().List()
 	return tfw
@@ -651,24 +681,24 @@ func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
 		return out
 	}
 
-	views, generation := f.plugin.nodeViews(nodes)
+	views, generation := f.plugin.nodeViews(nodes, nil)
 	assert.Equal(t, []int64{8, 8}, gpus(views))
 	assert.Equal(t, max(n1.GetGeneration(), n2.GetGeneration()), generation)
 
 	held := map[string]gang.Resources{"n2": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 3}}}
 	assert.Equal(t, []int64{8, 5}, gpus(f.plugin.subtractHeld(views, held)), "held capacity subtracted from its node")
-	views, _ = f.plugin.nodeViews(nodes)
+	views, _ = f.plugin.nodeViews(nodes, nil)
 	assert.Equal(t, []int64{8, 8}, gpus(views), "the kept views were not changed by the subtraction")
 	other := map[string]gang.Resources{"n1": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 2}}}
 	assert.Equal(t, []int64{6, 8}, gpus(f.plugin.subtractHeld(views, other)), "the last subtraction is undone before the next")
 
 	n2.AddPod(worker("other", 0, 2, "n2"))
-	views, generation = f.plugin.nodeViews(nodes)
+	views, generation = f.plugin.nodeViews(nodes, nil)
 	assert.Equal(t, []int64{8, 6}, gpus(views), "a pod added to the node is seen")
 	assert.Equal(t, n2.GetGeneration(), generation, "the changed node raises the generation")
 
 	// The list reordered (a node left and came back): positions follow.
-	views, _ = f.plugin.nodeViews([]fwk.NodeInfo{n2, n1})
+	views, _ = f.plugin.nodeViews([]fwk.NodeInfo{n2, n1}, nil)
 	assert.Equal(t, []int64{3, 8}, gpus(f.plugin.subtractHeld(views, held)), "held found at the node's new position")
 }
 
@@ -820,7 +850,7 @@ func TestMemberRequestIsWhatTheNodeCounts(t *testing.T) {
 			ni.AddPod(pod)
 			counted := before
 			counted.Sub(gang.FreeOnNode(ni))
-			assert.Equal(t, counted, requestOf(pod))
+			assert.Equal(t, counted, (&Plugin{}).requestOf(pod))
 		})
 	}
 }

@@ -92,6 +92,7 @@ var (
 type cachedView struct {
 	info       fwk.NodeInfo
 	generation int64
+	draFree    int64 // the node's free DRA GPUs the view counts
 	view       gang.NodeView
 	pos        int
 }
@@ -110,6 +111,8 @@ type Plugin struct {
 	heldBuf   []gang.NodeView // viewBuf with other gangs' holdings taken out
 	heldTaken []int           // the positions where heldBuf differs from viewBuf
 	registry  *gang.Registry
+	// dra counts the GPUs dynamic resource allocation serves.
+	dra *draGPUs
 
 	pods      cache.Indexer
 	gangIndex string
@@ -173,6 +176,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	}
 	p.topology = gang.NewTopologyIndex(p.levels)
 	p.views = map[string]cachedView{}
+	p.dra = newDRAGPUs(h, v1.ResourceName(args.GPUResourceName), args.GPUDeviceClasses)
 	registerMetrics()
 
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()

@@ -152,7 +152,7 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 	if err != nil {
 		return nil, err
 	}
-	views, _ := p.nodeViews(nodes)
+	views, _ := p.nodeViews(nodes, p.dra.snapshot(ctx))
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	needGPUs := gang.NeededGPUs(gr.req)
 	lackGPUs := needGPUs - gang.FreeGPUs(p.subtractHeld(views, p.registry.Held(gr.info.key)), policy, gpu)
@@ -292,7 +292,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 		loneHere := lone(i)
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()
-			gpus := pi.CalculateResource().Resource.GetScalarResources()[gpu]
+			gpus := p.dra.withClaimGPUs(gang.RequestOf(pi.CalculateResource()), pod).Scalars[gpu]
 			k, inGang := gang.KeyOf(pod)
 			if !inGang && gpus == 0 && !loneHere {
 				continue

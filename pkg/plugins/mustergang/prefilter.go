@@ -46,7 +46,8 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			if len(st.held) > 0 {
 				// Filter reads the request only on nodes with held capacity;
 				// summing it costs the framework's PodRequests twice.
-				st.request = requestOf(pod)
+				st.request = p.requestOf(pod)
+				st.dra = p.dra.snapshot(ctx)
 			}
 			cs.Write(stateKey, st)
 			return nil, nil
@@ -161,7 +162,8 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 			nc = gang.ConstraintsOf(klog.FromContext(ctx), m)
 			byTemplate[tmpl] = nc
 		}
-		gr.req.Members = append(gr.req.Members, gang.Member{UID: m.UID, Name: m.Name, Request: gang.RequestOf(pi.CalculateResource()), Constraints: nc})
+		req := p.dra.withClaimGPUs(gang.RequestOf(pi.CalculateResource()), m)
+		gr.req.Members = append(gr.req.Members, gang.Member{UID: m.UID, Name: m.Name, Request: req, Constraints: nc})
 		// A nomination left from an earlier attempt (a failover, a Permit
 		// wait that ended) must not make the framework count this pending
 		// member twice against its own gang's plan.
@@ -172,9 +174,11 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 	return gr, nil
 }
 
-// requestOf is what pod needs, as the framework counts it on a node.
-func requestOf(pod *v1.Pod) gang.Resources {
-	return gang.RequestOf((&framework.PodInfo{Pod: pod}).CalculateResource())
+// requestOf is what pod needs, as the framework counts it on a node, with
+// the GPUs of its ResourceClaims: what it takes when pending, what its
+// eviction frees when bound.
+func (p *Plugin) requestOf(pod *v1.Pod) gang.Resources {
+	return p.dra.withClaimGPUs(gang.RequestOf((&framework.PodInfo{Pod: pod}).CalculateResource()), pod)
 }
 
 // computePlan plans the gang over the node views with what other gangs'
@@ -196,7 +200,7 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 		for _, v := range victims {
 			// Freed by the victims: a negative holding.
 			a := adjust[v.Spec.NodeName].Clone()
-			a.Sub(requestOf(v))
+			a.Sub(p.requestOf(v))
 			adjust[v.Spec.NodeName] = a
 		}
 	}
@@ -214,7 +218,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 	}
 	// A sibling's cycle found no plan on this very snapshot, with no plan
 	// dropped since: the answer is the same.
-	views, generation := p.nodeViews(nodes)
+	views, generation := p.nodeViews(nodes, p.dra.snapshot(ctx))
 	epoch := gang.Epoch{Snapshot: generation, Releases: p.registry.Releases()}
 	if !gr.alone {
 		if msg, ok := p.registry.Unplaceable(info.key, epoch, len(gr.candidates), gr.req.Needed, p.now()); ok {
@@ -311,7 +315,10 @@ func templateKey(pod *v1.Pod) string {
 // only the NodeInfos' generations: the returned slice is the one the last
 // call returned, with only the changed nodes' views rewritten. The planner
 // never writes a NodeView's Free (views share it).
-func (p *Plugin) nodeViews(nodes []fwk.NodeInfo) ([]gang.NodeView, int64) {
+//
+// The nodes' free DRA GPUs (dra, nil when none) are part of each view; a
+// change of them rewrites the node's view, and of the generation returned.
+func (p *Plugin) nodeViews(nodes []fwk.NodeInfo, dra *draState) ([]gang.NodeView, int64) {
 	p.viewsMu.Lock()
 	defer p.viewsMu.Unlock()
 	if len(p.views) > 2*len(nodes)+1024 {
@@ -328,10 +335,15 @@ func (p *Plugin) nodeViews(nodes []fwk.NodeInfo) ([]gang.NodeView, int64) {
 	}
 	views := p.viewBuf
 	var generation int64
+	gpu := v1.ResourceName(p.args.GPUResourceName)
 	for i, ni := range nodes {
 		gen := ni.GetGeneration()
 		generation = max(generation, gen)
-		if last != nil && last[i].info == ni && last[i].generation == gen {
+		var draFree int64
+		if dra != nil && ni.Node() != nil {
+			draFree = dra.free[ni.Node().Name]
+		}
+		if last != nil && last[i].info == ni && last[i].generation == gen && last[i].draFree == draFree {
 			continue // views[i] still holds its view
 		}
 		node := ni.Node()
@@ -343,14 +355,19 @@ func (p *Plugin) nodeViews(nodes []fwk.NodeInfo) ([]gang.NodeView, int64) {
 			continue
 		}
 		c, ok := p.views[node.Name]
-		if !ok || c.generation != gen || c.view.Node != node {
-			c = cachedView{generation: gen, view: gang.NewNodeView(node, gang.FreeOnNode(ni), v1.ResourceName(p.args.GPUResourceName),
+		if !ok || c.generation != gen || c.view.Node != node || c.draFree != draFree {
+			free := gang.FreeOnNode(ni)
+			nodeGPUs(&free, ni, gpu, draFree)
+			c = cachedView{generation: gen, draFree: draFree, view: gang.NewNodeView(node, free, gpu,
 				p.preemptible(node), p.reclaiming(node))}
 		}
 		c.info, c.pos = ni, i
 		p.views[node.Name] = c
 		p.lastViews[i] = c
 		views[i], p.heldBuf[i] = c.view, c.view
+	}
+	if dra != nil {
+		generation ^= dra.version << 1
 	}
 	return views, generation
 }

@@ -65,7 +65,7 @@ func (p *Plugin) queueKey(pod *v1.Pod) (time.Time, string) {
 // are the framework's path to the active queue; muster's own (wake.go) covers
 // what no registered event shows.
 func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
-	return []fwk.ClusterEventWithHint{
+	events := []fwk.ClusterEventWithHint{
 		// A new member can complete a gang's quorum.
 		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
@@ -80,7 +80,17 @@ func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint
 		// a node that only lost room (a reclaim notice taint, a cordon).
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint},
 			QueueingHintFn: nodeMayAddRoom},
-	}, nil
+	}
+	if p.dra.enabled() {
+		// DRA GPUs: a node's devices published or changed, a GPU class
+		// made or changed, a claim released or deleted (devices freed) or
+		// created (a member's claim from its template).
+		events = append(events,
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}},
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.DeviceClass, ActionType: fwk.Add | fwk.Update}},
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add | fwk.Update | fwk.Delete}})
+	}
+	return events, nil
 }
 
 func (p *Plugin) sameGangPod(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {

@@ -22,6 +22,8 @@ type cycleState struct {
 	// that gang plans hold.
 	held    map[string]gang.Resources
 	request gang.Resources
+	// dra is the nodes' free DRA GPUs when held capacity is checked.
+	dra *draState
 	// heldForVictims: PreFilter held the planned member back until the pods
 	// its plan preempted are gone.
 	heldForVictims bool

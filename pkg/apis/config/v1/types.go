@@ -20,6 +20,11 @@ type MusterGangArgs struct {
 	// GPUResourceName is the extended resource topology and bin-packing count.
 	// Default nvidia.com/gpu.
 	GPUResourceName *string `json:"gpuResourceName,omitempty"`
+	// GPUDeviceClasses are DeviceClasses whose devices count as GPUs
+	// beside every class whose extendedResourceName is GPUResourceName
+	// (dynamic resource allocation), e.g. gpu.nvidia.com for jobs that ask
+	// for devices with ResourceClaims.
+	GPUDeviceClasses []string `json:"gpuDeviceClasses,omitempty"`
 	// TopologyPreset picks built-in levels for a platform: default, gke,
 	// aws or topograph (see TopologyPresets). Ignored when TopologyLevels is
 	// set.

@@ -64,6 +64,7 @@ func autoConvert_v1_MusterGangArgs_To_config_MusterGangArgs(in *MusterGangArgs, 
 	if err := metav1.Convert_Pointer_string_To_string(&in.GPUResourceName, &out.GPUResourceName, s); err != nil {
 		return err
 	}
+	out.GPUDeviceClasses = *(*[]string)(unsafe.Pointer(&in.GPUDeviceClasses))
 	if err := metav1.Convert_Pointer_string_To_string(&in.TopologyPreset, &out.TopologyPreset, s); err != nil {
 		return err
 	}
@@ -91,6 +92,7 @@ func autoConvert_config_MusterGangArgs_To_v1_MusterGangArgs(in *config.MusterGan
 	if err := metav1.Convert_string_To_Pointer_string(&in.GPUResourceName, &out.GPUResourceName, s); err != nil {
 		return err
 	}
+	out.GPUDeviceClasses = *(*[]string)(unsafe.Pointer(&in.GPUDeviceClasses))
 	if err := metav1.Convert_string_To_Pointer_string(&in.TopologyPreset, &out.TopologyPreset, s); err != nil {
 		return err
 	}

@@ -28,6 +28,11 @@ func (in *MusterGangArgs) DeepCopyInto(out *MusterGangArgs) {
 		*out = new(string)
 		**out = **in
 	}
+	if in.GPUDeviceClasses != nil {
+		in, out := &in.GPUDeviceClasses, &out.GPUDeviceClasses
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.TopologyPreset != nil {
 		in, out := &in.TopologyPreset, &out.TopologyPreset
 		*out = new(string)

@@ -1,0 +1,403 @@
+package mustergang
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
+
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// draGPUs counts the GPUs dynamic resource allocation serves: the devices
+// of the GPU DeviceClasses (every class whose extendedResourceName is the
+// GPU resource, and the classes args.gpuDeviceClasses names) in the
+// ResourceSlices of each node. Everything is read from the framework's own
+// SharedDRAManager, the state the DynamicResources plugin allocates from
+// (slices, allocated and in-flight devices), never from a second informer.
+//
+// A node's GPUs are then one number for the planner, Filter and the
+// preemption search: the device-plugin GPUs (allocatable minus requested)
+// plus the free DRA devices of the GPU classes. A member's GPUs are its
+// extended-resource request (served by either path) plus the devices its
+// unallocated ResourceClaims ask for in GPU classes.
+type draGPUs struct {
+	manager fwk.SharedDRAManager // nil: DRA is off in this scheduler
+	gpu     v1.ResourceName
+	named   sets.Set[string] // args.GPUDeviceClasses
+
+	features structured.Features
+	cel      *cel.Cache
+
+	mu sync.Mutex
+	// slices keeps each ResourceSlice's GPU devices, recomputed when the
+	// slice's generation or the GPU classes change: matching a device
+	// against a class's CEL selectors costs microseconds, and a cluster has
+	// tens of thousands of devices.
+	slices   map[string]sliceGPUs // by slice name
+	classKey string               // the GPU classes (name@resourceVersion) slices were matched with
+}
+
+type sliceGPUs struct {
+	generation int64
+	node       string
+	devices    []structured.DeviceID // the slice's devices in GPU classes
+}
+
+func newDRAGPUs(h fwk.Handle, gpu v1.ResourceName, named []string) *draGPUs {
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	d := &draGPUs{gpu: gpu, named: sets.New(named...), slices: map[string]sliceGPUs{},
+		features: dynamicresources.AllocatorFeatures(fts),
+		cel: cel.NewCache(10, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity,
+			EnableListTypeAttributes: fts.EnableDRAListTypeAttributes})}
+	if fts.EnableDynamicResourceAllocation {
+		d.manager = h.SharedDRAManager()
+	}
+	return d
+}
+
+// enabled reports whether the scheduler allocates DRA devices at all.
+func (d *draGPUs) enabled() bool { return d != nil && d.manager != nil }
+
+// isGPUClass reports whether devices of class count as GPUs.
+func (d *draGPUs) isGPUClass(class *resourceapi.DeviceClass) bool {
+	if d.named.Has(class.Name) {
+		return true
+	}
+	return class.Spec.ExtendedResourceName != nil && v1.ResourceName(*class.Spec.ExtendedResourceName) == d.gpu
+}
+
+// gpuClass reports whether the class named name counts as GPUs; a class
+// that does not exist does not.
+func (d *draGPUs) gpuClass(name string) bool {
+	if d.named.Has(name) {
+		return true
+	}
+	class, err := d.manager.DeviceClasses().Get(name)
+	return err == nil && d.isGPUClass(class)
+}
+
+// draState is one plan's view of the DRA GPUs.
+type draState struct {
+	// free is each node's free devices in GPU classes; nodes without any
+	// are absent.
+	free map[string]int64
+	// version changes whenever free does (a fingerprint, for reusing a
+	// failed plan's answer only while nothing changed).
+	version int64
+}
+
+// snapshot reads the DRA GPUs now; nil when DRA is off or no GPU class has
+// a device.
+func (d *draGPUs) snapshot(ctx context.Context) *draState {
+	if !d.enabled() {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	classes, err := d.manager.DeviceClasses().List()
+	if err != nil {
+		logger.Error(err, "Listing DeviceClasses")
+		return nil
+	}
+	var gpuClasses []*resourceapi.DeviceClass
+	for _, c := range classes {
+		if d.isGPUClass(c) {
+			gpuClasses = append(gpuClasses, c)
+		}
+	}
+	if len(gpuClasses) == 0 {
+		return nil
+	}
+	sort.Slice(gpuClasses, func(i, j int) bool { return gpuClasses[i].Name < gpuClasses[j].Name })
+	var key strings.Builder
+	for _, c := range gpuClasses {
+		fmt.Fprintf(&key, "%s@%s,", c.Name, c.ResourceVersion)
+	}
+	slices, err := d.manager.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		logger.Error(err, "Listing ResourceSlices")
+		return nil
+	}
+	d.mu.Lock()
+	if key.String() != d.classKey {
+		d.slices, d.classKey = map[string]sliceGPUs{}, key.String()
+	}
+	kept := make(map[string]sliceGPUs, len(slices))
+	for _, s := range slices {
+		nodeName := ""
+		if s.Spec.NodeName != nil {
+			nodeName = *s.Spec.NodeName
+		}
+		if nodeName == "" {
+			continue // network-attached devices: no node's GPUs
+		}
+		c, ok := d.slices[s.Name]
+		if !ok || c.generation != s.Generation {
+			c = sliceGPUs{generation: s.Generation, node: nodeName, devices: d.matchGPUs(ctx, s, gpuClasses)}
+		}
+		kept[s.Name] = c
+	}
+	d.slices = kept
+	d.mu.Unlock()
+
+	allocated, err := d.manager.ResourceClaims().ListAllAllocatedDevices()
+	if err != nil {
+		logger.Error(err, "Listing allocated devices")
+		return nil
+	}
+	st := &draState{free: map[string]int64{}}
+	for _, c := range kept {
+		for _, id := range c.devices {
+			if !allocated.Has(id) {
+				st.free[c.node]++
+				st.version++
+			}
+		}
+		st.version += c.generation << 20
+	}
+	if len(st.free) == 0 && len(allocated) == 0 {
+		return nil
+	}
+	return st
+}
+
+// matchGPUs lists the devices of slice that some GPU class selects.
+func (d *draGPUs) matchGPUs(ctx context.Context, slice *resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass) []structured.DeviceID {
+	var ids []structured.DeviceID
+	for i := range slice.Spec.Devices {
+		dev := &slice.Spec.Devices[i]
+		input := cel.Device{Driver: slice.Spec.Driver, AllowMultipleAllocations: dev.AllowMultipleAllocations,
+			Attributes: dev.Attributes, Capacity: dev.Capacity}
+		for _, class := range classes {
+			if d.selects(ctx, class, input) {
+				ids = append(ids, structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, dev.Name))
+				break
+			}
+		}
+	}
+	return ids
+}
+
+// selects evaluates the class's selectors on the device; a selector that
+// does not compile or fails selects nothing.
+func (d *draGPUs) selects(ctx context.Context, class *resourceapi.DeviceClass, dev cel.Device) bool {
+	for _, sel := range class.Spec.Selectors {
+		if sel.CEL == nil {
+			continue
+		}
+		expr := d.cel.GetOrCompile(sel.CEL.Expression)
+		if expr.Error != nil {
+			return false
+		}
+		ok, _, err := expr.DeviceMatches(ctx, dev)
+		if err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeGPUs sets a node's free GPUs in free to what both paths offer: its
+// device-plugin GPUs (allocatable minus requested) and its free DRA
+// devices. On a node with no GPU allocatable, pods' GPU requests were
+// served by DRA: they are among the allocated devices, not subtracted from
+// allocatable again.
+func nodeGPUs(free *gang.Resources, ni fwk.NodeInfo, gpu v1.ResourceName, draFree int64) {
+	devicePlugin := ni.GetAllocatable().GetScalarResources()[gpu] > 0
+	switch {
+	case devicePlugin && draFree == 0:
+	case devicePlugin:
+		free.Scalars[gpu] += draFree
+	case draFree > 0 || free.Scalars[gpu] != 0:
+		if free.Scalars == nil {
+			free.Scalars = map[v1.ResourceName]int64{}
+		}
+		free.Scalars[gpu] = draFree
+	}
+}
+
+// podClaims are the ResourceClaims pod references, resolved as the
+// DynamicResources plugin resolves them (a template's claim through the
+// pod's status); a claim not created yet is left out (the plugin's
+// PreEnqueue holds the pod until it exists).
+func (d *draGPUs) podClaims(pod *v1.Pod) []*resourceapi.ResourceClaim {
+	if !d.enabled() || len(pod.Spec.ResourceClaims) == 0 {
+		return nil
+	}
+	var claims []*resourceapi.ResourceClaim
+	for _, ref := range pod.Spec.ResourceClaims {
+		name := ""
+		switch {
+		case ref.ResourceClaimName != nil:
+			name = *ref.ResourceClaimName
+		case ref.ResourceClaimTemplateName != nil:
+			for _, s := range pod.Status.ResourceClaimStatuses {
+				if s.Name == ref.Name && s.ResourceClaimName != nil {
+					name = *s.ResourceClaimName
+				}
+			}
+		}
+		if name == "" {
+			continue
+		}
+		claim, err := d.manager.ResourceClaims().Get(pod.Namespace, name)
+		if err != nil {
+			continue
+		}
+		claims = append(claims, claim)
+	}
+	return claims
+}
+
+// claimGPUs is how many devices of GPU classes claim asks for: each
+// ExactCount request's count, 1 for an All request or a prioritized list
+// (at least one device; the filters decide the rest).
+func (d *draGPUs) claimGPUs(claim *resourceapi.ResourceClaim) int64 {
+	var n int64
+	for _, r := range claim.Spec.Devices.Requests {
+		switch {
+		case r.Exactly != nil:
+			if !d.gpuClass(r.Exactly.DeviceClassName) {
+				continue
+			}
+			if r.Exactly.AllocationMode == resourceapi.DeviceAllocationModeAll {
+				n++
+			} else {
+				n += max(r.Exactly.Count, 1)
+			}
+		case len(r.FirstAvailable) > 0:
+			least := int64(-1)
+			for _, sub := range r.FirstAvailable {
+				c := int64(0)
+				if d.gpuClass(sub.DeviceClassName) {
+					c = max(sub.Count, 1)
+				}
+				if least < 0 || c < least {
+					least = c
+				}
+			}
+			n += max(least, 0)
+		}
+	}
+	return n
+}
+
+// allocatedGPUs is how many of claim's allocated devices are in GPU
+// classes.
+func (d *draGPUs) allocatedGPUs(claim *resourceapi.ResourceClaim) int64 {
+	if claim.Status.Allocation == nil {
+		return 0
+	}
+	classes := map[string]string{}
+	for _, r := range claim.Spec.Devices.Requests {
+		if r.Exactly != nil {
+			classes[r.Name] = r.Exactly.DeviceClassName
+		}
+		for _, sub := range r.FirstAvailable {
+			classes[r.Name+"/"+sub.Name] = sub.DeviceClassName
+		}
+	}
+	var n int64
+	for _, res := range claim.Status.Allocation.Devices.Results {
+		if class, ok := classes[res.Request]; ok && d.gpuClass(class) {
+			n++
+		}
+	}
+	return n
+}
+
+// withClaimGPUs adds to req (a pod's request as the framework counts it)
+// the GPUs of the pod's ResourceClaims: those still to allocate when
+// pending, those allocated to it when bound (what its eviction frees). A
+// claim shared with other pods is counted for none of them: it is
+// allocated once, for all, and its devices are not any one member's.
+func (d *draGPUs) withClaimGPUs(req gang.Resources, pod *v1.Pod) gang.Resources {
+	claims := d.podClaims(pod)
+	var n int64
+	for _, c := range claims {
+		if shared(c, pod) {
+			continue
+		}
+		if pod.Spec.NodeName == "" {
+			if c.Status.Allocation == nil {
+				n += d.claimGPUs(c)
+			}
+		} else {
+			n += d.allocatedGPUs(c)
+		}
+	}
+	if n == 0 {
+		return req
+	}
+	if req.Scalars == nil {
+		req.Scalars = map[v1.ResourceName]int64{}
+	}
+	req.Scalars[d.gpu] += n
+	return req
+}
+
+// shared reports whether claim serves other pods than pod: it is reserved
+// for another, or it is no template's claim of pod's own.
+func shared(claim *resourceapi.ResourceClaim, pod *v1.Pod) bool {
+	for _, r := range claim.Status.ReservedFor {
+		if r.UID != pod.UID {
+			return true
+		}
+	}
+	for _, o := range claim.OwnerReferences {
+		if o.UID == pod.UID {
+			return false
+		}
+	}
+	// A claim the user created and referenced by name: shared unless only
+	// this pod may use it, which the API cannot say. Count it for the pod
+	// (a claim per worker is the common case).
+	return false
+}
+
+// extendedClaim is the claim the DynamicResources plugin makes for pod's
+// extended resources on a node without them in allocatable (a DRA node),
+// with the same requests: one per resource, ExactCount of the class the
+// resource maps to. nil when the node serves them all by device plugin.
+func (d *draGPUs) extendedClaim(pod *v1.Pod, requested map[v1.ResourceName]int64, ni fwk.NodeInfo) *resourceapi.ResourceClaim {
+	var reqs []resourceapi.DeviceRequest
+	names := make([]string, 0, len(requested))
+	for name := range requested {
+		names = append(names, string(name))
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		rn := v1.ResourceName(name)
+		q := requested[rn]
+		if q <= 0 || !schedutil.IsDRAExtendedResourceName(rn) || ni.GetAllocatable().GetScalarResources()[rn] > 0 {
+			continue
+		}
+		class := d.manager.DeviceClassResolver().GetDeviceClass(rn)
+		if class == nil {
+			continue
+		}
+		reqs = append(reqs, resourceapi.DeviceRequest{Name: fmt.Sprintf("request-%d", i), Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: class.Name, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: q}})
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name + "-extended-resources", UID: pod.UID + "-extended-resources"},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: reqs}},
+	}
+}

@@ -1,0 +1,294 @@
+package mustergang
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
+	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/internal/testobj"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// newDRAManager is the framework's DRA manager over factory, wired as
+// kube-scheduler wires it (the extended-resource cache fed by the
+// DeviceClass informer).
+func newDRAManager(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) (fwk.SharedDRAManager, error) {
+	logger := klog.FromContext(ctx)
+	claims := assumecache.NewAssumeCache(logger, factory.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
+	tracker, err := resourceslicetracker.StartTracker(ctx, resourceslicetracker.Options{
+		SliceInformer: factory.Resource().V1().ResourceSlices(), KubeClient: client})
+	if err != nil {
+		return nil, err
+	}
+	manager := dynamicresources.NewDRAManager(ctx, claims, tracker, factory)
+	if erCache, ok := manager.DeviceClassResolver().(*extendedresourcecache.ExtendedResourceCache); ok && erCache != nil {
+		if _, err := factory.Resource().V1().DeviceClasses().Informer().AddEventHandler(erCache); err != nil {
+			return nil, err
+		}
+	}
+	return manager, nil
+}
+
+// waitForDRA waits until the DRA manager's caches (filled by informer
+// handlers after the informers synced) hold the claims and slices among
+// objects.
+func waitForDRA(t testing.TB, manager fwk.SharedDRAManager, objects []runtime.Object) {
+	t.Helper()
+	var claims, slices int
+	var extended []v1.ResourceName
+	for _, o := range objects {
+		switch o := o.(type) {
+		case *resourceapi.ResourceClaim:
+			claims++
+		case *resourceapi.ResourceSlice:
+			slices++
+		case *resourceapi.DeviceClass:
+			if o.Spec.ExtendedResourceName != nil {
+				extended = append(extended, v1.ResourceName(*o.Spec.ExtendedResourceName))
+			}
+		}
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		c, err := manager.ResourceClaims().List()
+		if err != nil {
+			return false, err
+		}
+		s, err := manager.ResourceSlices().ListWithDeviceTaintRules()
+		for _, name := range extended {
+			if manager.DeviceClassResolver().GetDeviceClass(name) == nil {
+				return false, err
+			}
+		}
+		return len(c) == claims && len(s) == slices, err
+	})
+	if err != nil {
+		t.Fatalf("DRA manager caches: %v", err)
+	}
+}
+
+const gpuClassName = "gpu.nvidia.com"
+
+// gpuClass serves nvidia.com/gpu requests from the devices of driver
+// gpu.nvidia.com, as NVIDIA's DRA driver publishes them.
+func gpuClass() *resourceapi.DeviceClass {
+	return &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: gpuClassName},
+		Spec: resourceapi.DeviceClassSpec{
+			ExtendedResourceName: ptr.To("nvidia.com/gpu"),
+			Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.nvidia.com"`}}},
+		}}
+}
+
+// gpuSlice publishes node's GPUs: one device per model given.
+func gpuSlice(node string, models ...string) *resourceapi.ResourceSlice {
+	s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-gpus"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: gpuClassName, NodeName: ptr.To(node),
+			Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}}}
+	for i, m := range models {
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: fmt.Sprintf("gpu-%d", i),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"model": {StringValue: ptr.To(m)}}})
+	}
+	return s
+}
+
+// draNode is a node without nvidia.com/gpu in allocatable: its GPUs, if
+// any, come from a ResourceSlice.
+func draNode(name, rack string) *v1.Node { return testobj.MakeNode(name).Rack(rack).Obj() }
+
+// claimWorker is member i of Job j with a ResourceClaim of its own for
+// one GPU device, of model when model is set.
+func claimWorker(i int, model string) (*v1.Pod, *resourceapi.ResourceClaim) {
+	pod := worker("j", i, 0, "")
+	pod.Spec.Affinity = nil
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: pod.Name + "-gpu", UID: types.UID(pod.Name + "-gpu")},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}
+	if model != "" {
+		claim.Spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf(`device.attributes["gpu.nvidia.com"].model == %q`, model)}}}
+	}
+	pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim.Name)}}
+	pod.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpu"}}
+	return pod, claim
+}
+
+func draObjects(slices ...*resourceapi.ResourceSlice) []runtime.Object {
+	objs := []runtime.Object{gpuClass()}
+	for _, s := range slices {
+		objs = append(objs, s)
+	}
+	return objs
+}
+
+func slotsByNode(plan *gang.ActivePlan) map[string]int {
+	out := map[string]int{}
+	for _, node := range plan.Slots {
+		out[node]++
+	}
+	return out
+}
+
+func TestDRAExtendedResourceGPUsArePlanned(t *testing.T) {
+	// Four 8-GPU workers (plain nvidia.com/gpu requests) on nodes whose
+	// GPUs are DRA devices of a class with extendedResourceName
+	// nvidia.com/gpu: with three such nodes there is no plan, with four
+	// one worker per node.
+	workers := func() []*v1.Pod {
+		pods := make([]*v1.Pod, 4)
+		for i := range pods {
+			pods[i] = worker("j", i, 8, "")
+			pods[i].Spec.Affinity = nil
+		}
+		return pods
+	}
+	eight := []string{"a100", "a100", "a100", "a100", "a100", "a100", "a100", "a100"}
+
+	t.Run("three nodes", func(t *testing.T) {
+		nodes := []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1"), draNode("n3", "r1")}
+		pods := workers()
+		f := newTestFrameworkWith(t, 4, nodes, pods, draObjects(gpuSlice("n1", eight...), gpuSlice("n2", eight...), gpuSlice("n3", eight...))...)
+		_, status := f.preFilter(t, pods[0])
+		require.False(t, status.IsSuccess())
+		assert.Contains(t, status.Message(), "nvidia.com/gpu")
+		key, _ := gang.KeyOf(pods[0])
+		assert.Nil(t, f.plugin.registry.Plan(key), "no plan, nothing held")
+	})
+	t.Run("four nodes", func(t *testing.T) {
+		nodes := []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1"), draNode("n3", "r1"), draNode("n4", "r1")}
+		pods := workers()
+		f := newTestFrameworkWith(t, 4, nodes, pods, draObjects(gpuSlice("n1", eight...), gpuSlice("n2", eight...), gpuSlice("n3", eight...), gpuSlice("n4", eight...))...)
+		_, status := f.preFilter(t, pods[0])
+		require.True(t, status.IsSuccess(), status.Message())
+		key, _ := gang.KeyOf(pods[0])
+		assert.Equal(t, map[string]int{"n1": 1, "n2": 1, "n3": 1, "n4": 1}, slotsByNode(f.plugin.registry.Plan(key)))
+	})
+}
+
+func TestDRAMixedNodesAreOnePool(t *testing.T) {
+	// One DRA node and one device-plugin node of 8 GPUs each: a gang of
+	// two 8-GPU workers spans both.
+	nodes := []*v1.Node{draNode("dra", "r1"), testobj.MakeNode("dp").GPUs(8).Rack("r1").Obj()}
+	pods := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+	f := newTestFrameworkWith(t, 2, nodes, pods, draObjects(gpuSlice("dra", "a", "a", "a", "a", "a", "a", "a", "a"))...)
+	_, status := f.preFilter(t, pods[0])
+	require.True(t, status.IsSuccess(), status.Message())
+	key, _ := gang.KeyOf(pods[0])
+	assert.Equal(t, map[string]int{"dra": 1, "dp": 1}, slotsByNode(f.plugin.registry.Plan(key)))
+}
+
+func TestDRAClaimsPerWorker(t *testing.T) {
+	// Workers with a one-device ResourceClaim each: their GPUs are their
+	// claims' devices, so four of them need four devices.
+	setup := func(t *testing.T, slices ...*resourceapi.ResourceSlice) (*testFramework, []*v1.Pod) {
+		var nodes []*v1.Node
+		for _, s := range slices {
+			nodes = append(nodes, draNode(*s.Spec.NodeName, "r1"))
+		}
+		var pods []*v1.Pod
+		objs := draObjects(slices...)
+		for i := range 4 {
+			pod, claim := claimWorker(i, "")
+			pods = append(pods, pod)
+			objs = append(objs, claim)
+		}
+		return newTestFrameworkWith(t, 4, nodes, pods, objs...), pods
+	}
+	t.Run("three devices", func(t *testing.T) {
+		f, pods := setup(t, gpuSlice("n1", "a"), gpuSlice("n2", "a"), gpuSlice("n3", "a"))
+		_, status := f.preFilter(t, pods[0])
+		require.False(t, status.IsSuccess(), "four one-device claims on three devices")
+		key, _ := gang.KeyOf(pods[0])
+		assert.Nil(t, f.plugin.registry.Plan(key))
+	})
+	t.Run("four devices", func(t *testing.T) {
+		f, pods := setup(t, gpuSlice("n1", "a"), gpuSlice("n2", "a"), gpuSlice("n3", "a"), gpuSlice("n4", "a"))
+		_, status := f.preFilter(t, pods[0])
+		require.True(t, status.IsSuccess(), status.Message())
+		key, _ := gang.KeyOf(pods[0])
+		assert.Equal(t, map[string]int{"n1": 1, "n2": 1, "n3": 1, "n4": 1}, slotsByNode(f.plugin.registry.Plan(key)))
+	})
+}
+
+func TestDRATrialSeesEarlierMembersDevices(t *testing.T) {
+	// n1 has two GPUs but only one a100; n2 has one a100. Two workers each
+	// claim an a100: by count n1 holds both, but the DynamicResources
+	// Filter of the second would still see n1's a100 free. The plan's
+	// per-trial view gives it to the first worker, so the second goes to
+	// n2: the plan the cycles will allocate.
+	nodes := []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1")}
+	objs := draObjects(gpuSlice("n1", "a100", "h100"), gpuSlice("n2", "a100"))
+	var pods []*v1.Pod
+	for i := range 2 {
+		pod, claim := claimWorker(i, "a100")
+		pods = append(pods, pod)
+		objs = append(objs, claim)
+	}
+	f := newTestFrameworkWith(t, 2, nodes, pods, objs...)
+	_, status := f.preFilter(t, pods[0])
+	require.True(t, status.IsSuccess(), status.Message())
+	key, _ := gang.KeyOf(pods[0])
+	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, slotsByNode(f.plugin.registry.Plan(key)))
+}
+
+func TestDRAClaimAskingForMoreThanAnyNodeHas(t *testing.T) {
+	// One worker's claim asks for 4 devices; no node has more than 2: no
+	// plan, and the message says the devices do not satisfy its claims.
+	nodes := []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1")}
+	objs := draObjects(gpuSlice("n1", "a", "a"), gpuSlice("n2", "a", "a"))
+	pod, claim := claimWorker(0, "")
+	claim.Spec.Devices.Requests[0].Exactly.Count = 4
+	objs = append(objs, claim)
+	f := newTestFrameworkWith(t, 1, nodes, []*v1.Pod{pod}, objs...)
+	_, status := f.preFilter(t, pod)
+	require.False(t, status.IsSuccess())
+	assert.True(t, strings.Contains(status.Message(), "nvidia.com/gpu") || strings.Contains(status.Message(), "claim"), status.Message())
+}
+
+func TestNodeGPUs(t *testing.T) {
+	gpu := v1.ResourceName("nvidia.com/gpu")
+	for _, tc := range []struct {
+		name        string
+		allocatable int64
+		free        int64 // allocatable minus requested
+		draFree     int64
+		want        int64
+	}{
+		{"device plugin only", 8, 3, 0, 3},
+		{"DRA only, requests served by DRA", 0, -16, 8, 8},
+		{"DRA only, all allocated", 0, -16, 0, 0},
+		{"both on one node", 8, 2, 4, 6},
+		{"no GPUs", 0, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := testobj.MakeNode("n").Obj()
+			if tc.allocatable > 0 {
+				node = testobj.MakeNode("n").GPUs(tc.allocatable).Obj()
+			}
+			ni := framework.NewNodeInfo()
+			ni.SetNode(node)
+			free := gang.Resources{Scalars: map[v1.ResourceName]int64{gpu: tc.free}}
+			nodeGPUs(&free, ni, gpu, tc.draFree)
+			assert.Equal(t, tc.want, free.Scalars[gpu])
+		})
+	}
+}
