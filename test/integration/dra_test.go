@@ -304,8 +304,8 @@ func (c *cluster) waitPods(what string, want int, list func() []corev1.Pod) []co
 	return pods
 }
 
-// logDRAStateOnFailure logs the test namespace's pods and every claim and
-// slice when the test failed.
+// logDRAStateOnFailure logs the test namespace's pods and Events and every
+// claim when the test failed.
 func (c *cluster) logDRAStateOnFailure() {
 	if !c.t.Failed() {
 		return
@@ -320,6 +320,12 @@ func (c *cluster) logDRAStateOnFailure() {
 			c.t.Logf("pod %s: node %q nominated %q deleting %v phase %s extendedResourceClaimStatus %+v resourceClaimStatuses %s conditions %v",
 				p.Name, p.Spec.NodeName, p.Status.NominatedNodeName, p.DeletionTimestamp != nil, p.Status.Phase,
 				p.Status.ExtendedResourceClaimStatus, describeClaimStatuses(p.Status.ResourceClaimStatuses), conds)
+		}
+	}
+	events, err := c.Client.EventsV1().Events(c.ns).List(c.ctx, metav1.ListOptions{})
+	if err == nil {
+		for _, e := range events.Items {
+			c.t.Logf("event %s on %s %s: %s", e.Reason, e.Regarding.Kind, e.Regarding.Name, e.Note)
 		}
 	}
 	for _, claim := range c.claims() {
