@@ -48,19 +48,77 @@ type draGPUs struct {
 	// slice's generation or the GPU classes change: matching a device
 	// against a class's CEL selectors costs microseconds, and a cluster has
 	// tens of thousands of devices.
-	slices   map[string]sliceGPUs // by slice name
-	classKey string               // the GPU classes (name@resourceVersion) slices were matched with
+	slices   map[string]*sliceGPUs // by slice name
+	classKey string                // the GPU classes (name@resourceVersion) slices were matched with
+	pass     uint64                // index calls, to find slices that are gone
+	// byNode are the slices by node ("" for those that are no one node's),
+	// rebuilt when a slice comes, goes or changes; never written after.
+	byNode map[string][]*resourceapi.ResourceSlice
 }
 
 type sliceGPUs struct {
-	generation int64
-	node       string
-	devices    []structured.DeviceID // the slice's devices in GPU classes
+	slice   *resourceapi.ResourceSlice
+	node    string
+	devices []structured.DeviceID // the slice's devices in GPU classes
+	seen    uint64                // the last index pass that listed it
+}
+
+// index brings slices and byNode up to date with the listed slices; only
+// new or changed slices are matched against the GPU classes. d.mu is held.
+func (d *draGPUs) index(ctx context.Context, slices []*resourceapi.ResourceSlice, gpuClasses []*resourceapi.DeviceClass) {
+	d.pass++
+	changed := d.byNode == nil
+	for _, s := range slices {
+		c := d.slices[s.Name]
+		if c == nil || c.slice.UID != s.UID || c.slice.Generation != s.Generation {
+			c = &sliceGPUs{slice: s}
+			if s.Spec.NodeName != nil {
+				c.node = *s.Spec.NodeName
+			}
+			if c.node != "" { // network-attached devices are no node's GPUs
+				c.devices = d.matchGPUs(ctx, s, gpuClasses)
+			}
+			d.slices[s.Name] = c
+			changed = true
+		}
+		c.slice, c.seen = s, d.pass
+	}
+	if len(d.slices) != len(slices) {
+		for name, c := range d.slices {
+			if c.seen != d.pass {
+				delete(d.slices, name)
+			}
+		}
+		changed = true
+	}
+	if changed {
+		byNode := make(map[string][]*resourceapi.ResourceSlice, len(d.slices))
+		for _, c := range d.slices {
+			byNode[c.node] = append(byNode[c.node], c.slice)
+		}
+		d.byNode = byNode
+	}
+}
+
+// slicesByNode is the slices by node as the last snapshot indexed them,
+// indexing them now when no snapshot did (no GPU class exists).
+func (d *draGPUs) slicesByNode(ctx context.Context) (map[string][]*resourceapi.ResourceSlice, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.byNode != nil {
+		return d.byNode, nil
+	}
+	slices, err := d.manager.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, err
+	}
+	d.index(ctx, slices, nil)
+	return d.byNode, nil
 }
 
 func newDRAGPUs(h fwk.Handle, gpu v1.ResourceName, named []string) *draGPUs {
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
-	d := &draGPUs{gpu: gpu, named: sets.New(named...), slices: map[string]sliceGPUs{},
+	d := &draGPUs{gpu: gpu, named: sets.New(named...), slices: map[string]*sliceGPUs{},
 		features: dynamicresources.AllocatorFeatures(fts),
 		cel: cel.NewCache(10, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity,
 			EnableListTypeAttributes: fts.EnableDRAListTypeAttributes})}
@@ -134,24 +192,10 @@ func (d *draGPUs) snapshot(ctx context.Context) *draState {
 	}
 	d.mu.Lock()
 	if key.String() != d.classKey {
-		d.slices, d.classKey = map[string]sliceGPUs{}, key.String()
+		d.slices, d.classKey = map[string]*sliceGPUs{}, key.String()
 	}
-	kept := make(map[string]sliceGPUs, len(slices))
-	for _, s := range slices {
-		nodeName := ""
-		if s.Spec.NodeName != nil {
-			nodeName = *s.Spec.NodeName
-		}
-		if nodeName == "" {
-			continue // network-attached devices: no node's GPUs
-		}
-		c, ok := d.slices[s.Name]
-		if !ok || c.generation != s.Generation {
-			c = sliceGPUs{generation: s.Generation, node: nodeName, devices: d.matchGPUs(ctx, s, gpuClasses)}
-		}
-		kept[s.Name] = c
-	}
-	d.slices = kept
+	d.index(ctx, slices, gpuClasses)
+	indexed := d.slices
 	d.mu.Unlock()
 
 	allocated, err := d.manager.ResourceClaims().ListAllAllocatedDevices()
@@ -159,15 +203,15 @@ func (d *draGPUs) snapshot(ctx context.Context) *draState {
 		logger.Error(err, "Listing allocated devices")
 		return nil
 	}
-	st := &draState{free: map[string]int64{}}
-	for _, c := range kept {
+	st := &draState{free: make(map[string]int64, len(indexed))}
+	for _, c := range indexed {
 		for _, id := range c.devices {
 			if !allocated.Has(id) {
 				st.free[c.node]++
 				st.version++
 			}
 		}
-		st.version += c.generation << 20
+		st.version += c.slice.Generation << 20
 	}
 	if len(st.free) == 0 && len(allocated) == 0 {
 		return nil

@@ -58,19 +58,12 @@ func (d *draGPUs) newDRACheck(ctx context.Context, victims []*v1.Pod) (*draCheck
 		state = &structured.AllocatedState{AllocatedDevices: devices,
 			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
 	}
-	list, err := d.manager.ResourceSlices().ListWithDeviceTaintRules()
+	byNode, err := d.slicesByNode(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c := &draCheck{d: d, allocated: state, slices: map[string][]*resourceapi.ResourceSlice{},
+	c := &draCheck{d: d, allocated: state, slices: byNode,
 		onNode: map[string]sets.Set[structured.DeviceID]{}, claims: map[types.UID][]*resourceapi.ResourceClaim{}}
-	for _, s := range list {
-		node := ""
-		if s.Spec.NodeName != nil {
-			node = *s.Spec.NodeName
-		}
-		c.slices[node] = append(c.slices[node], s)
-	}
 	c.free(victims)
 	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -24,6 +25,13 @@ import (
 func BenchmarkPlanGang(b *testing.B) {
 	forEachPlanCase(b, func(b *testing.B, f *testFramework, pods []*v1.Pod) {
 		key, _ := gang.KeyOf(pods[0])
+		// One plan first, as a running scheduler has made: the caches
+		// kept between plans (node views, DRA slices matched to classes)
+		// are warm.
+		if _, status := f.preFilter(b, pods[0]); !status.IsSuccess() {
+			b.Fatalf("PreFilter: %v", status)
+		}
+		f.plugin.registry.Forget(key)
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, status := f.preFilter(b, pods[0]); !status.IsSuccess() {
@@ -84,20 +92,42 @@ func BenchmarkFrameworkFloor(b *testing.B) {
 }
 
 // forEachPlanCase runs bench over empty 8-GPU nodes in 32-node racks for
-// each cluster size and gang shape.
+// each cluster size and gang shape. At 5000 nodes the GPUs are also served
+// by dynamic resource allocation ("-dra": no nvidia.com/gpu allocatable,
+// one 8-device ResourceSlice per node, a DeviceClass with
+// extendedResourceName nvidia.com/gpu), with the real DynamicResources
+// plugin in the profile.
 func forEachPlanCase(b *testing.B, bench func(b *testing.B, f *testFramework, pods []*v1.Pod)) {
-	for _, n := range []int{1000, 5000, 15000} {
+	for _, c := range []struct {
+		n   int
+		dra bool
+	}{{1000, false}, {5000, false}, {5000, true}, {15000, false}} {
+		n := c.n
 		nodes := make([]*v1.Node, n)
+		var extra []runtime.Object
 		for i := range nodes {
-			nodes[i] = testobj.MakeNode(fmt.Sprintf("n%05d", i)).GPUs(8).
-				Rack(fmt.Sprintf("r%d", i/32)).Zone(fmt.Sprintf("z%d", i/32%4)).Obj()
+			name := fmt.Sprintf("n%05d", i)
+			node := testobj.MakeNode(name).Rack(fmt.Sprintf("r%d", i/32)).Zone(fmt.Sprintf("z%d", i/32%4))
+			if c.dra {
+				extra = append(extra, gpuSlice(name, "a100", "a100", "a100", "a100", "a100", "a100", "a100", "a100"))
+			} else {
+				node.GPUs(8)
+			}
+			nodes[i] = node.Obj()
+		}
+		if c.dra {
+			extra = append(extra, gpuClass())
+		}
+		cluster := fmt.Sprintf("nodes=%d", n)
+		if c.dra {
+			cluster += "-dra"
 		}
 		for _, g := range []struct {
 			workers    int
 			gpus       int64
 			onePerNode bool
 		}{{8, 8, false}, {64, 8, false}, {8, 1, false}, {8, 1, true}, {64, 8, true}} {
-			name := fmt.Sprintf("nodes=%d/%dx%dgpu", n, g.workers, g.gpus)
+			name := fmt.Sprintf("%s/%dx%dgpu", cluster, g.workers, g.gpus)
 			if g.onePerNode {
 				name += "-onepernode"
 			}
@@ -109,7 +139,7 @@ func forEachPlanCase(b *testing.B, bench func(b *testing.B, f *testFramework, po
 						pods[i].Spec.Affinity = nil
 					}
 				}
-				bench(b, newTestFramework(b, int32(g.workers), nodes, pods), pods)
+				bench(b, newTestFrameworkWith(b, int32(g.workers), nodes, pods, extra...), pods)
 			})
 		}
 	}
