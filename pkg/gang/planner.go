@@ -12,10 +12,13 @@ import (
 )
 
 // Level is one topology level: a name users write in annotations and the node
-// label whose value names a node's domain at that level.
+// label whose value names a node's domain at that level, or a device
+// attribute whose value on the node's devices names it (a DRA driver's
+// NVLink clique, say; resolved through TopologyIndex.SetDeviceDomains).
 type Level struct {
-	Name  string
-	Label string
+	Name      string
+	Label     string
+	Attribute string
 }
 
 // clusterLevel is the implicit widest domain: every eligible node.
@@ -526,7 +529,7 @@ func domainsAt(req Request, li int, sc *scan, minGPU int64, slots []int, minMemb
 	none := func(func(*domain) bool) {}
 	// Members that already run fix the domain: every one of them must be
 	// in it, so at most one domain of this level qualifies.
-	boundValue, boundOK := boundDomainAt(req, req.Levels[li].Label)
+	boundValue, boundOK := boundDomainAt(req, sc.topo, li)
 	if !boundOK {
 		return req.Levels[li].Name, none
 	}
@@ -589,16 +592,16 @@ func (s *domainSums) reset(n int) (gpus, spot []int64, room, count []int32) {
 	return gpus, spot, room, count
 }
 
-// boundDomainAt is the domain (label value) holding every bound member's
-// node: "" when the gang has no bound members; ok is false when they span
-// several domains of this level or a bound node lacks the label.
-func boundDomainAt(req Request, label string) (value string, ok bool) {
+// boundDomainAt is the domain (label or attribute value) holding every
+// bound member's node: "" when the gang has no bound members; ok is false
+// when they span several domains of this level or a bound node has none.
+func boundDomainAt(req Request, topo *TopologyIndex, level int) (value string, ok bool) {
 	for _, name := range req.BoundNodes {
 		n := req.boundNodes[name]
 		if n == nil {
 			continue // the node is gone from the snapshot
 		}
-		v := n.Labels[label]
+		v := topo.valueOf(level, n)
 		if v == "" || (value != "" && v != value) {
 			return "", false
 		}

@@ -32,6 +32,46 @@ type TopologyIndex struct {
 	// recent remembers the last answers of domainsOf: consecutive plans
 	// mostly see the same node objects in the same order.
 	recent []domainsAnswer
+	// devices resolves the levels named by a device attribute; its
+	// version changes whenever an answer may have.
+	devices        DeviceDomains
+	devicesVersion int64
+}
+
+// DeviceDomains names a node's domain at a level taken from a device
+// attribute: the attribute's value on the node's devices ("" for none).
+type DeviceDomains interface {
+	Domain(node, attribute string) string
+}
+
+// SetDeviceDomains makes d resolve the attribute levels; a new version
+// forgets every node's remembered domains.
+func (t *TopologyIndex) SetDeviceDomains(d DeviceDomains, version int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.devices == d && t.devicesVersion == version {
+		return
+	}
+	t.devices, t.devicesVersion = d, version
+	t.nodes, t.recent = map[*v1.Node][]int32{}, nil
+}
+
+// valueOf is node's domain name at level l.
+func (t *TopologyIndex) valueOf(l int, node *v1.Node) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.valueLocked(l, node)
+}
+
+func (t *TopologyIndex) valueLocked(l int, node *v1.Node) string {
+	level := t.levels[l]
+	if level.Attribute == "" {
+		return node.Labels[level.Label]
+	}
+	if t.devices == nil {
+		return ""
+	}
+	return t.devices.Domain(node.Name, level.Attribute)
 }
 
 type domainsAnswer struct {
@@ -131,8 +171,8 @@ func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, groups
 		ids, ok := t.nodes[nodes[i].Node]
 		if !ok {
 			ids = make([]int32, len(t.levels))
-			for l, level := range t.levels {
-				ids[l] = t.idLocked(l, nodes[i].Node.Labels[level.Label])
+			for l := range t.levels {
+				ids[l] = t.idLocked(l, t.valueLocked(l, nodes[i].Node))
 			}
 			t.nodes[nodes[i].Node] = ids
 		}

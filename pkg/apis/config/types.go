@@ -43,6 +43,10 @@ type MusterGangArgs struct {
 type TopologyLevel struct {
 	Name      string
 	NodeLabel string
+	// DeviceAttribute, when set instead of NodeLabel, is a DRA device
+	// attribute (domain/name) whose value on the node's devices names the
+	// node's domain.
+	DeviceAttribute string
 }
 
 // NodeMatcherSource says where a NodeMatcher looks.

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -52,12 +53,22 @@ func ValidateMusterGangArgs(path *field.Path, args *MusterGangArgs) error {
 			errs = append(errs, field.Duplicate(p.Child("name"), level.Name))
 		}
 		names.Insert(level.Name)
-		if msgs := validation.IsQualifiedName(level.NodeLabel); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(p.Child("nodeLabel"), level.NodeLabel, msgs[0]))
-		} else if labels.Has(level.NodeLabel) {
-			errs = append(errs, field.Duplicate(p.Child("nodeLabel"), level.NodeLabel))
+		source, value := p.Child("nodeLabel"), level.NodeLabel
+		if level.DeviceAttribute != "" {
+			source, value = p.Child("deviceAttribute"), level.DeviceAttribute
+			if level.NodeLabel != "" {
+				errs = append(errs, field.Invalid(p.Child("nodeLabel"), level.NodeLabel, "a level has a nodeLabel or a deviceAttribute, not both"))
+			}
+			if !strings.Contains(value, "/") {
+				errs = append(errs, field.Invalid(source, value, "must be domain/name, the domain being the driver's"))
+			}
 		}
-		labels.Insert(level.NodeLabel)
+		if msgs := validation.IsQualifiedName(value); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(source, value, msgs[0]))
+		} else if labels.Has(value) {
+			errs = append(errs, field.Duplicate(source, value))
+		}
+		labels.Insert(value)
 	}
 
 	for i, m := range args.PreemptibleNodeMatchers {

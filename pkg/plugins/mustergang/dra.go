@@ -54,6 +54,12 @@ type draGPUs struct {
 	// byNode are the slices by node ("" for those that are no one node's),
 	// rebuilt when a slice comes, goes or changes; never written after.
 	byNode map[string][]*resourceapi.ResourceSlice
+	// attributes are the device attributes topology levels are named by;
+	// domains[attribute][node] their values, rebuilt with byNode, and
+	// version counts the rebuilds.
+	attributes []string
+	domains    map[string]map[string]string
+	version    int64
 }
 
 type sliceGPUs struct {
@@ -64,8 +70,14 @@ type sliceGPUs struct {
 }
 
 // index brings slices and byNode up to date with the listed slices; only
-// new or changed slices are matched against the GPU classes. d.mu is held.
-func (d *draGPUs) index(ctx context.Context, slices []*resourceapi.ResourceSlice, gpuClasses []*resourceapi.DeviceClass) {
+// new or changed slices are matched against the GPU classes, all of them
+// when a GPU class changed. It returns how many GPU classes exist. d.mu is
+// held.
+func (d *draGPUs) index(ctx context.Context, slices []*resourceapi.ResourceSlice) int {
+	gpuClasses, key := d.gpuClasses(ctx)
+	if key != d.classKey {
+		d.slices, d.classKey = map[string]*sliceGPUs{}, key
+	}
 	d.pass++
 	changed := d.byNode == nil
 	for _, s := range slices {
@@ -97,7 +109,111 @@ func (d *draGPUs) index(ctx context.Context, slices []*resourceapi.ResourceSlice
 			byNode[c.node] = append(byNode[c.node], c.slice)
 		}
 		d.byNode = byNode
+		d.domains = d.attributeDomains(byNode)
+		d.version++
 	}
+	return len(gpuClasses)
+}
+
+// gpuClasses lists the GPU classes, by name, and a key that changes when
+// any of them changes.
+func (d *draGPUs) gpuClasses(ctx context.Context) ([]*resourceapi.DeviceClass, string) {
+	classes, err := d.manager.DeviceClasses().List()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing DeviceClasses")
+		return nil, ""
+	}
+	var gpuClasses []*resourceapi.DeviceClass
+	for _, c := range classes {
+		if d.isGPUClass(c) {
+			gpuClasses = append(gpuClasses, c)
+		}
+	}
+	sort.Slice(gpuClasses, func(i, j int) bool { return gpuClasses[i].Name < gpuClasses[j].Name })
+	var key strings.Builder
+	for _, c := range gpuClasses {
+		fmt.Fprintf(&key, "%s@%s,", c.Name, c.ResourceVersion)
+	}
+	return gpuClasses, key.String()
+}
+
+// attributeDomains maps each topology attribute to each node's value of
+// it: that of the first device (in slice and device order) that has it.
+func (d *draGPUs) attributeDomains(byNode map[string][]*resourceapi.ResourceSlice) map[string]map[string]string {
+	if len(d.attributes) == 0 {
+		return nil
+	}
+	out := map[string]map[string]string{}
+	for _, attr := range d.attributes {
+		values := map[string]string{}
+		for node, slices := range byNode {
+			if node == "" {
+				continue
+			}
+			sorted := append([]*resourceapi.ResourceSlice(nil), slices...)
+			sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+			for _, s := range sorted {
+				if v := attributeOf(s, attr); v != "" {
+					values[node] = v
+					break
+				}
+			}
+		}
+		out[attr] = values
+	}
+	return out
+}
+
+// attributeOf is the value of attribute (domain/name) on the slice's first
+// device that has it; a device may write the name alone when the domain is
+// its driver's.
+func attributeOf(s *resourceapi.ResourceSlice, attribute string) string {
+	domain, name, _ := strings.Cut(attribute, "/")
+	for i := range s.Spec.Devices {
+		attrs := s.Spec.Devices[i].Attributes
+		a, ok := attrs[resourceapi.QualifiedName(attribute)]
+		if !ok && domain == s.Spec.Driver {
+			a, ok = attrs[resourceapi.QualifiedName(name)]
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case a.StringValue != nil:
+			return *a.StringValue
+		case a.IntValue != nil:
+			return fmt.Sprint(*a.IntValue)
+		case a.BoolValue != nil:
+			return fmt.Sprint(*a.BoolValue)
+		case a.VersionValue != nil:
+			return *a.VersionValue
+		}
+	}
+	return ""
+}
+
+// Domain is node's domain at a level named by a device attribute.
+func (d *draGPUs) Domain(node, attribute string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.domains[attribute][node]
+}
+
+// topologyVersion indexes the slices when topology levels are named by
+// device attributes and returns the version of the domains they give.
+func (d *draGPUs) topologyVersion(ctx context.Context) int64 {
+	if !d.enabled() || len(d.attributes) == 0 {
+		return 0
+	}
+	slices, err := d.manager.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing ResourceSlices")
+		return d.version
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.index(ctx, slices)
+	return d.version
 }
 
 // slicesByNode is the slices by node as the last snapshot indexed them,
@@ -112,11 +228,11 @@ func (d *draGPUs) slicesByNode(ctx context.Context) (map[string][]*resourceapi.R
 	if err != nil {
 		return nil, err
 	}
-	d.index(ctx, slices, nil)
+	d.index(ctx, slices)
 	return d.byNode, nil
 }
 
-func newDRAGPUs(h fwk.Handle, gpu v1.ResourceName, named []string) *draGPUs {
+func newDRAGPUs(h fwk.Handle, gpu v1.ResourceName, named []string, levels []gang.Level) *draGPUs {
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	d := &draGPUs{gpu: gpu, named: sets.New(named...), slices: map[string]*sliceGPUs{},
 		features: dynamicresources.AllocatorFeatures(fts),
@@ -124,6 +240,11 @@ func newDRAGPUs(h fwk.Handle, gpu v1.ResourceName, named []string) *draGPUs {
 			EnableListTypeAttributes: fts.EnableDRAListTypeAttributes})}
 	if fts.EnableDynamicResourceAllocation {
 		d.manager = h.SharedDRAManager()
+	}
+	for _, l := range levels {
+		if l.Attribute != "" {
+			d.attributes = append(d.attributes, l.Attribute)
+		}
 	}
 	return d
 }
@@ -166,45 +287,23 @@ func (d *draGPUs) snapshot(ctx context.Context) *draState {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	classes, err := d.manager.DeviceClasses().List()
-	if err != nil {
-		logger.Error(err, "Listing DeviceClasses")
-		return nil
-	}
-	var gpuClasses []*resourceapi.DeviceClass
-	for _, c := range classes {
-		if d.isGPUClass(c) {
-			gpuClasses = append(gpuClasses, c)
-		}
-	}
-	if len(gpuClasses) == 0 {
-		return nil
-	}
-	sort.Slice(gpuClasses, func(i, j int) bool { return gpuClasses[i].Name < gpuClasses[j].Name })
-	var key strings.Builder
-	for _, c := range gpuClasses {
-		fmt.Fprintf(&key, "%s@%s,", c.Name, c.ResourceVersion)
-	}
 	slices, err := d.manager.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
 		logger.Error(err, "Listing ResourceSlices")
 		return nil
 	}
-	d.mu.Lock()
-	if key.String() != d.classKey {
-		d.slices, d.classKey = map[string]*sliceGPUs{}, key.String()
-	}
-	d.index(ctx, slices, gpuClasses)
-	indexed := d.slices
-	d.mu.Unlock()
-
 	allocated, err := d.manager.ResourceClaims().ListAllAllocatedDevices()
 	if err != nil {
 		logger.Error(err, "Listing allocated devices")
 		return nil
 	}
-	st := &draState{free: make(map[string]int64, len(indexed))}
-	for _, c := range indexed {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.index(ctx, slices) == 0 {
+		return nil // no GPU class
+	}
+	st := &draState{free: make(map[string]int64, len(d.slices))}
+	for _, c := range d.slices {
 		for _, id := range c.devices {
 			if !allocated.Has(id) {
 				st.free[c.node]++

@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/testobj"
+	"github.com/muster-sched/muster/pkg/apis/config"
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
@@ -291,4 +292,34 @@ func TestNodeGPUs(t *testing.T) {
 			assert.Equal(t, tc.want, free.Scalars[gpu])
 		})
 	}
+}
+
+func TestDRATopologyFromDeviceAttribute(t *testing.T) {
+	// The "clique" level takes a node's domain from its GPUs' clique
+	// attribute. Clique A (n1, n4) has 8 + 4 free GPUs, clique B (n2, n3)
+	// 16: a gang of two 8-GPU workers that requires one clique lands in B.
+	args := defaultArgs(t)
+	args.TopologyLevels = append([]config.TopologyLevel{{Name: "node", NodeLabel: "kubernetes.io/hostname"},
+		{Name: "clique", DeviceAttribute: "gpu.nvidia.com/clique"}}, args.TopologyLevels[1:]...)
+	withClique := func(s *resourceapi.ResourceSlice, clique string) *resourceapi.ResourceSlice {
+		for i := range s.Spec.Devices {
+			s.Spec.Devices[i].Attributes["clique"] = resourceapi.DeviceAttribute{StringValue: ptr.To(clique)}
+		}
+		return s
+	}
+	eight := []string{"a", "a", "a", "a", "a", "a", "a", "a"}
+	nodes := []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1"), draNode("n3", "r1"), draNode("n4", "r1")}
+	objs := append(draObjects(withClique(gpuSlice("n1", eight...), "A"), withClique(gpuSlice("n2", eight...), "B"),
+		withClique(gpuSlice("n3", eight...), "B"), withClique(gpuSlice("n4", "a", "a", "a", "a"), "A")), args)
+	pods := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+	for _, p := range pods {
+		p.Annotations = map[string]string{gang.AnnotationTopologyRequired: "clique"}
+	}
+	f := newTestFrameworkWith(t, 2, nodes, pods, objs...)
+	_, status := f.preFilter(t, pods[0])
+	require.True(t, status.IsSuccess(), status.Message())
+	key, _ := gang.KeyOf(pods[0])
+	plan := f.plugin.registry.Plan(key)
+	assert.Equal(t, map[string]int{"n2": 1, "n3": 1}, slotsByNode(plan))
+	assert.Equal(t, "B", plan.Domain)
 }

@@ -158,7 +158,16 @@ func newTestFrameworkWith(t testing.TB, workers int32, nodes []*v1.Node, pods []
 	t.Cleanup(cancel)
 	// The pods' namespace exists, as on a real cluster: InterPodAffinity
 	// looks up its labels in every PreFilter.
-	objects := append([]runtime.Object{gangJob("j", workers), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}}, extra...)
+	// Plugin args among the objects replace the defaults.
+	args := defaultArgs(t)
+	objects := []runtime.Object{gangJob("j", workers), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}}
+	for _, o := range extra {
+		if a, ok := o.(*config.MusterGangArgs); ok {
+			args = a
+			continue
+		}
+		objects = append(objects, o)
+	}
 	var bound []*v1.Pod
 	for _, p := range pods {
 		objects = append(objects, p)
@@ -175,7 +184,6 @@ func newTestFrameworkWith(t testing.TB, workers int32, nodes []*v1.Node, pods []
 	queue := &fakeQueue{nominated: map[string][]fwk.PodInfo{}}
 	tfw := &testFramework{queue: queue, clock: clocktesting.NewFakeClock(t0.Add(time.Hour)),
 		events: &events.FakeRecorder{Events: make(chan string, 1000), Verbose: true}}
-	args := defaultArgs(t)
 	newMuster := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		pl, err := Factory(tfw.clock)(ctx, args, h)
 		if err == nil {

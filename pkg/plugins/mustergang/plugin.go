@@ -172,11 +172,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	}()
 	p.status = newStatusWriter(p)
 	for _, l := range args.TopologyLevels {
-		p.levels = append(p.levels, gang.Level{Name: l.Name, Label: l.NodeLabel})
+		p.levels = append(p.levels, gang.Level{Name: l.Name, Label: l.NodeLabel, Attribute: l.DeviceAttribute})
 	}
 	p.topology = gang.NewTopologyIndex(p.levels)
 	p.views = map[string]cachedView{}
-	p.dra = newDRAGPUs(h, v1.ResourceName(args.GPUResourceName), args.GPUDeviceClasses)
+	p.dra = newDRAGPUs(h, v1.ResourceName(args.GPUResourceName), args.GPUDeviceClasses, p.levels)
 	registerMetrics()
 
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()

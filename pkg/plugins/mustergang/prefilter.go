@@ -229,6 +229,9 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 	// entered it hold capacity no plan accounts for: release them first.
 	released := p.rejectWaiting(info.key, nil, fmt.Sprintf("gang %s is being planned again", info.key))
 
+	if p.dra.enabled() && len(p.dra.attributes) > 0 {
+		p.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion(ctx))
+	}
 	start := p.now()
 	plan, check, err := p.computePlan(ctx, gr, views, nil)
 	planDuration.Observe(p.now().Sub(start).Seconds())

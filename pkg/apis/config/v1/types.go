@@ -53,7 +53,12 @@ type TopologyLevel struct {
 	// Name is what pods write in muster.dev/topology-required/-preferred.
 	Name string `json:"name"`
 	// NodeLabel is the node label whose value names the node's domain.
-	NodeLabel string `json:"nodeLabel"`
+	NodeLabel string `json:"nodeLabel,omitempty"`
+	// DeviceAttribute, instead of NodeLabel, takes the node's domain from
+	// a device attribute its DRA driver publishes in the node's
+	// ResourceSlices (domain/name, e.g. the NVLink clique of NVIDIA's
+	// driver): the value of the first of the node's devices that has it.
+	DeviceAttribute string `json:"deviceAttribute,omitempty"`
 }
 
 // NodeMatcher matches a node label or taint by key and optionally value.
