@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -322,4 +323,47 @@ func TestDRATopologyFromDeviceAttribute(t *testing.T) {
 	plan := f.plugin.registry.Plan(key)
 	assert.Equal(t, map[string]int{"n2": 1, "n3": 1}, slotsByNode(plan))
 	assert.Equal(t, "B", plan.Domain)
+}
+
+// allocatedExtendedClaim is the claim the DynamicResources plugin made for
+// pod's nvidia.com/gpu on node: all of its devices, reserved for pod.
+func allocatedExtendedClaim(pod *v1.Pod, node string, devices int) *resourceapi.ResourceClaim {
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name + "-extended-resources", UID: types.UID(pod.Name + "-claim"),
+			Annotations:     map[string]string{resourceapi.ExtendedResourceClaimAnnotation: "true"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true)}}},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "container-0-request-0",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(devices)}}}}},
+		Status: resourceapi.ResourceClaimStatus{ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}},
+	}
+	alloc := &resourceapi.AllocationResult{}
+	for i := range devices {
+		alloc.Devices.Results = append(alloc.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: "container-0-request-0", Driver: gpuClassName, Pool: node, Device: fmt.Sprintf("gpu-%d", i)})
+	}
+	claim.Status.Allocation = alloc
+	pod.Status.ExtendedResourceClaimStatus = &v1.PodExtendedResourceClaimStatus{ResourceClaimName: claim.Name}
+	return claim
+}
+
+func TestDRAPreemptionFreesVictimsDevices(t *testing.T) {
+	// A low-priority 2x8 gang holds every DRA GPU of n1 and n2. The
+	// DynamicResources plugin cannot see a victim's devices freed (it has
+	// no PreFilterExtensions); muster's per-trial view does, so the
+	// high-priority 2x8 gang evicts the low gang whole.
+	eight := []string{"a", "a", "a", "a", "a", "a", "a", "a"}
+	low := lowGang("low", "n1", "n2")
+	objs := draObjects(gpuSlice("n1", eight...), gpuSlice("n2", eight...))
+	for i, p := range low {
+		objs = append(objs, allocatedExtendedClaim(p, []string{"n1", "n2"}[i], 8))
+	}
+	high := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+	for _, p := range high {
+		p.Spec.Priority = ptr.To[int32](100)
+	}
+	f := newTestFrameworkWith(t, 2, []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1")}, append(low, high...), objs...)
+	plan := f.preemptFor(t, high[0])
+	require.NotNil(t, plan, "no preemption")
+	assert.Equal(t, []string{"low-0", "low-1"}, sets.List(victimNames(plan, low)))
+	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, slotsByNode(plan))
 }
