@@ -49,7 +49,7 @@ type draGPUs struct {
 	// against a class's CEL selectors costs microseconds, and a cluster has
 	// tens of thousands of devices.
 	slices   map[string]*sliceGPUs // by slice name
-	classKey string                // the GPU classes (name@resourceVersion) slices were matched with
+	classKey string                // the GPU classes and selectors slices were matched with
 	pass     uint64                // index calls, to find slices that are gone
 	// byNode are the slices by node ("" for those that are no one node's),
 	// rebuilt when a slice comes, goes or changes; never written after.
@@ -130,9 +130,16 @@ func (d *draGPUs) gpuClasses(ctx context.Context) ([]*resourceapi.DeviceClass, s
 		}
 	}
 	sort.Slice(gpuClasses, func(i, j int) bool { return gpuClasses[i].Name < gpuClasses[j].Name })
+	// The key is what decides which devices a class selects.
 	var key strings.Builder
 	for _, c := range gpuClasses {
-		fmt.Fprintf(&key, "%s@%s,", c.Name, c.ResourceVersion)
+		fmt.Fprintf(&key, "%s{", c.Name)
+		for _, sel := range c.Spec.Selectors {
+			if sel.CEL != nil {
+				fmt.Fprintf(&key, "%q,", sel.CEL.Expression)
+			}
+		}
+		key.WriteString("}")
 	}
 	return gpuClasses, key.String()
 }

@@ -367,3 +367,50 @@ func TestDRAPreemptionFreesVictimsDevices(t *testing.T) {
 	assert.Equal(t, []string{"low-0", "low-1"}, sets.List(victimNames(plan, low)))
 	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, slotsByNode(plan))
 }
+
+func TestDRAClassThatDoesNotExist(t *testing.T) {
+	// A worker's claim names a DeviceClass nobody created: no plan, and
+	// the message says which class.
+	nodes := []*v1.Node{draNode("n1", "r1")}
+	pod, claim := claimWorker(0, "")
+	claim.Spec.Devices.Requests[0].Exactly.DeviceClassName = "gpu.example.com"
+	f := newTestFrameworkWith(t, 1, nodes, []*v1.Pod{pod}, append(draObjects(gpuSlice("n1", "a")), claim)...)
+	_, status := f.preFilter(t, pod)
+	require.False(t, status.IsSuccess())
+	assert.Contains(t, status.Message(), "device class gpu.example.com does not exist")
+}
+
+func TestDRAClassChangedWhileGangWaits(t *testing.T) {
+	// The GPU class's selector changes so it no longer selects the nodes'
+	// devices: the next plan counts no DRA GPU there; changed back, the
+	// gang is planned.
+	eight := []string{"a", "a", "a", "a", "a", "a", "a", "a"}
+	pods := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+	f := newTestFrameworkWith(t, 2, []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1")}, pods,
+		draObjects(gpuSlice("n1", eight...), gpuSlice("n2", eight...))...)
+	setSelector := func(expr string) {
+		t.Helper()
+		ctx := context.Background()
+		class, err := f.fw.ClientSet().ResourceV1().DeviceClasses().Get(ctx, gpuClassName, metav1.GetOptions{})
+		require.NoError(t, err)
+		class.Spec.Selectors[0].CEL.Expression = expr
+		_, err = f.fw.ClientSet().ResourceV1().DeviceClasses().Update(ctx, class, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			seen, err := f.fw.SharedDRAManager().DeviceClasses().Get(gpuClassName)
+			return err == nil && seen.Spec.Selectors[0].CEL.Expression == expr, nil
+		}))
+	}
+	key, _ := gang.KeyOf(pods[0])
+
+	setSelector(`device.driver == "gpu.example.com"`)
+	_, status := f.preFilter(t, pods[0])
+	require.False(t, status.IsSuccess(), "the class selects no device")
+	assert.Contains(t, status.Message(), "0 free nvidia.com/gpu")
+	assert.Nil(t, f.plugin.registry.Plan(key))
+
+	setSelector(`device.driver == "gpu.nvidia.com"`)
+	_, status = f.preFilter(t, pods[0])
+	require.True(t, status.IsSuccess(), status.Message())
+	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, slotsByNode(f.plugin.registry.Plan(key)))
+}
