@@ -104,6 +104,28 @@ func TestLeastPrivilege(t *testing.T) {
 	// The work: a gang is scheduled and its TF_CONFIG Secret written.
 	c.createJob(jobSpec{name: "mnist", workers: 2, gpus: 8, labels: map[string]string{"muster.dev/tf-config": "true"}, subdomain: "mnist"})
 	c.waitJobBound("mnist", 2)
+
+	// DRA GPUs under the same role: the scheduler makes each pod's claim
+	// for its nvidia.com/gpu, allocates it and reserves it for the pod.
+	if _, err := admin.Client.ResourceV1().DeviceClasses().Create(ctx, testobj.GPUDeviceClass(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.addDRANode("dra-1", 8)
+	c.addDRANode("dra-2", 8)
+	c.createJob(jobSpec{name: "dra", workers: 2, gpus: 8})
+	c.waitJobBound("dra", 2)
+	c.waitFor("the dra Job's pods hold allocated claims", 30*time.Second, func() (bool, error) {
+		pods, err := admin.Client.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=dra"})
+		if err != nil {
+			return false, err
+		}
+		for i := range pods.Items {
+			if c.extendedClaimAllocated(&pods.Items[i], 8) != nil {
+				return false, nil
+			}
+		}
+		return len(pods.Items) == 2, nil
+	})
 	c.waitFor("TF_CONFIG Secret written by the controller", 30*time.Second, func() (bool, error) {
 		_, err := admin.Client.CoreV1().Secrets(c.ns).Get(ctx, "mnist-tf-config", metav1.GetOptions{})
 		return err == nil, nil
