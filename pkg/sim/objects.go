@@ -40,6 +40,9 @@ func nodeObject(n nodeSpec, cpu, memory resource.Quantity) *v1.Node {
 	if n.spot {
 		node.Spot()
 	}
+	if n.dra {
+		node.NoGPUResource() // its GPUs are the devices of its ResourceSlice
+	}
 	return node.Obj()
 }
 

@@ -64,15 +64,20 @@ func (d *deletions) take() []string {
 
 // deleteReactor sees every pod deletion before the tracker applies it. A
 // deletion the simulator did not announce is a preemption: it is recorded,
-// and the informers' delete is awaited like the simulator's own. It runs
+// and the informers' delete is awaited like the simulator's own. A pod
+// that owns ResourceClaims will have them released (dra.go). It runs
 // under the fake's lock, so it uses only the tracker.
 func (h *harness) deleteReactor(action k8stesting.Action) (bool, runtime.Object, error) {
 	del, ok := action.(k8stesting.DeleteAction)
 	if !ok {
 		return false, nil, nil
 	}
-	if _, err := h.cs.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), del.GetNamespace(), del.GetName()); err != nil {
+	obj, err := h.cs.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), del.GetNamespace(), del.GetName())
+	if err != nil {
 		return false, nil, nil // the tracker answers NotFound; no delete event follows
+	}
+	if pod, ok := obj.(*v1.Pod); ok && h.dra != nil {
+		h.dra.podDeleting(h, pod)
 	}
 	if h.deletions.record(del.GetName()) {
 		h.counts.want(kindPodDelete)

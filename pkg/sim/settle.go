@@ -64,7 +64,11 @@ func (h *harness) bindReactor(action k8stesting.Action) (bool, runtime.Object, e
 		return true, nil, err
 	}
 	h.counts.want(kindPodBind)
-	h.binds.add(bindRecord{pod: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, at: time.Now()})
+	now := time.Now()
+	if h.dra != nil {
+		h.dra.bound(pod.Name, now)
+	}
+	h.binds.add(bindRecord{pod: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, at: now})
 	return true, binding, nil
 }
 
@@ -85,6 +89,13 @@ const (
 	kindPDBAdd
 	kindPDBUpdate
 	kindPDBDelete
+	kindSliceAdd
+	kindSliceDelete
+	kindClaimAdd
+	kindClaimUpdate
+	kindClaimDelete
+	// kindClaimRelease: a deleted pod's claims were deleted (dra.go).
+	kindClaimRelease
 	numKinds
 )
 
@@ -125,7 +136,7 @@ func (c *counters) handler(add, del int, update func(old, new interface{}) int) 
 
 // watch adds the counting handlers to the scheduler's informers (before they
 // start, so the initial list is counted as adds nobody waits for).
-func (c *counters) watch(factory informers.SharedInformerFactory, podGroups, pdbs bool) error {
+func (c *counters) watch(factory informers.SharedInformerFactory, podGroups, pdbs, dra bool) error {
 	podUpdate := func(old, new interface{}) int {
 		o, ok1 := old.(*v1.Pod)
 		n, ok2 := new.(*v1.Pod)
@@ -160,6 +171,19 @@ func (c *counters) watch(factory informers.SharedInformerFactory, podGroups, pdb
 			informer cache.SharedIndexInformer
 			handler  cache.ResourceEventHandlerFuncs
 		}{factory.Policy().V1().PodDisruptionBudgets().Informer(), c.handler(kindPDBAdd, kindPDBDelete, func(_, _ interface{}) int { return kindPDBUpdate })})
+	}
+	if dra {
+		// Slices only come and go with their nodes; claims are written by
+		// the scheduler (created, allocated, reserved, deleted at
+		// Unreserve) and deleted by the simulator when their pod goes.
+		regs = append(regs, struct {
+			informer cache.SharedIndexInformer
+			handler  cache.ResourceEventHandlerFuncs
+		}{factory.Resource().V1().ResourceSlices().Informer(), c.handler(kindSliceAdd, kindSliceDelete, nil)},
+			struct {
+				informer cache.SharedIndexInformer
+				handler  cache.ResourceEventHandlerFuncs
+			}{factory.Resource().V1().ResourceClaims().Informer(), c.handler(kindClaimAdd, kindClaimDelete, func(_, _ interface{}) int { return kindClaimUpdate })})
 	}
 	for _, r := range regs {
 		if _, err := r.informer.AddEventHandler(r.handler); err != nil {

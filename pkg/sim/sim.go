@@ -20,6 +20,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -106,6 +107,10 @@ func Run(ctx context.Context, opts Options) (*measure.Run, error) {
 	d.ClockMovesPodBackoff, d.ClockMovesGangBackoff = h.podBackoffMoves, h.gangBackoffMoves
 	d.EndReason = h.endReason
 	d.Extra = h.extraMetrics()
+	if d.DRA = h.draResult(); d.DRA != nil && d.DRA.ViolationCount > 0 {
+		return nil, fmt.Errorf("%s on %s seed %d broke %d DRA checks, first: %s", opts.Scheduler, opts.Plan.Scenario.Name, opts.Plan.Seed,
+			d.DRA.ViolationCount, strings.Join(d.DRA.Violations, "; "))
+	}
 	d.WallSeconds = time.Since(wallStart).Seconds()
 	return &measure.Run{
 		Scenario: opts.Plan.Scenario.Name, Seed: opts.Plan.Seed,
@@ -184,6 +189,8 @@ type harness struct {
 	// the largest rack and zone (TAS constraints).
 	bg      *background
 	domains domainGPUs
+	// dra is the DRA cluster's record (dra.go), nil without DRA.
+	dra *draCluster
 }
 
 // versioned gives obj the next resourceVersion of counter.
@@ -196,8 +203,10 @@ type nodeSpec struct {
 	name, rack, zone string
 	gpus             int64
 	spot             bool
-	slot             int
-	generation       int
+	// dra: the node's GPUs are DRA devices (scenario.DRA).
+	dra        bool
+	slot       int
+	generation int
 }
 
 type gangState struct {
@@ -253,6 +262,12 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 		clock:  clocktesting.NewFakeClock(epoch),
 		parked: make(chan struct{}), resumed: make(chan struct{}),
 	}
+	if n := plan.DRANodes(); n > 0 {
+		if opts.Scheduler == None {
+			return nil, fmt.Errorf("scheduler %s binds pods itself and allocates no DRA devices; it cannot run a cluster with cluster.dra", None)
+		}
+		h.dra = newDRACluster(n)
+	}
 	setupStart, setupCPUStart := time.Now(), processCPU()
 
 	watch.DefaultChanSize = watchBuffer
@@ -260,7 +275,7 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 	h.cs.PrependReactor("create", "pods", h.bindReactor)
 	h.cs.PrependReactor("delete", "pods", h.deleteReactor)
 	for _, n := range plan.Nodes {
-		spec := &nodeSpec{name: n.Name, rack: n.Rack, zone: n.Zone, gpus: n.GPUs, spot: n.Spot, slot: n.Slot}
+		spec := &nodeSpec{name: n.Name, rack: n.Rack, zone: n.Zone, gpus: n.GPUs, spot: n.Spot, dra: n.DRA, slot: n.Slot}
 		h.addNode(spec)
 		if n.Spot {
 			h.slots = append(h.slots, n.Name)
@@ -273,6 +288,10 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 		}
 	}
 
+	if err := h.addDRA(); err != nil {
+		return nil, err
+	}
+
 	factory := scheduler.NewInformerFactory(h.cs, 0, nil)
 	if opts.ReserveFault != nil && opts.Scheduler != Muster {
 		return nil, fmt.Errorf("ReserveFault is for muster only, not %s", opts.Scheduler)
@@ -282,7 +301,10 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 		return nil, err
 	}
 	h.sched = h.b.sched
-	if err := h.counts.watch(factory, h.b.podGroups, len(plan.PDBs) > 0); err != nil {
+	if err := h.counts.watch(factory, h.b.podGroups, len(plan.PDBs) > 0, h.dra != nil); err != nil {
+		return nil, err
+	}
+	if err := h.watchDRA(factory); err != nil {
 		return nil, err
 	}
 	if err := h.addBackground(); err != nil {
@@ -298,6 +320,9 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 	}
 	if err := h.sched.WaitForHandlersSync(ctx); err != nil {
 		return nil, fmt.Errorf("waiting for scheduler handlers: %w", err)
+	}
+	if err := h.waitForDRA(ctx); err != nil {
+		return nil, err
 	}
 	if err := h.waitCaughtUp(ctx); err != nil {
 		return nil, err
@@ -528,6 +553,7 @@ func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 	if err := h.collectEvictions(ctx); err != nil {
 		return 0, err
 	}
+	h.checkDRA()
 	h.opts.Progress.Update(h.progressState())
 	return binds, nil
 }
@@ -643,6 +669,11 @@ func (h *harness) deleteNode(ctx context.Context, e event, arriving []*gangState
 	}
 	spec := h.removeNode(e.node)
 	delete(h.nodePods, e.node)
+	if spec.dra {
+		if err := h.deleteSlice(ctx, e.node); err != nil {
+			return nil, err
+		}
+	}
 	if after := h.plan.Scenario.Churn.ReplaceAfter.Duration; after > 0 {
 		heap.Push(&h.events, event{at: h.now + h.plan.Scenario.Quantize(after), kind: evReplace, seq: e.seq, slot: e.slot,
 			generation: spec.generation + 1, background: bgPods})
@@ -674,11 +705,17 @@ func (h *harness) replaceNode(ctx context.Context, e event) error {
 		}
 	}
 	spec := &nodeSpec{name: fmt.Sprintf("%s-g%d", orig.Name, e.generation), rack: orig.Rack, zone: orig.Zone, gpus: orig.GPUs,
-		spot: true, slot: e.slot, generation: e.generation}
+		spot: true, dra: orig.DRA, slot: e.slot, generation: e.generation}
 	h.counts.want(kindNodeAdd)
 	nodeCPU, nodeMemory := h.nodeResources(spec.gpus)
 	if _, err := h.cs.CoreV1().Nodes().Create(ctx, versioned(&h.resourceVersion, nodeObject(*spec, nodeCPU, nodeMemory)), metav1.CreateOptions{}); err != nil {
 		return err
+	}
+	if spec.dra {
+		// The driver publishes the new node's GPUs once it runs there.
+		if err := h.createSlice(ctx, spec.name, spec.gpus); err != nil {
+			return err
+		}
 	}
 	h.addNode(spec)
 	h.slots[e.slot] = spec.name

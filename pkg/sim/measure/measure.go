@@ -91,6 +91,8 @@ type Details struct {
 	// Preemption is filled when the scenario has jobs of more than one
 	// priority.
 	Preemption *Preemption `json:"preemption,omitempty"`
+	// DRA is filled on a cluster whose GPUs DRA serves (scenario.DRA).
+	DRA *DRA `json:"dra,omitempty"`
 	// Extra holds scheduler-specific counters (plan failures, batching).
 	Extra map[string]float64 `json:"extra,omitempty"`
 	// PeakRSSMiB is the child process's maximum resident set (filled in by
@@ -98,6 +100,34 @@ type Details struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	// RunOrder is the position in which this scheduler ran (1: first).
 	RunOrder int `json:"run_order,omitempty"`
+}
+
+// DRA is what the simulator checked of dynamic resource allocation after
+// every step of a run on a DRA cluster (pkg/sim/dra.go): each GPU member
+// bound to a DRA node has an allocated claim of its GPUs on that node,
+// named in its status.extendedResourceClaimStatus and reserved for it; no
+// member on a device-plugin node has one; no device is allocated twice; and
+// the devices allocated are exactly the GPUs of the bound members on DRA
+// nodes (claims of finished or evicted pods were released). A run that
+// breaks any of these fails.
+type DRA struct {
+	// Nodes whose GPUs DRA serves at the start.
+	Nodes int `json:"nodes"`
+	// ClaimsChecked counts GPU members bound to DRA nodes whose claim was
+	// checked (each binding once); ClaimsReleased the claims the simulator
+	// deleted when their pod went, as the ResourceClaim controller would.
+	ClaimsChecked  int `json:"claims_checked"`
+	ClaimsReleased int `json:"claims_released"`
+	// PeakDevicesAllocated is the most devices allocated after a step.
+	PeakDevicesAllocated int `json:"peak_devices_allocated"`
+	// SlowBindings counts bindings that came 0.5 s or more (real time)
+	// after the pod's claim was created: DynamicResources' PreBind polls
+	// its assume cache once a second until the claim it created shows there.
+	SlowBindings int `json:"slow_bindings"`
+	// Violations lists the first broken checks (empty in a valid run);
+	// ViolationCount counts all of them.
+	Violations     []string `json:"violations,omitempty"`
+	ViolationCount int      `json:"violation_count,omitempty"`
 }
 
 // Preemption is what priorities cost and bought in a run: how long the

@@ -85,6 +85,18 @@ var preemptionRows = []struct {
 	}},
 }
 
+// draRows describe measure.DRA for runs on a DRA cluster.
+var draRows = []struct {
+	name   string
+	format func(d measure.DRA) string
+}{
+	{"bindings to DRA nodes checked (claim allocated on the node, reserved, in the pod's status)", func(d measure.DRA) string { return fmt.Sprint(d.ClaimsChecked) }},
+	{"claims released when their pod went", func(d measure.DRA) string { return fmt.Sprint(d.ClaimsReleased) }},
+	{"peak devices allocated", func(d measure.DRA) string { return fmt.Sprint(d.PeakDevicesAllocated) }},
+	{"bindings ≥ 0.5 s after their claim was created", func(d measure.DRA) string { return fmt.Sprint(d.SlowBindings) }},
+	{"broken checks", func(d measure.DRA) string { return fmt.Sprint(d.ViolationCount) }},
+}
+
 func hasPreemption(rep Report, det Details) bool {
 	for _, m := range rep.Results {
 		if det.Schedulers[m.Scheduler].Preemption != nil {
@@ -104,6 +116,10 @@ func Markdown(rep Report, det Details) string {
 	fmt.Fprintf(&b, "- Cluster: %d nodes, %d GPUs, %d racks, %d zones, %d spot nodes.\n", rep.Nodes, rep.GPUs, det.Racks, det.Zones, det.SpotNodes)
 	if det.SmallNodes > 0 {
 		fmt.Fprintf(&b, "- %d of the nodes have %d GPUs (the others %d).\n", det.SmallNodes, det.SmallNodeGPUs, det.GPUsPerNode)
+	}
+	if det.DRANodes > 0 {
+		fmt.Fprintf(&b, "- DRA: the GPUs of %d of the %d nodes are DRA devices (one ResourceSlice per node; DeviceClass gpu.nvidia.com backs nvidia.com/gpu); any other node advertises them in allocatable.\n",
+			det.DRANodes, rep.Nodes)
 	}
 	fmt.Fprintf(&b, "- Workload: %d jobs (gangs), %d pods", det.Jobs, det.Pods)
 	if det.CPUMemberJobs > 0 {
@@ -147,6 +163,22 @@ func Markdown(rep Report, det Details) string {
 					p = &measure.Preemption{}
 				}
 				fmt.Fprintf(&b, " %s |", row.format(*p))
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
+	if det.DRANodes > 0 {
+		b.WriteString("## Dynamic resource allocation\n\nChecked after every step (measure.DRA); a run that breaks a check fails.\n\n")
+		header(&b, rep)
+		for _, row := range draRows {
+			fmt.Fprintf(&b, "| %s |", row.name)
+			for _, m := range rep.Results {
+				if d := det.Schedulers[m.Scheduler].DRA; d != nil {
+					fmt.Fprintf(&b, " %s |", row.format(*d))
+				} else {
+					b.WriteString(" – |")
+				}
 			}
 			b.WriteString("\n")
 		}

@@ -76,6 +76,8 @@ type Details struct {
 	Racks       int     `json:"racks"`
 	Zones       int     `json:"zones"`
 	SpotNodes   int     `json:"spot_nodes"`
+	// DRANodes are the nodes whose GPUs DRA serves (scenario.DRA).
+	DRANodes int `json:"dra_nodes,omitempty"`
 	// The realistic background (scenario.Background), zero without one:
 	// nodes with fewer GPUs and how many they have, jobs with a CPU-only
 	// member, background pods, budgets and the pods they cover.
@@ -141,6 +143,7 @@ func Write(dir string, plan *scenario.Plan, runs []*measure.Run, command string,
 	}
 	det.Racks, det.Zones = len(racks), len(zones)
 	det.GPUsPerNode = plan.Scenario.Cluster.GPUsPerNode
+	det.DRANodes = plan.DRANodes()
 	if det.SmallNodes = plan.SmallNodes(); det.SmallNodes > 0 {
 		det.SmallNodeGPUs = plan.Scenario.Background.SmallNodes.GPUs
 	}

@@ -215,6 +215,14 @@ func (s *Scenario) smallNodes(seed uint64, nodes []Node) {
 		return
 	}
 	rng := rand.New(rand.NewPCG(seed, streamSmallNodes))
+	for _, i := range spreadOverRacks(rng, nodes, b.SmallNodes.Fraction) {
+		nodes[i].GPUs = b.SmallNodes.GPUs
+	}
+}
+
+// spreadOverRacks picks fraction of the nodes (rounded down), spread evenly
+// over racks by the running share; which nodes in a rack is drawn from rng.
+func spreadOverRacks(rng *rand.Rand, nodes []Node, fraction float64) []int {
 	var racks []string
 	byRack := map[string][]int{}
 	for i, n := range nodes {
@@ -223,17 +231,19 @@ func (s *Scenario) smallNodes(seed uint64, nodes []Node) {
 		}
 		byRack[n.Rack] = append(byRack[n.Rack], i)
 	}
-	wanted := int(math.Floor(float64(len(nodes)) * b.SmallNodes.Fraction))
+	wanted := int(math.Floor(float64(len(nodes)) * fraction))
+	var picked []int
 	seen, soFar := 0, 0
 	for _, rack := range racks {
 		idx := byRack[rack]
 		seen += len(idx)
-		owed := min(int(math.Floor(float64(seen)*b.SmallNodes.Fraction))-soFar, len(idx), wanted-soFar)
+		owed := min(int(math.Floor(float64(seen)*fraction))-soFar, len(idx), wanted-soFar)
 		for _, k := range rng.Perm(len(idx))[:max(owed, 0)] {
-			nodes[idx[k]].GPUs = b.SmallNodes.GPUs
+			picked = append(picked, idx[k])
 		}
 		soFar += max(owed, 0)
 	}
+	return picked
 }
 
 // backgroundPods lays out the background pods of the nodes at the start:

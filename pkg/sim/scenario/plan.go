@@ -18,6 +18,7 @@ const (
 	streamSmallNodes
 	streamBackground
 	streamCPUMembers
+	streamDRA
 	// StreamPodOrder is the base of the per-step pod order streams.
 	StreamPodOrder uint64 = 1 << 32
 )
@@ -45,6 +46,9 @@ type Node struct {
 	GPUs int64
 	Spot bool
 	Slot int // index among spot nodes; -1 for on-demand nodes
+	// DRA: the node's GPUs are DRA devices of a ResourceSlice, not
+	// allocatable (cluster.dra).
+	DRA bool
 }
 
 // Job is one gang: a batch/v1 Job of Workers pods with GPUs GPUs each,
@@ -118,6 +122,7 @@ func (s *Scenario) Expand(seed uint64) (*Plan, error) {
 	p := &Plan{Scenario: s, Seed: seed}
 	p.Nodes = s.nodes(seed)
 	s.smallNodes(seed, p.Nodes)
+	s.draNodes(seed, p.Nodes)
 	jobs, err := s.jobs(seed)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,10 @@
 // Deployments, a share of nodes with fewer GPUs, and a share of gangs with a
 // member that asks for no GPU (a TFJob's parameter server). Its random
 // choices come from the scenario's seed like every other.
+//
+// `cluster.dra` (type DRA) serves the GPUs of some or all nodes by dynamic
+// resource allocation, ResourceSlices and a DeviceClass that backs
+// nvidia.com/gpu, instead of the nodes' allocatable.
 package scenario
 
 import (
@@ -54,6 +58,11 @@ type Cluster struct {
 	SpotFraction float64 `json:"spotFraction,omitempty"`
 	CPU          string  `json:"cpu,omitempty"`    // default "64"
 	Memory       string  `json:"memory,omitempty"` // default "512Gi"
+	// DRA serves the GPUs of some or all nodes by dynamic resource
+	// allocation (ResourceSlices and a DeviceClass backing nvidia.com/gpu)
+	// instead of allocatable (see DRA); absent, every node's GPUs are
+	// device-plugin GPUs.
+	DRA *DRA `json:"dra,omitempty"`
 }
 
 // Workload says which jobs are submitted when. Waves and Poisson may be
@@ -199,6 +208,9 @@ func (s *Scenario) defaults() {
 	if s.Background != nil {
 		s.Background.defaults(s.Cluster)
 	}
+	if s.Cluster.DRA != nil {
+		s.Cluster.DRA.defaults()
+	}
 }
 
 // Validate reports the first thing that makes the scenario unusable.
@@ -282,6 +294,11 @@ func (s *Scenario) Validate() error {
 	}
 	if s.Background != nil {
 		if err := s.Background.validate(c); err != nil {
+			return err
+		}
+	}
+	if c.DRA != nil {
+		if err := c.DRA.validate(c); err != nil {
 			return err
 		}
 	}

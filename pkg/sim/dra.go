@@ -1,0 +1,536 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/muster-sched/muster/internal/testobj"
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
+	"github.com/muster-sched/muster/pkg/sim/measure"
+)
+
+// Dynamic resource allocation (scenario.DRA) in the fake cluster.
+//
+// A DRA node has no nvidia.com/gpu in its allocatable; its GPUs are the
+// devices of one ResourceSlice (testobj.GPUSlice: driver gpu.nvidia.com,
+// pool named after the node), and the DeviceClass gpu.nvidia.com
+// (testobj.GPUDeviceClass) backs the extended resource nvidia.com/gpu. The
+// slices and the class go into the tracker with the nodes, before the
+// informers start. The workers' pods are unchanged: kube-scheduler's
+// DynamicResources plugin, in every profile, allocates a GPU worker's
+// devices on a DRA node and at PreBind creates a ResourceClaim for them
+// (owned by the pod, named <pod>-extended-resources-<suffix>), records it
+// in the pod's status.extendedResourceClaimStatus and reserves it for the
+// pod.
+//
+// What the fake clientset lacks, the simulator supplies:
+//
+//   - ResourceClaim writes go through a tracker wrapper (claimTracker) that
+//     gives each written claim a new resourceVersion (the scheduler's assume
+//     cache ignores claims without one and orders versions by it), refuses
+//     an update of a stale version as the API server does, and names a
+//     claim created with generateName.
+//   - The ResourceClaim controller and the garbage collector: when a pod
+//     that owns claims is deleted (finished, evicted, restarted, or lost
+//     with its node), the simulator deletes its claims, which frees their
+//     devices. The deletion is counted like every other change, so a step
+//     is not settled before the scheduler has seen the devices freed.
+//   - A reclaimed spot node's ResourceSlice is deleted with it, and its
+//     replacement publishes one of its own.
+//
+// After every step the simulator checks what DRA must hold (checkDRA,
+// measure.DRA); a run that breaks a check fails.
+
+// claimsResource is resource.k8s.io/v1 resourceclaims.
+var claimsResource = resourceapi.SchemeGroupVersion.WithResource("resourceclaims")
+
+// slowBinding is how long after its claim was created a binding counts as
+// slow: DynamicResources' PreBind polls its assume cache once a second.
+const slowBinding = 500 * time.Millisecond
+
+// maxViolations is how many broken checks a run keeps the text of.
+const maxViolations = 20
+
+// draCluster is the harness's record of DRA. Its maps are written under
+// the fake's lock (the tracker wrapper, the delete reactor) and read from
+// informer handlers, so they have a lock of their own.
+type draCluster struct {
+	mu sync.Mutex
+	// owned: pod UID → the claims it owns (by name, namespace sim).
+	owned map[types.UID][]string
+	// releasing: pods deleted whose claims are still to be deleted.
+	releasing map[types.UID]bool
+	// created: pod name → when its first owned claim was created.
+	created map[string]time.Time
+	// generated numbers the claims created with generateName.
+	generated int
+
+	// manager is the scheduler's DRA manager (awaitClaim).
+	manager fwk.SharedDRAManager
+	pods    corelisters.PodLister
+	claims  resourcelisters.ResourceClaimLister
+	// cursor: the bindings checked so far.
+	cursor int
+	stats  measure.DRA
+}
+
+func newDRACluster(nodes int) *draCluster {
+	return &draCluster{owned: map[types.UID][]string{}, releasing: map[types.UID]bool{}, created: map[string]time.Time{},
+		stats: measure.DRA{Nodes: nodes}}
+}
+
+// addDRA puts the DeviceClass and each DRA node's ResourceSlice into the
+// tracker, before the informers start, and routes ResourceClaim writes
+// through the claim tracker.
+func (h *harness) addDRA() error {
+	if h.dra == nil {
+		return nil
+	}
+	h.cs.PrependReactor("*", "resourceclaims", k8stesting.ObjectReaction(&claimTracker{ObjectTracker: h.cs.Tracker(), h: h}))
+	if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, testobj.GPUDeviceClass())); err != nil {
+		return err
+	}
+	slices := 0
+	for _, n := range h.plan.Nodes {
+		if !n.DRA {
+			continue
+		}
+		if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, testobj.GPUSlice(n.Name, int(n.GPUs)))); err != nil {
+			return err
+		}
+		slices++
+	}
+	// The initial list delivers them as adds: wait for those too.
+	h.counts.wanted[kindSliceAdd].Add(int64(slices))
+	return nil
+}
+
+// watchDRA adds the claim controller and the listers the checks read to
+// the scheduler's informers (before they start).
+func (h *harness) watchDRA(factory informers.SharedInformerFactory) error {
+	if h.dra == nil {
+		return nil
+	}
+	h.dra.pods = factory.Core().V1().Pods().Lister()
+	h.dra.claims = factory.Resource().V1().ResourceClaims().Lister()
+	_, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: h.releaseClaims})
+	return err
+}
+
+// waitForDRA waits until the scheduler's DRA manager holds every slice and
+// resolves nvidia.com/gpu to the DeviceClass: its caches are filled by
+// informer handlers of their own.
+func (h *harness) waitForDRA(ctx context.Context) error {
+	if h.dra == nil {
+		return nil
+	}
+	manager := h.sched.Profiles[h.b.schedulerName].SharedDRAManager()
+	if manager == nil {
+		return fmt.Errorf("scheduler %s has no DRA manager: is the DynamicResourceAllocation feature gate off?", h.opts.Scheduler)
+	}
+	h.dra.mu.Lock()
+	h.dra.manager = manager
+	h.dra.mu.Unlock()
+	return h.waitFor(ctx, func() string {
+		slices, err := manager.ResourceSlices().ListWithDeviceTaintRules()
+		if err != nil {
+			return err.Error()
+		}
+		if len(slices) != h.dra.stats.Nodes {
+			return fmt.Sprintf("the DRA manager has %d ResourceSlices, want %d", len(slices), h.dra.stats.Nodes)
+		}
+		if manager.DeviceClassResolver().GetDeviceClass(configv1.DefaultGPUResourceName) == nil {
+			return "the DRA manager does not resolve nvidia.com/gpu to a DeviceClass yet"
+		}
+		return ""
+	})
+}
+
+// claimTracker is the fake's object tracker for ResourceClaims with what
+// the API server would add: a resourceVersion per write, optimistic
+// concurrency on updates, generated names. It counts each write whose
+// event the scheduler's informers must deliver, and records which pod owns
+// which claim. It runs under the fake's lock.
+type claimTracker struct {
+	k8stesting.ObjectTracker
+	h *harness
+}
+
+func (t *claimTracker) Create(gvr schema.GroupVersionResource, obj kruntime.Object, ns string, opts ...metav1.CreateOptions) error {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	d := t.h.dra
+	if m.GetName() == "" && m.GetGenerateName() != "" {
+		d.mu.Lock()
+		d.generated++
+		m.SetName(fmt.Sprintf("%s%05d", m.GetGenerateName(), d.generated))
+		d.mu.Unlock()
+	}
+	if m.GetUID() == "" {
+		m.SetUID(types.UID("claim-" + ns + "-" + m.GetName()))
+	}
+	versioned(&t.h.resourceVersion, m)
+	t.h.counts.want(kindClaimAdd)
+	if err := t.ObjectTracker.Create(gvr, obj, ns, opts...); err != nil {
+		t.h.counts.wanted[kindClaimAdd].Add(-1)
+		return err
+	}
+	d.mu.Lock()
+	for _, o := range m.GetOwnerReferences() {
+		if o.Kind == "Pod" {
+			d.owned[o.UID] = append(d.owned[o.UID], m.GetName())
+			if _, ok := d.created[o.Name]; !ok {
+				d.created[o.Name] = time.Now()
+			}
+		}
+	}
+	d.mu.Unlock()
+	d.awaitClaim(ns, m.GetName())
+	return nil
+}
+
+// claimDelivery bounds how long a claim's creation waits for the
+// scheduler's claim cache to have it.
+const claimDelivery = 5 * time.Second
+
+// awaitClaim returns once the scheduler's claim cache has the claim just
+// created. The fake answers a create in microseconds, before its informers
+// have delivered the claim, and DynamicResources' PreBind, which creates a
+// pod's extended-resource claim and then waits for its own cache to have
+// it, polls once a second: every binding on a DRA node would wait a whole
+// second. Against an API server the claim's watch event usually comes
+// before PreBind's next two round trips are done (it updates the claim's
+// finalizer and status in between). Waiting here, under the fake's lock,
+// stands for that latency. The claim informer's handlers call no API, so
+// they deliver meanwhile.
+func (d *draCluster) awaitClaim(ns, name string) {
+	d.mu.Lock()
+	manager := d.manager
+	d.mu.Unlock()
+	if manager == nil {
+		return
+	}
+	deadline := time.Now().Add(claimDelivery)
+	for i := 0; ; i++ {
+		if _, err := manager.ResourceClaims().Get(ns, name); err == nil || time.Now().After(deadline) {
+			return
+		}
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
+
+func (t *claimTracker) Update(gvr schema.GroupVersionResource, obj kruntime.Object, ns string, opts ...metav1.UpdateOptions) error {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	stored, err := t.ObjectTracker.Get(gvr, ns, m.GetName())
+	if err != nil {
+		return err
+	}
+	sm, err := meta.Accessor(stored)
+	if err != nil {
+		return err
+	}
+	if rv := m.GetResourceVersion(); rv != "" && rv != sm.GetResourceVersion() {
+		return apierrors.NewConflict(gvr.GroupResource(), m.GetName(),
+			fmt.Errorf("the object has been modified (resourceVersion %s, stored %s)", rv, sm.GetResourceVersion()))
+	}
+	return t.write(m, func() error { return t.ObjectTracker.Update(gvr, obj, ns, opts...) })
+}
+
+func (t *claimTracker) Patch(gvr schema.GroupVersionResource, obj kruntime.Object, ns string, opts ...metav1.PatchOptions) error {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	return t.write(m, func() error { return t.ObjectTracker.Patch(gvr, obj, ns, opts...) })
+}
+
+// write stores an update under a new resourceVersion.
+func (t *claimTracker) write(m metav1.Object, store func() error) error {
+	versioned(&t.h.resourceVersion, m)
+	t.h.counts.want(kindClaimUpdate)
+	if err := store(); err != nil {
+		t.h.counts.wanted[kindClaimUpdate].Add(-1)
+		return err
+	}
+	return nil
+}
+
+func (t *claimTracker) Delete(gvr schema.GroupVersionResource, ns, name string, opts ...metav1.DeleteOptions) error {
+	obj, err := t.ObjectTracker.Get(gvr, ns, name)
+	if err != nil {
+		return err
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	t.h.counts.want(kindClaimDelete)
+	if err := t.ObjectTracker.Delete(gvr, ns, name, opts...); err != nil {
+		t.h.counts.wanted[kindClaimDelete].Add(-1)
+		return err
+	}
+	d := t.h.dra
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, o := range m.GetOwnerReferences() {
+		if o.Kind != "Pod" {
+			continue
+		}
+		names := d.owned[o.UID]
+		for i, n := range names {
+			if n == name {
+				names = append(names[:i:i], names[i+1:]...)
+				break
+			}
+		}
+		if len(names) == 0 {
+			delete(d.owned, o.UID)
+		} else {
+			d.owned[o.UID] = names
+		}
+	}
+	return nil
+}
+
+// podDeleting is told of every pod deletion before the tracker applies it
+// (under the fake's lock): a pod that owns claims will have them released
+// once its deletion is delivered (releaseClaims), and the step waits for it.
+func (d *draCluster) podDeleting(h *harness, pod *v1.Pod) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.created, pod.Name)
+	if len(d.owned[pod.UID]) > 0 && !d.releasing[pod.UID] {
+		d.releasing[pod.UID] = true
+		h.counts.want(kindClaimRelease)
+	}
+}
+
+// releaseClaims is the ResourceClaim controller and the garbage collector
+// for a deleted pod: the claims it owns are deleted, which frees their
+// devices (the fake's delete ignores the claims' finalizer, which the
+// controller would remove after deallocating).
+func (h *harness) releaseClaims(obj interface{}) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	pod, ok := obj.(*v1.Pod)
+	if !ok {
+		return
+	}
+	d := h.dra
+	d.mu.Lock()
+	if !d.releasing[pod.UID] {
+		d.mu.Unlock()
+		return
+	}
+	delete(d.releasing, pod.UID)
+	names := append([]string(nil), d.owned[pod.UID]...)
+	d.mu.Unlock()
+	for _, name := range names {
+		err := h.cs.ResourceV1().ResourceClaims(pod.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+		switch {
+		case err == nil:
+			d.mu.Lock()
+			d.stats.ClaimsReleased++
+			d.mu.Unlock()
+		case !apierrors.IsNotFound(err):
+			d.violation("releasing claim %s of deleted pod %s: %v", name, pod.Name, err)
+		}
+	}
+	h.counts.seen[kindClaimRelease].Add(1)
+}
+
+// bound notes a binding (under the fake's lock): one that came long after
+// the pod's claim was created waited in PreBind.
+func (d *draCluster) bound(pod string, at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if created, ok := d.created[pod]; ok {
+		if at.Sub(created) >= slowBinding {
+			d.stats.SlowBindings++
+		}
+		delete(d.created, pod)
+	}
+}
+
+func (d *draCluster) violation(format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stats.ViolationCount++
+	if len(d.stats.Violations) < maxViolations {
+		d.stats.Violations = append(d.stats.Violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// deviceKey names a device across pools.
+func deviceKey(driver, pool, device string) string { return driver + "/" + pool + "/" + device }
+
+// checkDRA checks, after a step settled, what DRA must hold:
+//
+//   - every GPU member bound in this step to a DRA node names in
+//     status.extendedResourceClaimStatus a claim it owns, reserved for it,
+//     allocated exactly its GPUs, all devices of that node's pool; a member
+//     bound to a device-plugin node, or asking for no GPU, names none;
+//   - no device is allocated to two claims;
+//   - the devices allocated are exactly the GPUs the bound members on DRA
+//     nodes hold: claims of pods gone were released, none is missing.
+func (h *harness) checkDRA() {
+	d := h.dra
+	if d == nil {
+		return
+	}
+	records := h.binds.since(d.cursor)
+	d.cursor += len(records)
+	for _, r := range records {
+		g := h.podGang[r.pod]
+		spec := h.nodes[r.node]
+		pod, err := d.pods.Pods(namespace).Get(r.pod)
+		if g == nil || spec == nil || err != nil || pod.UID != r.uid {
+			continue // deleted since (evicted, restarted, its node reclaimed)
+		}
+		h.checkBoundPod(pod, r.node, g.podGPUs(r.pod), spec.dra)
+	}
+
+	claims, err := d.claims.ResourceClaims(namespace).List(labels.Everything())
+	if err != nil {
+		d.violation("listing claims: %v", err)
+		return
+	}
+	sort.Slice(claims, func(i, j int) bool { return claims[i].Name < claims[j].Name })
+	owner := map[string]string{}
+	allocated := 0
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, res := range c.Status.Allocation.Devices.Results {
+			key := deviceKey(res.Driver, res.Pool, res.Device)
+			if other, dup := owner[key]; dup {
+				d.violation("t=%s: device %s is allocated to claims %s and %s", h.now, key, other, c.Name)
+			}
+			owner[key] = c.Name
+			allocated++
+		}
+	}
+	var held int64
+	for _, g := range h.gangs {
+		for pod, node := range g.bound {
+			if spec := h.nodes[node]; spec != nil && spec.dra {
+				held += g.podGPUs(pod)
+			}
+		}
+	}
+	if int64(allocated) != held {
+		d.violation("t=%s: %d devices allocated, but the GPU members bound to DRA nodes hold %d", h.now, allocated, held)
+	}
+	d.mu.Lock()
+	d.stats.PeakDevicesAllocated = max(d.stats.PeakDevicesAllocated, allocated)
+	d.mu.Unlock()
+}
+
+// checkBoundPod checks one bound member's claim (checkDRA).
+func (h *harness) checkBoundPod(pod *v1.Pod, node string, gpus int64, dra bool) {
+	d := h.dra
+	st := pod.Status.ExtendedResourceClaimStatus
+	if gpus == 0 || !dra {
+		if st != nil {
+			d.violation("pod %s (%d GPUs) on node %s (DRA %t) has extended-resource claim %s", pod.Name, gpus, node, dra, st.ResourceClaimName)
+		}
+		return
+	}
+	if st == nil || st.ResourceClaimName == "" {
+		d.violation("pod %s bound to DRA node %s has no status.extendedResourceClaimStatus", pod.Name, node)
+		return
+	}
+	claim, err := d.claims.ResourceClaims(namespace).Get(st.ResourceClaimName)
+	if err != nil {
+		d.violation("pod %s: its claim %s: %v", pod.Name, st.ResourceClaimName, err)
+		return
+	}
+	ownedBy := false
+	for _, o := range claim.OwnerReferences {
+		ownedBy = ownedBy || (o.Kind == "Pod" && o.UID == pod.UID)
+	}
+	reserved := false
+	for _, r := range claim.Status.ReservedFor {
+		reserved = reserved || r.UID == pod.UID
+	}
+	switch {
+	case !ownedBy:
+		d.violation("pod %s: claim %s is not owned by it", pod.Name, claim.Name)
+	case !reserved:
+		d.violation("pod %s: claim %s is not reserved for it (reservedFor %v)", pod.Name, claim.Name, claim.Status.ReservedFor)
+	case claim.Status.Allocation == nil:
+		d.violation("pod %s: claim %s is not allocated", pod.Name, claim.Name)
+	default:
+		var onNode int64
+		for _, res := range claim.Status.Allocation.Devices.Results {
+			if res.Driver == testobj.GPUDriver && res.Pool == node {
+				onNode++
+			} else {
+				d.violation("pod %s on %s: claim %s has device %s", pod.Name, node, claim.Name, deviceKey(res.Driver, res.Pool, res.Device))
+			}
+		}
+		if onNode != gpus {
+			d.violation("pod %s asks for %d GPUs, its claim %s is allocated %d devices of node %s", pod.Name, gpus, claim.Name, onNode, node)
+		}
+	}
+	d.mu.Lock()
+	d.stats.ClaimsChecked++
+	d.mu.Unlock()
+}
+
+// draResult is the run's DRA record (nil without DRA).
+func (h *harness) draResult() *measure.DRA {
+	if h.dra == nil {
+		return nil
+	}
+	h.dra.mu.Lock()
+	defer h.dra.mu.Unlock()
+	st := h.dra.stats
+	st.Violations = append([]string(nil), st.Violations...)
+	return &st
+}
+
+// deleteSlice deletes a reclaimed DRA node's ResourceSlice, as the
+// kubelet's plugin registration cleanup does when its node goes.
+func (h *harness) deleteSlice(ctx context.Context, node string) error {
+	h.counts.want(kindSliceDelete)
+	return h.cs.ResourceV1().ResourceSlices().Delete(ctx, testobj.GPUSlice(node, 0).Name, metav1.DeleteOptions{})
+}
+
+// createSlice publishes a new DRA node's GPUs.
+func (h *harness) createSlice(ctx context.Context, node string, gpus int64) error {
+	h.counts.want(kindSliceAdd)
+	_, err := h.cs.ResourceV1().ResourceSlices().Create(ctx, versioned(&h.resourceVersion, testobj.GPUSlice(node, int(gpus))), metav1.CreateOptions{})
+	return err
+}
