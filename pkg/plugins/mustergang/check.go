@@ -68,9 +68,8 @@ type filterCheck struct {
 	draGPUs    *draGPUs
 	victimPods []*v1.Pod
 	// draOverrides: in a dry run with victims, a refusal by the
-	// DynamicResources plugin gives way to the per-trial view, which sees
-	// the victims' devices free. Only when that plugin is the profile's
-	// last Filter (muster's own aside), so no other Filter went unasked.
+	// DynamicResources plugin gives way to the other Filters and the
+	// per-trial view, which sees the victims' devices free.
 	draOverrides bool
 }
 
@@ -102,9 +101,7 @@ func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, members []*fr
 		draGPUs:      p.dra,
 		victimPods:   victims,
 	}
-	if len(victims) > 0 && p.dra.enabled() {
-		c.draOverrides = draFiltersLast(fw)
-	}
+	c.draOverrides = len(victims) > 0 && p.dra.enabled()
 	for _, m := range members {
 		c.pods[m.Pod.UID] = m
 	}
@@ -290,8 +287,16 @@ func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 		}
 	}
 	status := t.filterWithNominated(pod, mt.state, ni)
-	overridden := !status.IsSuccess() && c.draOverrides && status.Plugin() == dynamicresources.Name
-	if !status.IsSuccess() && !overridden {
+	overridden := false
+	if !status.IsSuccess() && c.draOverrides && status.Plugin() == dynamicresources.Name {
+		// A dry run with victims: DynamicResources cannot see their
+		// devices free. Every other Filter decides (DynamicResources
+		// skipped), then the per-trial view, which sees them free.
+		withoutDRA := mt.state.Clone()
+		withoutDRA.SetSkipFilterPlugins(withoutDRA.GetSkipFilterPlugins().Clone().Insert(dynamicresources.Name))
+		status, overridden = t.filterWithNominated(pod, withoutDRA, ni), true
+	}
+	if !status.IsSuccess() {
 		c.refusedNodes[node.Name] = true
 		c.reject(pod, node.Name, status.Message())
 		return false
@@ -302,8 +307,9 @@ func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 		return false
 	}
 	if overridden && !needed {
+		// DynamicResources refused for a reason the view does not cover.
 		c.refusedNodes[node.Name] = true
-		c.reject(pod, node.Name, status.Message())
+		c.reject(pod, node.Name, "refused by "+dynamicresources.Name)
 		return false
 	}
 	return true
@@ -345,22 +351,6 @@ type draChoice struct {
 	node    string
 	devices []structured.DeviceID
 	claims  []*resourceapi.ResourceClaim
-}
-
-// draFiltersLast reports whether DynamicResources is the profile's last
-// Filter plugin, muster's own aside.
-func draFiltersLast(fw framework.Framework) bool {
-	plugins := fw.ListPlugins()
-	if plugins == nil {
-		return false
-	}
-	last := ""
-	for _, pl := range plugins.Filter.Enabled {
-		if pl.Name != Name {
-			last = pl.Name
-		}
-	}
-	return last == dynamicresources.Name
 }
 
 // filterWithNominated is RunFilterPluginsWithNominatedPods without the

@@ -6,11 +6,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -287,27 +289,26 @@ type draState struct {
 	version int64
 }
 
-// snapshot reads the DRA GPUs now; nil when DRA is off or no GPU class has
-// a device.
-func (d *draGPUs) snapshot(ctx context.Context) *draState {
+// snapshot reads the DRA GPUs now; nil when DRA is off or no GPU class
+// exists. An error means the state could not be read (the plan must not
+// take it for "no GPUs").
+func (d *draGPUs) snapshot(ctx context.Context) (*draState, error) {
 	if !d.enabled() {
-		return nil
+		return nil, nil
 	}
-	logger := klog.FromContext(ctx)
 	slices, err := d.manager.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
-		logger.Error(err, "Listing ResourceSlices")
-		return nil
+		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
 	}
-	allocated, err := d.manager.ResourceClaims().ListAllAllocatedDevices()
+	state, err := d.allocatedState(ctx)
 	if err != nil {
-		logger.Error(err, "Listing allocated devices")
-		return nil
+		return nil, err
 	}
+	allocated := state.AllocatedDevices
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.index(ctx, slices) == 0 {
-		return nil // no GPU class
+		return nil, nil // no GPU class
 	}
 	st := &draState{free: make(map[string]int64, len(d.slices))}
 	for _, c := range d.slices {
@@ -320,9 +321,38 @@ func (d *draGPUs) snapshot(ctx context.Context) *draState {
 		st.version += c.slice.Generation << 20
 	}
 	if len(st.free) == 0 && len(allocated) == 0 {
-		return nil
+		return nil, nil
 	}
-	return st
+	return st, nil
+}
+
+// allocatedState is what the DynamicResources plugin's PreFilter counts as
+// allocated: allocated and in-flight devices (and consumed capacity when
+// that feature is on). The tracker reports a concurrent modification while
+// a binding writes a claim; like the plugin, ask again (briefly).
+func (d *draGPUs) allocatedState(ctx context.Context) (*structured.AllocatedState, error) {
+	var state *structured.AllocatedState
+	err := wait.PollUntilContextTimeout(ctx, time.Microsecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		if d.features.ConsumableCapacity {
+			s, err := d.manager.ResourceClaims().GatherAllocatedState()
+			if err != nil || s == nil {
+				return false, nil
+			}
+			state = s
+			return true, nil
+		}
+		devices, err := d.manager.ResourceClaims().ListAllAllocatedDevices()
+		if err != nil {
+			return false, nil
+		}
+		state = &structured.AllocatedState{AllocatedDevices: devices,
+			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the allocated DRA devices: %w", err)
+	}
+	return state, nil
 }
 
 // matchGPUs lists the devices of slice that some GPU class selects.

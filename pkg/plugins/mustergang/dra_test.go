@@ -2,6 +2,7 @@ package mustergang
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -412,4 +414,50 @@ func TestDRAClassChangedWhileGangWaits(t *testing.T) {
 	_, status = f.preFilter(t, pods[0])
 	require.True(t, status.IsSuccess(), status.Message())
 	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, slotsByNode(f.plugin.registry.Plan(key)))
+}
+
+// flakyClaims reports a concurrent modification the first times the
+// allocated devices are listed, as the DRA manager does while a binding
+// writes a claim.
+type flakyClaims struct {
+	fwk.ResourceClaimTracker
+	fails int
+}
+
+func (c *flakyClaims) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
+	if c.fails > 0 {
+		c.fails--
+		return nil, errors.New("conflicting concurrent modification")
+	}
+	return c.ResourceClaimTracker.ListAllAllocatedDevices()
+}
+
+func (c *flakyClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
+	if c.fails > 0 {
+		c.fails--
+		return nil, errors.New("conflicting concurrent modification")
+	}
+	return c.ResourceClaimTracker.GatherAllocatedState()
+}
+
+type flakyManager struct {
+	fwk.SharedDRAManager
+	claims *flakyClaims
+}
+
+func (m flakyManager) ResourceClaims() fwk.ResourceClaimTracker { return m.claims }
+
+func TestDRASnapshotRetriesAConcurrentModification(t *testing.T) {
+	// A concurrent modification is asked again, not taken for "no GPUs":
+	// taking it so refused plans and started preemptions in the simulator.
+	eight := []string{"a", "a", "a", "a", "a", "a", "a", "a"}
+	pods := []*v1.Pod{worker("j", 0, 8, "")}
+	f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1")}, pods, draObjects(gpuSlice("n1", eight...))...)
+	claims := &flakyClaims{ResourceClaimTracker: f.plugin.dra.manager.ResourceClaims(), fails: 3}
+	f.plugin.dra.manager = flakyManager{SharedDRAManager: f.plugin.dra.manager, claims: claims}
+	st, err := f.plugin.dra.snapshot(context.Background())
+	require.NoError(t, err)
+	require.NotNil(t, st)
+	assert.Equal(t, map[string]int64{"n1": 8}, st.free)
+	assert.Zero(t, claims.fails, "asked until it answered")
 }

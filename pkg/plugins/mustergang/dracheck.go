@@ -43,20 +43,9 @@ type draCheck struct {
 }
 
 func (d *draGPUs) newDRACheck(ctx context.Context, victims []*v1.Pod) (*draCheck, error) {
-	var state *structured.AllocatedState
-	if d.features.ConsumableCapacity {
-		s, err := d.manager.ResourceClaims().GatherAllocatedState()
-		if err != nil {
-			return nil, err
-		}
-		state = s
-	} else {
-		devices, err := d.manager.ResourceClaims().ListAllAllocatedDevices()
-		if err != nil {
-			return nil, err
-		}
-		state = &structured.AllocatedState{AllocatedDevices: devices,
-			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+	state, err := d.allocatedState(ctx)
+	if err != nil {
+		return nil, err
 	}
 	byNode, err := d.slicesByNode(ctx)
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodedeclaredfeatures"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodeunschedulable"
@@ -210,7 +211,13 @@ func newTestFrameworkWith(t testing.TB, workers int32, nodes []*v1.Node, pods []
 			newDRA := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 				return dynamicresources.New(ctx, &kubeschedulerconfig.DynamicResourcesArgs{FilterTimeout: &metav1.Duration{}}, h, fts)
 			}
-			plugins = append(plugins, tf.RegisterPluginAsExtensions(dynamicresources.Name, newDRA, "PreFilter", "Filter", "Reserve", "PreBind"))
+			// NodeDeclaredFeatures filters after DynamicResources, as in
+			// the default profile of 1.37.
+			newDeclared := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+				return nodedeclaredfeatures.New(ctx, nil, h, fts)
+			}
+			plugins = append(plugins, tf.RegisterPluginAsExtensions(dynamicresources.Name, newDRA, "PreFilter", "Filter", "Reserve", "PreBind"),
+				tf.RegisterPluginAsExtensions(nodedeclaredfeatures.Name, newDeclared, "PreFilter", "Filter"))
 		}
 	}
 	newFit := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {

@@ -152,7 +152,11 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 	if err != nil {
 		return nil, err
 	}
-	views, _ := p.nodeViews(nodes, p.dra.snapshot(ctx))
+	dra, err := p.dra.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	views, _ := p.nodeViews(nodes, dra)
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	needGPUs := gang.NeededGPUs(gr.req)
 	lackGPUs := needGPUs - gang.FreeGPUs(p.subtractHeld(views, p.registry.Held(gr.info.key)), policy, gpu)

@@ -47,7 +47,10 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 				// Filter reads the request only on nodes with held capacity;
 				// summing it costs the framework's PodRequests twice.
 				st.request = p.requestOf(pod)
-				st.dra = p.dra.snapshot(ctx)
+				var err error
+				if st.dra, err = p.dra.snapshot(ctx); err != nil {
+					return nil, fwk.AsStatus(err)
+				}
 			}
 			cs.Write(stateKey, st)
 			return nil, nil
@@ -218,7 +221,11 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 	}
 	// A sibling's cycle found no plan on this very snapshot, with no plan
 	// dropped since: the answer is the same.
-	views, generation := p.nodeViews(nodes, p.dra.snapshot(ctx))
+	dra, err := p.dra.snapshot(ctx)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	views, generation := p.nodeViews(nodes, dra)
 	epoch := gang.Epoch{Snapshot: generation, Releases: p.registry.Releases()}
 	if !gr.alone {
 		if msg, ok := p.registry.Unplaceable(info.key, epoch, len(gr.candidates), gr.req.Needed, p.now()); ok {
