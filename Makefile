@@ -78,5 +78,28 @@ bench-api: ## muster and a stock kube-scheduler binding a burst of gangs, create
 		| grep -E '^(Benchmark|goos|goarch|cpu|pkg)' > bench/results/apiserver.txt
 	cat bench/results/apiserver.txt
 
+# Upstream's scheduler benchmark (k8s.io/kubernetes/test/integration/scheduler_perf
+# at the pinned version, real kube-apiserver and etcd in process) run for the
+# default profile and muster side by side: test/perf (build tag perf, so CI never
+# compiles it). PERF_WORKLOADS are <config dir>/<test case>/<workload> of
+# upstream's configs; the default set is the 5000-node sizes that fit 2 cores
+# and 24 GiB. PERF_GO_WRAP prefixes the build (e.g. a flock on a shared machine).
+PERF_RUNS ?= 3
+PERF_SCHEDULERS ?= default,muster
+PERF_WORKLOADS ?= misc/SchedulingBasic/5000Nodes,podgroup/gangscheduling/GangScheduling/5000Nodes_1000Gangs_3000Pods,podgroup/basicscheduling/BasicScheduling/5000Nodes_1000Groups_3000Pods,podgroup/tas/TopologyAwareScheduling/5000Nodes_750Gangs_3000Pods
+PERF_GO_WRAP ?=
+PERF_OUT ?= bench/results/perf
+.PHONY: bench-perf
+bench-perf: ## upstream's scheduler_perf workloads for the default profile (native gangs) and muster, PERF_RUNS interleaved runs (etcd built once into ~/.cache/muster-perf); DataItems JSON and table.md in bench/results/perf.
+	etcd_dir=$$(hack/build-etcd.sh) && \
+	$(PERF_GO_WRAP) go test -tags perf -c -o bin/perf.test ./test/perf/ && \
+	rm -rf $(PERF_OUT) && mkdir -p $(PERF_OUT) out && \
+	PATH="$$etcd_dir:$$PATH" bin/perf.test -test.run '^$$' -test.bench '^BenchmarkPerf$$' -test.benchtime 1x -test.timeout 6h \
+		-perf-runs=$(PERF_RUNS) -perf-schedulers=$(PERF_SCHEDULERS) -perf-workloads=$(PERF_WORKLOADS) \
+		-data-items-dir=$(CURDIR)/$(PERF_OUT) -perf-rss-file=$(CURDIR)/$(PERF_OUT)/rss.json >out/bench-perf.log 2>&1; \
+	rc=$$?; grep -E '^(Benchmark|--- (FAIL|SKIP)|FAIL|PASS|ok|peak RSS|goos|goarch|cpu)' out/bench-perf.log > $(PERF_OUT)/bench.txt; \
+	cat $(PERF_OUT)/bench.txt | grep -v '^Benchmark'; test $$rc = 0 || { echo "bench-perf failed: see out/bench-perf.log" >&2; exit $$rc; }
+	go run -tags perf ./test/perf/table $(PERF_OUT) | tee $(PERF_OUT)/table.md
+
 clean: ## Remove build output.
 	rm -rf bin/

@@ -1,0 +1,181 @@
+//go:build perf
+
+// Command table reads the DataItems JSON files that upstream's
+// scheduler_perf wrote for `make bench-perf` (and test/perf's rss.json) and
+// prints a Markdown table: scheduler × workload, SchedulingThroughput
+// average/p50/p90/p99 (median over runs, and the range of p50), the
+// scheduling duration, peak RSS, and muster ÷ default on the medians.
+//
+//	go run -tags perf ./test/perf/table bench/results/perf
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+type dataItems struct {
+	DataItems []struct {
+		Data   map[string]float64 `json:"data"`
+		Unit   string             `json:"unit"`
+		Labels map[string]string  `json:"labels"`
+	} `json:"dataItems"`
+}
+
+// key is one workload run by one scheduler.
+type key struct{ workload, sched string }
+
+type samples struct {
+	avg, p50, p90, p99, dur []float64
+	runs                    map[string]bool
+	rss, etcd               int64
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func minMax(v []float64) (float64, float64) {
+	lo, hi := v[0], v[0]
+	for _, x := range v {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return lo, hi
+}
+
+// parseName splits BenchmarkPerf/run<r>/<topic>/<sched>/<test case>/<workload>[/<ns>].
+func parseName(name string) (run string, k key, ok bool) {
+	p := strings.Split(name, "/")
+	if len(p) < 6 || p[0] != "BenchmarkPerf" {
+		return "", key{}, false
+	}
+	return p[1], key{workload: p[2] + "/" + p[4] + "/" + p[5], sched: p[3]}, true
+}
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: table <results dir>")
+		os.Exit(2)
+	}
+	dir := os.Args[1]
+	files, _ := filepath.Glob(filepath.Join(dir, "BenchmarkPerf_*.json"))
+	all := map[key]*samples{}
+	get := func(k key) *samples {
+		if all[k] == nil {
+			all[k] = &samples{runs: map[string]bool{}}
+		}
+		return all[k]
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		var d dataItems
+		if err := json.Unmarshal(data, &d); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", f, err)
+			os.Exit(1)
+		}
+		for _, it := range d.DataItems {
+			run, k, ok := parseName(it.Labels["Name"])
+			if !ok {
+				continue
+			}
+			s := get(k)
+			switch it.Labels["Metric"] {
+			case "SchedulingThroughput":
+				s.runs[run] = true
+				s.avg = append(s.avg, it.Data["Average"])
+				s.p50 = append(s.p50, it.Data["Perc50"])
+				s.p90 = append(s.p90, it.Data["Perc90"])
+				s.p99 = append(s.p99, it.Data["Perc99"])
+			case "SchedulingDuration":
+				s.runs[run] = true
+				s.dur = append(s.dur, it.Data["Duration"])
+			}
+		}
+	}
+	// rss.json: BenchmarkPerf/run<r>/<topic>/<sched>[ etcd] -> KiB, the largest over runs.
+	if data, err := os.ReadFile(filepath.Join(dir, "rss.json")); err == nil {
+		var m map[string]int64
+		if err := json.Unmarshal(data, &m); err == nil {
+			for name, kib := range m {
+				etcd := strings.HasSuffix(name, " etcd")
+				p := strings.Split(strings.TrimSuffix(name, " etcd"), "/")
+				if len(p) != 4 {
+					continue
+				}
+				for k, s := range all {
+					if k.sched == p[3] && strings.HasPrefix(k.workload, p[2]+"/") {
+						if etcd {
+							s.etcd = max(s.etcd, kib)
+						} else {
+							s.rss = max(s.rss, kib)
+						}
+					}
+				}
+			}
+		}
+	}
+
+	var workloads []string
+	seen := map[string]bool{}
+	for k := range all {
+		if !seen[k.workload] {
+			seen[k.workload] = true
+			workloads = append(workloads, k.workload)
+		}
+	}
+	sort.Strings(workloads)
+	scheds := []string{"default", "muster"}
+
+	fmt.Println("| workload | scheduler | runs | pods/s average | p50 (range) | p90 | p99 | scheduling s | peak RSS MiB (etcd) | muster ÷ default, p50 (average) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	for _, w := range workloads {
+		for _, sc := range scheds {
+			s := all[key{w, sc}]
+			if s == nil {
+				continue
+			}
+			tp := "no sample (under 1 s)"
+			p50, p90, p99 := "", "", ""
+			if len(s.p50) > 0 {
+				lo, hi := minMax(s.p50)
+				tp = fmt.Sprintf("%.0f", median(s.avg))
+				p50 = fmt.Sprintf("%.0f (%.0f–%.0f)", median(s.p50), lo, hi)
+				p90 = fmt.Sprintf("%.0f", median(s.p90))
+				p99 = fmt.Sprintf("%.0f", median(s.p99))
+			}
+			dur := ""
+			if len(s.dur) > 0 {
+				dur = fmt.Sprintf("%.2f", median(s.dur))
+			}
+			mem := ""
+			if s.rss > 0 {
+				mem = fmt.Sprintf("%d (%d)", s.rss/1024, s.etcd/1024)
+			}
+			ratio := ""
+			if d := all[key{w, "default"}]; sc == "muster" && d != nil {
+				if len(s.p50) > 0 && len(d.p50) > 0 && median(d.p50) > 0 {
+					ratio = fmt.Sprintf("%.2f (%.2f)", median(s.p50)/median(d.p50), median(s.avg)/median(d.avg))
+				} else if len(s.dur) > 0 && len(d.dur) > 0 && median(s.dur) > 0 {
+					ratio = fmt.Sprintf("duration %.2f", median(s.dur)/median(d.dur))
+				}
+			}
+			fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", w, sc, len(s.runs), tp, p50, p90, p99, dur, mem, ratio)
+		}
+	}
+}
