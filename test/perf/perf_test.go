@@ -19,6 +19,7 @@
 package perf
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -33,9 +34,13 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	_ "k8s.io/component-base/logs/json/register"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedperf "k8s.io/kubernetes/test/integration/scheduler_perf"
+	"k8s.io/kubernetes/test/utils/client-go/ktesting"
 	"sigs.k8s.io/yaml"
 
 	"github.com/muster-sched/muster/pkg/plugins"
@@ -48,7 +53,7 @@ var (
 	schedulersFlag = flag.String("perf-schedulers", "default,muster", "comma-separated schedulers to run each workload with: default, muster")
 	runsFlag       = flag.Int("perf-runs", 1, "how many times to run the whole set (schedulers interleaved within each run)")
 	upstreamFlag   = flag.String("perf-upstream-dir", "", "k8s.io/kubernetes module directory (default: go list -m)")
-	rssFileFlag    = flag.String("perf-rss-file", "", "write the peak RSS of each workload run (and of etcd) to this JSON file")
+	infoFileFlag   = flag.String("perf-info-file", "", "write the peak RSS of each run (process and etcd) and the placement check of each workload to this JSON file")
 )
 
 func TestMain(m *testing.M) {
@@ -287,20 +292,115 @@ func writeRSS(print bool) error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if print {
+			placementMu.Lock()
+			for k, pl := range placements {
+				fmt.Printf("placement %s: %+v\n", k, pl)
+			}
+			placementMu.Unlock()
+		}
+		if print {
 			fmt.Printf("peak RSS %s: %d MiB\n", k, rss[k]/1024)
 		}
 	}
-	if *rssFileFlag == "" {
+	if *infoFileFlag == "" {
 		return nil
 	}
-	b, err := json.MarshalIndent(rss, "", "  ")
+	placementMu.Lock()
+	b, err := json.MarshalIndent(map[string]interface{}{"peakRSSKiB": rss, "placement": placements}, "", "  ")
+	placementMu.Unlock()
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(*rssFileFlag), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(*infoFileFlag), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(*rssFileFlag, b, 0o644)
+	return os.WriteFile(*infoFileFlag, b, 0o644)
+}
+
+// placement is what checkPlacement found for one workload run: native pod
+// groups whose members all bound, those with some but not all members bound
+// at the end, and (tas) groups whose members span more than one rack.
+type placement struct {
+	Groups, Whole, Partial, Unbound, MultiRack int
+}
+
+var (
+	placementMu sync.Mutex
+	placements  = map[string]placement{}
+)
+
+// checkPlacement watches pods and nodes with an informer of its own while the
+// workload runs and, when the workload ends, counts its native pod groups
+// (spec.schedulingGroup.podGroupName) whole, partial or unbound, and for
+// each group how many racks (topology.kubernetes.io/rack) its members span.
+// Upstream already fails a run whose pods are not all scheduled; this names
+// groups and racks. A partial group or one across racks under a rack
+// constraint fails the run.
+func checkPlacement(tb testing.TB, rackConstrained bool) schedperf.HookFn {
+	return func(tCtx ktesting.TContext) error {
+		ctx, cancel := context.WithCancel(tCtx)
+		f := informers.NewSharedInformerFactory(tCtx.Client(), 0)
+		pods := f.Core().V1().Pods().Informer()
+		nodes := f.Core().V1().Nodes().Informer()
+		f.Start(ctx.Done())
+		name := tCtx.Name()
+		tCtx.Cleanup(func() {
+			defer f.Shutdown()
+			defer cancel()
+			rack := map[string]string{}
+			for _, o := range nodes.GetStore().List() {
+				n := o.(*v1.Node)
+				rack[n.Name] = n.Labels["topology.kubernetes.io/rack"]
+			}
+			type group struct {
+				members, bound int
+				racks          map[string]bool
+			}
+			groups := map[string]*group{}
+			for _, o := range pods.GetStore().List() {
+				p := o.(*v1.Pod)
+				if p.Spec.SchedulingGroup == nil || p.Spec.SchedulingGroup.PodGroupName == nil {
+					continue
+				}
+				k := p.Namespace + "/" + *p.Spec.SchedulingGroup.PodGroupName
+				g := groups[k]
+				if g == nil {
+					g = &group{racks: map[string]bool{}}
+					groups[k] = g
+				}
+				g.members++
+				if p.Spec.NodeName != "" {
+					g.bound++
+					g.racks[rack[p.Spec.NodeName]] = true
+				}
+			}
+			var pl placement
+			for _, g := range groups {
+				pl.Groups++
+				switch {
+				case g.bound == g.members:
+					pl.Whole++
+				case g.bound == 0:
+					pl.Unbound++
+				default:
+					pl.Partial++
+				}
+				if len(g.racks) > 1 {
+					pl.MultiRack++
+				}
+			}
+			placementMu.Lock()
+			placements[name] = pl
+			placementMu.Unlock()
+			if pl.Partial > 0 || (rackConstrained && pl.MultiRack > 0) {
+				tb.Errorf("%s: %d of %d pod groups partly bound, %d across racks", name, pl.Partial, pl.Groups, pl.MultiRack)
+			}
+		})
+		if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nodes.HasSynced) {
+			return fmt.Errorf("placement check: informers did not sync")
+		}
+		return nil
+	}
 }
 
 // BenchmarkPerf runs every selected workload with every selected scheduler,
@@ -358,8 +458,13 @@ func BenchmarkPerf(b *testing.B) {
 							rssMu.Lock()
 							rssCurrent = b.Name()
 							rssMu.Unlock()
+							opts := []schedperf.SchedulerPerfOption{schedperf.WithPrepareFn(checkPlacement(b, s.topic() == "tas"))}
+							if s.topic() == "tas" {
+								// As upstream's tas BenchmarkPerfScheduling.
+								opts = append(opts, schedperf.WithPodsSchedulingTimeout(20*time.Minute))
+							}
 							schedperf.RunBenchmarkPerfScheduling(b, "performance-config.yaml",
-								fmt.Sprintf("%s-%s-run%d", s.topic(), sched, r), registry)
+								fmt.Sprintf("%s-%s-run%d", s.topic(), sched, r), registry, opts...)
 							rssMu.Lock()
 							rss[b.Name()] = vmHWMKiB("/proc/self/status")
 							rssCurrent = ""

@@ -33,6 +33,8 @@ type samples struct {
 	avg, p50, p90, p99, dur []float64
 	runs                    map[string]bool
 	rss, etcd               int64
+	groups, whole, partial  int // summed over runs
+	multiRack               int
 }
 
 func median(v []float64) float64 {
@@ -108,11 +110,25 @@ func main() {
 			}
 		}
 	}
-	// rss.json: BenchmarkPerf/run<r>/<topic>/<sched>[ etcd] -> KiB, the largest over runs.
-	if data, err := os.ReadFile(filepath.Join(dir, "rss.json")); err == nil {
-		var m map[string]int64
-		if err := json.Unmarshal(data, &m); err == nil {
-			for name, kib := range m {
+	// run-info.json: peakRSSKiB: BenchmarkPerf/run<r>/<topic>/<sched>[ etcd] -> KiB
+	// (the largest over runs is shown); placement: per workload run, the
+	// native pod groups whole, partial, unbound and across racks.
+	var info struct {
+		PeakRSSKiB map[string]int64
+		Placement  map[string]struct{ Groups, Whole, Partial, Unbound, MultiRack int }
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "run-info.json")); err == nil {
+		if err := json.Unmarshal(data, &info); err == nil {
+			for name, pl := range info.Placement {
+				if _, k, ok := parseName(name); ok && pl.Groups > 0 {
+					s := get(k)
+					s.groups += pl.Groups
+					s.whole += pl.Whole
+					s.partial += pl.Partial
+					s.multiRack += pl.MultiRack
+				}
+			}
+			for name, kib := range info.PeakRSSKiB {
 				etcd := strings.HasSuffix(name, " etcd")
 				p := strings.Split(strings.TrimSuffix(name, " etcd"), "/")
 				if len(p) != 4 {
@@ -142,8 +158,8 @@ func main() {
 	sort.Strings(workloads)
 	scheds := []string{"default", "muster"}
 
-	fmt.Println("| workload | scheduler | runs | pods/s average | p50 (range) | p90 | p99 | scheduling s | peak RSS MiB (etcd) | muster ÷ default, p50 (average) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| workload | scheduler | runs | pods/s average | p50 (range) | p90 | p99 | scheduling s | peak RSS MiB (etcd) | groups whole / partial / across racks | muster ÷ default, p50 (average) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, w := range workloads {
 		for _, sc := range scheds {
 			s := all[key{w, sc}]
@@ -175,7 +191,11 @@ func main() {
 					ratio = fmt.Sprintf("duration %.2f", median(s.dur)/median(d.dur))
 				}
 			}
-			fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", w, sc, len(s.runs), tp, p50, p90, p99, dur, mem, ratio)
+			groups := ""
+			if s.groups > 0 {
+				groups = fmt.Sprintf("%d / %d / %d", s.whole, s.partial, s.multiRack)
+			}
+			fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", w, sc, len(s.runs), tp, p50, p90, p99, dur, mem, groups, ratio)
 		}
 	}
 }
