@@ -8,7 +8,8 @@
 #   - contended scenarios: SEEDS seeds each;
 #   - a CPU profile of muster on PROFILE_SCENARIO, summarised in BENCHMARKS.md.
 #
-# The standard set (make bench) is every equal-work scenario (gangs of 2, 8
+# The standard set (make bench) is the DRA equal-work scenarios and every
+# equal-work scenario (gangs of 2, 8
 # and 64 at 1000, 5000 and 15000 nodes, burst and stream) and the contended
 # scenarios: about two hours on 2 cores. FULL=1 (make bench-full) adds native
 # gang scheduling with TAS on every equal-work scenario and the `large`
@@ -43,6 +44,10 @@ TAS_EQUAL_SCENARIOS=${TAS_EQUAL_SCENARIOS-"equal-burst-g8-n1000"}
 EQUAL_SEEDS=${EQUAL_SEEDS:-"1 2 3 4 5"}
 EQUAL_SCHEDULERS=${EQUAL_SCHEDULERS:-muster,default,default-mostallocated,native-gang}
 CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS-"exact-fill contention priority spot-churn steady"}
+# Equal work on GPUs served by dynamic resource allocation (all nodes, half
+# of them). The `none` scheduler allocates no devices, so these runs have no
+# net-of-the-harness column.
+DRA_SCENARIOS=${DRA_SCENARIOS-"equal-burst-g8-n1000-dra equal-burst-g8-n1000-dra-mixed"}
 SEEDS=${SEEDS:-"1 2 3"}
 SCHEDULERS=${SCHEDULERS:-muster,default,default-mostallocated,native-gang,native-gang-tas}
 # The profile is taken where muster is slowest next to the default profile:
@@ -77,6 +82,11 @@ for scenario in ${EQUAL_SCENARIOS}; do
   fi
   for seed in ${EQUAL_SEEDS}; do
     run "${scenario}" "${schedulers},none" "${seed}"
+  done
+done
+for scenario in ${DRA_SCENARIOS}; do
+  for seed in ${EQUAL_SEEDS}; do
+    run "${scenario}" "${EQUAL_SCHEDULERS}" "${seed}"
   done
 done
 for scenario in ${CONTENDED_SCENARIOS}; do
