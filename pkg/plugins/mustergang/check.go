@@ -221,7 +221,7 @@ type filterTrial struct {
 	// The trial's DRA devices: taken by placed members, the claims they
 	// allocated, and each member's devices from its last draFits.
 	draTaken  sets.Set[structured.DeviceID]
-	draClaims sets.Set[types.UID]
+	draClaims map[types.UID]*v1.NodeSelector // where each claim's allocation is available
 	draChosen map[types.UID]draChoice
 }
 
@@ -331,18 +331,18 @@ func (t *filterTrial) draFits(member *framework.PodInfo, ni fwk.NodeInfo) (neede
 			return true, err
 		}
 	}
-	claims := c.dra.toAllocate(member, ni, t.draClaims)
-	if len(claims) == 0 {
-		return false, nil
+	claims, err := c.dra.toAllocate(member, ni, t.draClaims)
+	if err != nil || len(claims) == 0 {
+		return err != nil, err
 	}
-	devices, err := c.dra.allocate(c.ctx, ni.Node(), claims, t.draTaken)
+	devices, results, err := c.dra.allocate(c.ctx, ni.Node(), claims, t.draTaken)
 	if err != nil {
 		return true, err
 	}
 	if t.draChosen == nil {
 		t.draChosen = map[types.UID]draChoice{}
 	}
-	t.draChosen[pod.UID] = draChoice{node: ni.Node().Name, devices: devices, claims: claims}
+	t.draChosen[pod.UID] = draChoice{node: ni.Node().Name, devices: devices, claims: claims, results: results}
 	return true, nil
 }
 
@@ -351,6 +351,7 @@ type draChoice struct {
 	node    string
 	devices []structured.DeviceID
 	claims  []*resourceapi.ResourceClaim
+	results []resourceapi.AllocationResult // claims[i]'s is results[i]
 }
 
 // filterWithNominated is RunFilterPluginsWithNominatedPods without the
@@ -402,11 +403,11 @@ func (t *filterTrial) Place(m *gang.Member, node *v1.Node) {
 	ni.AddPodInfo(info)
 	if chosen, ok := t.draChosen[m.UID]; ok && chosen.node == node.Name {
 		if t.draTaken == nil {
-			t.draTaken, t.draClaims = sets.New[structured.DeviceID](), sets.New[types.UID]()
+			t.draTaken, t.draClaims = sets.New[structured.DeviceID](), map[types.UID]*v1.NodeSelector{}
 		}
 		t.draTaken.Insert(chosen.devices...)
-		for _, claim := range chosen.claims {
-			t.draClaims.Insert(claim.UID)
+		for i, claim := range chosen.claims {
+			t.draClaims[claim.UID] = chosen.results[i].NodeSelector
 		}
 	}
 	// A member is placed once per trial, so its own state never needs it.

@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -502,21 +503,23 @@ func (d *draGPUs) allocatedGPUs(claim *resourceapi.ResourceClaim) int64 {
 
 // withClaimGPUs adds to req (a pod's request as the framework counts it)
 // the GPUs of the pod's ResourceClaims: those still to allocate when
-// pending, those allocated to it when bound (what its eviction frees). A
-// claim shared with other pods is counted for none of them: it is
-// allocated once, for all, and its devices are not any one member's.
-func (d *draGPUs) withClaimGPUs(req gang.Resources, pod *v1.Pod) gang.Resources {
+// pending, those allocated to it when bound (what its eviction frees).
+// counted, for the members of one gang, holds the claims already counted
+// for another member: a claim several members share is allocated once and
+// counts once, for the first. A bound pod's claim that serves other pods
+// too is counted for none (its eviction frees nothing while they run).
+func (d *draGPUs) withClaimGPUs(req gang.Resources, pod *v1.Pod, counted sets.Set[types.UID]) gang.Resources {
 	claims := d.podClaims(pod)
 	var n int64
 	for _, c := range claims {
-		if shared(c, pod) {
-			continue
-		}
 		if pod.Spec.NodeName == "" {
-			if c.Status.Allocation == nil {
+			if c.Status.Allocation == nil && !counted.Has(c.UID) {
 				n += d.claimGPUs(c)
+				if counted != nil {
+					counted.Insert(c.UID)
+				}
 			}
-		} else {
+		} else if !shared(c, pod) {
 			n += d.allocatedGPUs(c)
 		}
 	}
@@ -530,22 +533,13 @@ func (d *draGPUs) withClaimGPUs(req gang.Resources, pod *v1.Pod) gang.Resources 
 	return req
 }
 
-// shared reports whether claim serves other pods than pod: it is reserved
-// for another, or it is no template's claim of pod's own.
+// shared reports whether claim is reserved for other pods than pod too.
 func shared(claim *resourceapi.ResourceClaim, pod *v1.Pod) bool {
 	for _, r := range claim.Status.ReservedFor {
 		if r.UID != pod.UID {
 			return true
 		}
 	}
-	for _, o := range claim.OwnerReferences {
-		if o.UID == pod.UID {
-			return false
-		}
-	}
-	// A claim the user created and referenced by name: shared unless only
-	// this pod may use it, which the API cannot say. Count it for the pod
-	// (a claim per worker is the common case).
 	return false
 }
 

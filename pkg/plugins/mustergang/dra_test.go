@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -460,4 +461,46 @@ func TestDRASnapshotRetriesAConcurrentModification(t *testing.T) {
 	require.NotNil(t, st)
 	assert.Equal(t, map[string]int64{"n1": 8}, st.free)
 	assert.Zero(t, claims.fails, "asked until it answered")
+}
+
+func TestDRAClaimSharedByMembersCountsOnce(t *testing.T) {
+	// Two workers reference one ResourceClaim of one device. It is
+	// allocated once, for both: the gang needs one device, not two, and
+	// the second worker must be where the claim's device is (n2 has a
+	// free device too, but the claim allocated on n1 is of no use there).
+	nodes := []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1")}
+	objs := draObjects(gpuSlice("n1", "a"), gpuSlice("n2", "a"))
+	a, claim := claimWorker(0, "")
+	b, _ := claimWorker(1, "")
+	b.Spec.ResourceClaims[0].ResourceClaimName = ptr.To(claim.Name)
+	// Workers of one per node cannot share a node-local claim: drop the
+	// anti-affinity so they may.
+	f := newTestFrameworkWith(t, 2, nodes, []*v1.Pod{a, b}, append(objs, claim)...)
+	_, status := f.preFilter(t, a)
+	require.True(t, status.IsSuccess(), status.Message())
+	key, _ := gang.KeyOf(a)
+	plan := f.plugin.registry.Plan(key)
+	assert.Equal(t, 1, len(slotsByNode(plan)), "both on the node of the claim's device: %v", plan.Slots)
+	var gpus int64
+	for _, r := range plan.Requests {
+		gpus += r.Scalars["nvidia.com/gpu"]
+	}
+	assert.Equal(t, int64(1), gpus, "the shared claim's device counted once")
+}
+
+func TestDRASharedClaimKeepsMembersWhereItsDevicesAre(t *testing.T) {
+	// As above, but the second worker's CPU does not fit beside the first
+	// on n1: n2 has a free device, yet the claim allocated on n1 cannot
+	// serve it there. No plan, rather than one the cycles would refuse.
+	nodes := []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1")}
+	objs := draObjects(gpuSlice("n1", "a"), gpuSlice("n2", "a"))
+	a, claim := claimWorker(0, "")
+	b, _ := claimWorker(1, "")
+	b.Spec.ResourceClaims[0].ResourceClaimName = ptr.To(claim.Name)
+	b.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("64")
+	f := newTestFrameworkWith(t, 2, nodes, []*v1.Pod{a, b}, append(objs, claim)...)
+	_, status := f.preFilter(t, a)
+	require.False(t, status.IsSuccess(), "planned: %v", status.Message())
+	key, _ := gang.KeyOf(a)
+	assert.Nil(t, f.plugin.registry.Plan(key))
 }

@@ -8,6 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -102,7 +103,10 @@ func reservedOnlyFor(claim *resourceapi.ResourceClaim, pods sets.Set[types.UID])
 // toAllocate is what member must have allocated on node: its claims not yet
 // allocated (nor in flight, nor allocated earlier in this trial) and the
 // claim for its extended resources when node serves them by DRA.
-func (c *draCheck) toAllocate(member *framework.PodInfo, ni fwk.NodeInfo, trialClaims sets.Set[types.UID]) []*resourceapi.ResourceClaim {
+//
+// A claim allocated earlier in this trial (one several members share) is
+// not allocated again; its allocation must be available on node.
+func (c *draCheck) toAllocate(member *framework.PodInfo, ni fwk.NodeInfo, trialClaims map[types.UID]*v1.NodeSelector) ([]*resourceapi.ResourceClaim, error) {
 	pod := member.Pod
 	claims, seen := c.claims[pod.UID]
 	if !seen {
@@ -115,14 +119,25 @@ func (c *draCheck) toAllocate(member *framework.PodInfo, ni fwk.NodeInfo, trialC
 	}
 	var out []*resourceapi.ResourceClaim
 	for _, claim := range claims {
-		if !trialClaims.Has(claim.UID) {
+		selector, inTrial := trialClaims[claim.UID]
+		if !inTrial {
 			out = append(out, claim)
+			continue
+		}
+		if selector != nil {
+			matches, err := nodeaffinity.NewNodeSelector(selector)
+			if err != nil {
+				return nil, err
+			}
+			if !matches.Match(ni.Node()) {
+				return nil, fmt.Errorf("its ResourceClaim %s is allocated for another member on a node whose devices this node cannot use", claim.Name)
+			}
 		}
 	}
 	if ext := c.d.extendedClaim(pod, member.CalculateResource().Resource.GetScalarResources(), ni); ext != nil {
 		out = append(out, ext)
 	}
-	return out
+	return out, nil
 }
 
 // allocatedOn is allocated restricted to the devices node may use.
@@ -147,7 +162,7 @@ func (c *draCheck) allocatedOn(node string) sets.Set[structured.DeviceID] {
 
 // allocate allocates claims on node with the trial's devices taken and
 // returns the devices it chose; an error says why nothing fits.
-func (c *draCheck) allocate(ctx context.Context, node *v1.Node, claims []*resourceapi.ResourceClaim, taken sets.Set[structured.DeviceID]) ([]structured.DeviceID, error) {
+func (c *draCheck) allocate(ctx context.Context, node *v1.Node, claims []*resourceapi.ResourceClaim, taken sets.Set[structured.DeviceID]) ([]structured.DeviceID, []resourceapi.AllocationResult, error) {
 	allocated := c.allocatedOn(node.Name)
 	if taken.Len() > 0 {
 		allocated = allocated.Union(taken)
@@ -157,17 +172,17 @@ func (c *draCheck) allocate(ctx context.Context, node *v1.Node, claims []*resour
 		AllocatedSharedDeviceIDs: c.allocated.AllocatedSharedDeviceIDs, AggregatedCapacity: c.allocated.AggregatedCapacity}
 	allocator, err := structured.NewAllocator(ctx, c.d.features, state, c.d.manager.DeviceClasses(), slices, c.d.cel)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	results, err := allocator.Allocate(ctx, node, claims)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(results) != len(claims) {
 		if taken.Len() > 0 {
-			return nil, fmt.Errorf("the devices left after the members placed before it do not satisfy its ResourceClaims")
+			return nil, nil, fmt.Errorf("the devices left after the members placed before it do not satisfy its ResourceClaims")
 		}
-		return nil, fmt.Errorf("the node's devices do not satisfy its ResourceClaims")
+		return nil, nil, fmt.Errorf("the node's devices do not satisfy its ResourceClaims")
 	}
 	var ids []structured.DeviceID
 	for _, r := range results {
@@ -175,5 +190,5 @@ func (c *draCheck) allocate(ctx context.Context, node *v1.Node, claims []*resour
 			ids = append(ids, structured.MakeDeviceID(d.Driver, d.Pool, d.Device))
 		}
 	}
-	return ids, nil
+	return ids, results, nil
 }

@@ -296,7 +296,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 		loneHere := lone(i)
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()
-			gpus := p.dra.withClaimGPUs(gang.RequestOf(pi.CalculateResource()), pod).Scalars[gpu]
+			gpus := p.dra.withClaimGPUs(gang.RequestOf(pi.CalculateResource()), pod, nil).Scalars[gpu]
 			k, inGang := gang.KeyOf(pod)
 			if !inGang && gpus == 0 && !loneHere {
 				continue
