@@ -292,15 +292,20 @@ func writeRSS(print bool) error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if print {
-			placementMu.Lock()
-			for k, pl := range placements {
-				fmt.Printf("placement %s: %+v\n", k, pl)
-			}
-			placementMu.Unlock()
-		}
-		if print {
 			fmt.Printf("peak RSS %s: %d MiB\n", k, rss[k]/1024)
 		}
+	}
+	if print {
+		placementMu.Lock()
+		names := make([]string, 0, len(placements))
+		for k := range placements {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			fmt.Printf("placement %s: %+v\n", k, placements[k])
+		}
+		placementMu.Unlock()
 	}
 	if *infoFileFlag == "" {
 		return nil
