@@ -11,12 +11,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
@@ -368,7 +370,8 @@ func describeClaimStatuses(statuses []corev1.PodResourceClaimStatus) string {
 func TestDRAExtendedResourceGang(t *testing.T) {
 	c := startDRACluster(t, draNodes(3), 8)
 	obs := c.observeGangs(map[string]int{"mnist": 4})
-	c.createJob(jobSpec{name: "mnist", workers: 4, gpus: 8})
+	// BackoffLimit 3: a failed worker is replaced (see below).
+	c.createJob(jobSpec{name: "mnist", workers: 4, gpus: 8, mutate: func(job *batchv1.Job) { job.Spec.BackoffLimit = ptr.To[int32](3) }})
 	list := func() []corev1.Pod { return c.jobPods("mnist") }
 	c.waitPods("pods of job mnist", 4, list)
 	c.holds("nothing of mnist bound and no claim allocated on 24 DRA GPUs", 20*time.Second, c.nothingBoundNorAllocated(list))
@@ -379,6 +382,21 @@ func TestDRAExtendedResourceGang(t *testing.T) {
 	require.Len(t, nodesOf(pods), 4, "one 8-GPU worker per node: %v", nodesOf(pods))
 	c.eventually("every worker's extended-resource claim allocated 8 devices of its node", 30*time.Second, func() error {
 		for _, p := range c.jobPods("mnist") {
+			if err := c.extendedClaimAllocated(&p, 8); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	c.requireNoDeviceTwice()
+
+	// The life of the job: the worker on node-2 fails. Its claim is
+	// released, and the Job controller's replacement goes to node-2, the one
+	// node with 8 free devices, with a claim of its own.
+	pods = c.failOneAndWaitReplaced("mnist", 4, "node-2")
+	require.Len(t, nodesOf(pods), 4, "after the replacement, one worker per node: %v", nodesOf(pods))
+	c.eventually("every live worker's claim allocated 8 devices of its node", 30*time.Second, func() error {
+		for _, p := range live(c.jobPods("mnist")) {
 			if err := c.extendedClaimAllocated(&p, 8); err != nil {
 				return err
 			}
