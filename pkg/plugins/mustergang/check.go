@@ -323,7 +323,8 @@ func (t *filterTrial) draFits(member *framework.PodInfo, ni fwk.NodeInfo) (neede
 		return false, nil
 	}
 	pod := member.Pod
-	if len(pod.Spec.ResourceClaims) == 0 && c.draGPUs.extendedClaim(pod, member.CalculateResource().Resource.GetScalarResources(), ni) == nil {
+	extended := c.draGPUs.extendedClaim(pod, member.CalculateResource().Resource.GetScalarResources(), ni)
+	if len(pod.Spec.ResourceClaims) == 0 && extended == nil {
 		return false, nil
 	}
 	if c.dra == nil {
@@ -331,7 +332,7 @@ func (t *filterTrial) draFits(member *framework.PodInfo, ni fwk.NodeInfo) (neede
 			return true, err
 		}
 	}
-	claims, err := c.dra.toAllocate(member, ni, t.draClaims)
+	claims, err := c.dra.toAllocate(pod, ni.Node(), extended, t.draClaims)
 	if err != nil || len(claims) == 0 {
 		return err != nil, err
 	}

@@ -209,37 +209,20 @@ func (d *draGPUs) Domain(node, attribute string) string {
 	return d.domains[attribute][node]
 }
 
-// topologyVersion indexes the slices when topology levels are named by
-// device attributes and returns the version of the domains they give.
-func (d *draGPUs) topologyVersion(ctx context.Context) int64 {
-	if !d.enabled() || len(d.attributes) == 0 {
-		return 0
-	}
-	slices, err := d.manager.ResourceSlices().ListWithDeviceTaintRules()
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Listing ResourceSlices")
-		return d.version
-	}
+// topologyVersion is the version of the attribute levels' domains as
+// the last snapshot indexed them (every plan takes a snapshot first).
+func (d *draGPUs) topologyVersion() int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.index(ctx, slices)
 	return d.version
 }
 
-// slicesByNode is the slices by node as the last snapshot indexed them,
-// indexing them now when no snapshot did (no GPU class exists).
-func (d *draGPUs) slicesByNode(ctx context.Context) (map[string][]*resourceapi.ResourceSlice, error) {
+// slicesByNode is the slices by node as the last snapshot indexed them
+// (every plan takes a snapshot before its filter check).
+func (d *draGPUs) slicesByNode() map[string][]*resourceapi.ResourceSlice {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.byNode != nil {
-		return d.byNode, nil
-	}
-	slices, err := d.manager.ResourceSlices().ListWithDeviceTaintRules()
-	if err != nil {
-		return nil, err
-	}
-	d.index(ctx, slices)
-	return d.byNode, nil
+	return d.byNode
 }
 
 func newDRAGPUs(h fwk.Handle, gpu v1.ResourceName, named []string, levels []gang.Level) *draGPUs {
@@ -288,6 +271,14 @@ type draState struct {
 	// version changes whenever free does (a fingerprint, for reusing a
 	// failed plan's answer only while nothing changed).
 	version int64
+}
+
+// freeOn is node's free DRA GPUs; 0 without a view.
+func (s *draState) freeOn(node string) int64 {
+	if s == nil {
+		return 0
+	}
+	return s.free[node]
 }
 
 // snapshot reads the DRA GPUs now; nil when DRA is off or no GPU class

@@ -425,18 +425,25 @@ type flakyClaims struct {
 	fails int
 }
 
+// conflict is the error of the next answer, while any is to fail.
+func (c *flakyClaims) conflict() error {
+	if c.fails == 0 {
+		return nil
+	}
+	c.fails--
+	return errors.New("conflicting concurrent modification")
+}
+
 func (c *flakyClaims) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
-	if c.fails > 0 {
-		c.fails--
-		return nil, errors.New("conflicting concurrent modification")
+	if err := c.conflict(); err != nil {
+		return nil, err
 	}
 	return c.ResourceClaimTracker.ListAllAllocatedDevices()
 }
 
 func (c *flakyClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
-	if c.fails > 0 {
-		c.fails--
-		return nil, errors.New("conflicting concurrent modification")
+	if err := c.conflict(); err != nil {
+		return nil, err
 	}
 	return c.ResourceClaimTracker.GatherAllocatedState()
 }

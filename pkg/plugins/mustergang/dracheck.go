@@ -10,8 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/structured"
-	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
 // draCheck is a plan's per-trial view of DRA devices. The DynamicResources
@@ -48,11 +46,7 @@ func (d *draGPUs) newDRACheck(ctx context.Context, victims []*v1.Pod) (*draCheck
 	if err != nil {
 		return nil, err
 	}
-	byNode, err := d.slicesByNode(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c := &draCheck{d: d, allocated: state, slices: byNode,
+	c := &draCheck{d: d, allocated: state, slices: d.slicesByNode(),
 		onNode: map[string]sets.Set[structured.DeviceID]{}, claims: map[types.UID][]*resourceapi.ResourceClaim{}}
 	c.free(victims)
 	return c, nil
@@ -106,8 +100,7 @@ func reservedOnlyFor(claim *resourceapi.ResourceClaim, pods sets.Set[types.UID])
 //
 // A claim allocated earlier in this trial (one several members share) is
 // not allocated again; its allocation must be available on node.
-func (c *draCheck) toAllocate(member *framework.PodInfo, ni fwk.NodeInfo, trialClaims map[types.UID]*v1.NodeSelector) ([]*resourceapi.ResourceClaim, error) {
-	pod := member.Pod
+func (c *draCheck) toAllocate(pod *v1.Pod, node *v1.Node, extended *resourceapi.ResourceClaim, trialClaims map[types.UID]*v1.NodeSelector) ([]*resourceapi.ResourceClaim, error) {
 	claims, seen := c.claims[pod.UID]
 	if !seen {
 		for _, claim := range c.d.podClaims(pod) {
@@ -129,13 +122,13 @@ func (c *draCheck) toAllocate(member *framework.PodInfo, ni fwk.NodeInfo, trialC
 			if err != nil {
 				return nil, err
 			}
-			if !matches.Match(ni.Node()) {
+			if !matches.Match(node) {
 				return nil, fmt.Errorf("its ResourceClaim %s is allocated for another member on a node whose devices this node cannot use", claim.Name)
 			}
 		}
 	}
-	if ext := c.d.extendedClaim(pod, member.CalculateResource().Resource.GetScalarResources(), ni); ext != nil {
-		out = append(out, ext)
+	if extended != nil {
+		out = append(out, extended)
 	}
 	return out, nil
 }

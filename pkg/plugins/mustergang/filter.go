@@ -33,11 +33,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	}
 	if h, ok := s.held[node.Name]; ok {
 		free := gang.FreeOnNode(ni)
-		var draFree int64
-		if s.dra != nil {
-			draFree = s.dra.free[node.Name]
-		}
-		nodeGPUs(&free, ni, v1.ResourceName(p.args.GPUResourceName), draFree)
+		nodeGPUs(&free, ni, v1.ResourceName(p.args.GPUResourceName), s.dra.freeOn(node.Name))
 		free.Sub(h)
 		if !free.Fits(s.request) {
 			return fwk.NewStatus(fwk.Unschedulable, "capacity held for a planned gang")

@@ -238,7 +238,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 	released := p.rejectWaiting(info.key, nil, fmt.Sprintf("gang %s is being planned again", info.key))
 
 	if p.dra.enabled() && len(p.dra.attributes) > 0 {
-		p.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion(ctx))
+		p.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion())
 	}
 	start := p.now()
 	plan, check, err := p.computePlan(ctx, gr, views, nil)
@@ -351,8 +351,8 @@ func (p *Plugin) nodeViews(nodes []fwk.NodeInfo, dra *draState) ([]gang.NodeView
 		gen := ni.GetGeneration()
 		generation = max(generation, gen)
 		var draFree int64
-		if dra != nil && ni.Node() != nil {
-			draFree = dra.free[ni.Node().Name]
+		if ni.Node() != nil {
+			draFree = dra.freeOn(ni.Node().Name)
 		}
 		if last != nil && last[i].info == ni && last[i].generation == gen && last[i].draFree == draFree {
 			continue // views[i] still holds its view
