@@ -380,14 +380,8 @@ func TestDRAExtendedResourceGang(t *testing.T) {
 	c.addDRANode("node-4", 8)
 	pods := c.waitJobBound("mnist", 4)
 	require.Len(t, nodesOf(pods), 4, "one 8-GPU worker per node: %v", nodesOf(pods))
-	c.eventually("every worker's extended-resource claim allocated 8 devices of its node", 30*time.Second, func() error {
-		for _, p := range c.jobPods("mnist") {
-			if err := c.extendedClaimAllocated(&p, 8); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	c.eachClaimAllocated("every worker's extended-resource claim allocated 8 devices of its node",
+		func() []corev1.Pod { return c.jobPods("mnist") }, func(p *corev1.Pod) error { return c.extendedClaimAllocated(p, 8) })
 	c.requireNoDeviceTwice()
 
 	// The life of the job: the worker on node-2 fails. Its claim is
@@ -395,17 +389,25 @@ func TestDRAExtendedResourceGang(t *testing.T) {
 	// node with 8 free devices, with a claim of its own.
 	pods = c.failOneAndWaitReplaced("mnist", 4, "node-2")
 	require.Len(t, nodesOf(pods), 4, "after the replacement, one worker per node: %v", nodesOf(pods))
-	c.eventually("every live worker's claim allocated 8 devices of its node", 30*time.Second, func() error {
-		for _, p := range live(c.jobPods("mnist")) {
-			if err := c.extendedClaimAllocated(&p, 8); err != nil {
+	c.eachClaimAllocated("every live worker's claim allocated 8 devices of its node",
+		func() []corev1.Pod { return live(c.jobPods("mnist")) }, func(p *corev1.Pod) error { return c.extendedClaimAllocated(p, 8) })
+	c.requireNoDeviceTwice()
+	obs.check(t, 10*time.Second)
+	assert.Equal(t, 3*draBackgroundPerNode, c.backgroundLeft(), "background CPU pods left")
+}
+
+// eachClaimAllocated waits until allocated says nil for every pod list
+// returns (within 30 s).
+func (c *cluster) eachClaimAllocated(what string, list func() []corev1.Pod, allocated func(*corev1.Pod) error) {
+	c.t.Helper()
+	c.eventually(what, 30*time.Second, func() error {
+		for _, p := range list() {
+			if err := allocated(&p); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	c.requireNoDeviceTwice()
-	obs.check(t, 10*time.Second)
-	assert.Equal(t, 3*draBackgroundPerNode, c.backgroundLeft(), "background CPU pods left")
 }
 
 // createClaimPod creates pod name of PodGroup group whose one container
@@ -426,14 +428,8 @@ func (c *cluster) waitOneDevicePerNode(what string, list func() []corev1.Pod) {
 	c.t.Helper()
 	pods := c.waitAllBound(what, 4, list)
 	require.Len(c.t, nodesOf(pods), 4, "%s on 4 distinct nodes: %v", what, nodesOf(pods))
-	c.eventually("the claim of each of "+what+" allocated 1 device of its node", 30*time.Second, func() error {
-		for _, p := range list() {
-			if err := c.podClaimAllocated(&p, 1); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	c.eachClaimAllocated("the claim of each of "+what+" allocated 1 device of its node",
+		list, func(p *corev1.Pod) error { return c.podClaimAllocated(p, 1) })
 	c.requireNoDeviceTwice()
 }
 
@@ -572,14 +568,8 @@ func TestDRAGangPreemption(t *testing.T) {
 
 	c.createJob(jobSpec{name: "low", workers: 4, gpus: 8, mutate: withPriority("low")})
 	lowPods := c.waitJobBound("low", 4)
-	c.eventually("the low gang's claims allocated", 30*time.Second, func() error {
-		for _, p := range c.jobPods("low") {
-			if err := c.extendedClaimAllocated(&p, 8); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	c.eachClaimAllocated("the low gang's claims allocated",
+		func() []corev1.Pod { return c.jobPods("low") }, func(p *corev1.Pod) error { return c.extendedClaimAllocated(p, 8) })
 	lowUIDs := map[types.UID]string{}
 	victimClaims := map[string]bool{}
 	for _, p := range c.jobPods("low") {
