@@ -95,8 +95,40 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("gang %s preempted pods to make room and waits for them; %d of them still terminating (planned on %s)", key, n, node))
 	}
+	if plan.Evicted.Len() > 0 && !p.devicesReleased(pod, node) {
+		// The victims are gone but the DRA devices they held are not
+		// released yet (their claims are deallocated after the pods'
+		// deletion): the planned node would refuse the member now. A
+		// ResourceClaim event wakes it.
+		state.heldForVictims = true
+		cs.Write(stateKey, state)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("gang %s preempted pods to make room and waits for their devices on %s to be released", key, node))
+	}
 	cs.Write(stateKey, state)
 	return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
+}
+
+// devicesReleased reports whether node has the DRA GPUs pod needs free, or
+// pod needs none there: after a preemption the victims' claims are
+// released only after the pods are deleted.
+func (p *Plugin) devicesReleased(pod *v1.Pod, node string) bool {
+	if !p.dra.enabled() {
+		return true
+	}
+	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node)
+	if err != nil {
+		return true // the plan's own checks handle a node that left
+	}
+	gpu := v1.ResourceName(p.args.GPUResourceName)
+	if devicePlugin := ni.GetAllocatable().GetScalarResources()[gpu] > 0; devicePlugin {
+		return true // freed with the pods, in the NodeInfo
+	}
+	dra, err := p.dra.snapshot(klog.NewContext(context.Background(), p.logger))
+	if err != nil {
+		return false // asked again at the next event
+	}
+	return dra.freeOn(node) >= p.requestOf(pod).Scalars[gpu]
 }
 
 // gangRequest is what planning a gang needs, gathered once: the planner's
