@@ -29,8 +29,12 @@ const (
 type Kind string
 
 const (
-	// KindPodGroup gangs are the pods labelled with a PodGroup's name.
+	// KindPodGroup gangs are the pods labelled with a scheduler-plugins
+	// PodGroup's name.
 	KindPodGroup Kind = "PodGroup"
+	// KindWorkloadPodGroup gangs are the pods that join a Kubernetes
+	// scheduling.k8s.io PodGroup through spec.schedulingGroup.
+	KindWorkloadPodGroup Kind = "PodGroup.scheduling.k8s.io"
 	// KindJob gangs are the pods of one batch/v1 Job.
 	KindJob Kind = "Job"
 	// KindStatefulSet gangs are the pods of one apps/v1 StatefulSet.
@@ -60,17 +64,29 @@ func (k Key) String() string {
 		return k.Namespace + "/pod/" + k.Name
 	case KindStatefulSet:
 		return k.Namespace + "/statefulset/" + k.Name
+	case KindWorkloadPodGroup:
+		return k.Namespace + "/podgroup.scheduling.k8s.io/" + k.Name
 	}
 	return k.Namespace + "/podgroup/" + k.Name
 }
 
-// KeyOf resolves the gang of a pod: the PodGroup label first, then a
+// KeyOf resolves the gang of a pod: its spec.schedulingGroup (a Kubernetes
+// PodGroup) first, then the scheduler-plugins PodGroup label, then a
 // controlling batch/v1 Job or apps/v1 StatefulSet; ok is false for a pod
 // scheduled alone.
 func KeyOf(pod *v1.Pod) (Key, bool) {
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && *g.PodGroupName != "" {
+		return Key{Kind: KindWorkloadPodGroup, Namespace: pod.Namespace, Name: *g.PodGroupName}, true
+	}
 	if name := pod.Labels[v1alpha1.PodGroupLabel]; name != "" {
 		return Key{Kind: KindPodGroup, Namespace: pod.Namespace, Name: name}, true
 	}
+	return ControllerKey(pod)
+}
+
+// ControllerKey is the gang of the pod's controlling batch/v1 Job or
+// apps/v1 StatefulSet, if it has one.
+func ControllerKey(pod *v1.Pod) (Key, bool) {
 	ref := metav1.GetControllerOf(pod)
 	switch {
 	case ref == nil:
@@ -96,7 +112,7 @@ func StatefulSetQuorum(sts *appsv1.StatefulSet, pod *v1.Pod) (quorum int, ordere
 	if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
 		return 1, true, nil
 	}
-	n, err := minAvailable(pod, replicas, "the StatefulSet has %d replicas")
+	n, err := MinAvailable(pod, replicas, "the StatefulSet has %d replicas")
 	switch {
 	case err != nil:
 		return 0, false, err
@@ -106,10 +122,10 @@ func StatefulSetQuorum(sts *appsv1.StatefulSet, pod *v1.Pod) (quorum int, ordere
 	return n, false, nil
 }
 
-// minAvailable reads the pod's muster.dev/min-available annotation: 0 when
+// MinAvailable reads the pod's muster.dev/min-available annotation: 0 when
 // it has none, an error when it is not a positive integer or exceeds limit
 // (limitWhy, with limit in it, says why that is the limit).
-func minAvailable(pod *v1.Pod, limit int, limitWhy string) (int, error) {
+func MinAvailable(pod *v1.Pod, limit int, limitWhy string) (int, error) {
 	value, ok := pod.Annotations[AnnotationMinAvailable]
 	if !ok {
 		return 0, nil
@@ -142,7 +158,7 @@ func JobQuorum(job *batchv1.Job, pod *v1.Pod) (int, error) {
 		size = min(size, remaining)
 	}
 	size = max(size, 1)
-	n, err := minAvailable(pod, max(parallelism, 1), "the Job runs at most %d pods at once (parallelism)")
+	n, err := MinAvailable(pod, max(parallelism, 1), "the Job runs at most %d pods at once (parallelism)")
 	switch {
 	case err != nil:
 		return 0, err
@@ -179,6 +195,23 @@ type Constraints struct {
 	Required  string
 	Preferred string
 	Policy    Policy
+}
+
+// NarrowerLevel is the tighter of two topology levels (levels are listed
+// tightest first); an empty name is no constraint.
+func NarrowerLevel(levels []Level, a, b string) string {
+	if a == "" || a == b {
+		return b
+	}
+	if b == "" {
+		return a
+	}
+	for _, l := range levels {
+		if l.Name == a || l.Name == b {
+			return l.Name
+		}
+	}
+	return a
 }
 
 // ConstraintsFromPod parses the topology and preemptible annotations and

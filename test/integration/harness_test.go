@@ -50,7 +50,14 @@ func startClusterWith(t *testing.T, extraConfig string, nodes ...*corev1.Node) *
 // prepares what a scheduler would find and starts one itself.
 func startClusterWithoutScheduler(t *testing.T, nodes ...*corev1.Node) *cluster {
 	t.Helper()
-	cp := controlplane.Start(t)
+	return startClusterWithFlags(t, nil, nodes...)
+}
+
+// startClusterWithFlags is startClusterWithoutScheduler with extra
+// kube-apiserver flags.
+func startClusterWithFlags(t *testing.T, apiserverFlags []string, nodes ...*corev1.Node) *cluster {
+	t.Helper()
+	cp := controlplane.Start(t, apiserverFlags...)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	c := &cluster{ControlPlane: cp, t: t, ctx: ctx, ns: cp.Namespace(t, "test")}

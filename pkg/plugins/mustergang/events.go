@@ -50,6 +50,10 @@ func (p *Plugin) ownerRef(key gang.Key) *v1.ObjectReference {
 		if sts, err := p.sets.StatefulSets(key.Namespace).Get(key.Name); err == nil {
 			return statefulSetRef(sts)
 		}
+	case gang.KindWorkloadPodGroup:
+		if pg, err := p.workloadGroup(key); err == nil {
+			return workloadGroupRef(pg)
+		}
 	case gang.KindPodGroup:
 		if p.podGroups == nil {
 			return nil

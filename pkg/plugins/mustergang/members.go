@@ -27,6 +27,9 @@ type gangInfo struct {
 	// noGang explains why the owner's pods can never form a gang; each is
 	// then placed as it comes (quorum 1).
 	noGang string
+	// required is a topology level the owner itself requires (a Kubernetes
+	// PodGroup's schedulingConstraints), beside the members' annotations.
+	required string
 }
 
 // ownerMissing explains a failed lookup of the gang's owner: a missing one by
@@ -46,20 +49,35 @@ func (p *Plugin) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
 		return nil, false, nil
 	}
 	info = &gangInfo{key: key, timeout: time.Duration(p.args.DefaultScheduleTimeoutSeconds) * time.Second}
-	switch key.Kind {
-	case gang.KindJob:
-		job, err := p.jobs.Jobs(key.Namespace).Get(key.Name)
+	// owner is what defines the quorum: the gang itself, or for a
+	// Kubernetes PodGroup of the basic policy the Job or StatefulSet that
+	// made it (with WorkloadWithJob every Job gets one).
+	owner := key
+	if key.Kind == gang.KindWorkloadPodGroup {
+		isGang, err := p.resolveWorkloadGroup(info, pod)
 		if err != nil {
-			return info, true, ownerMissing(key, "Job", err)
+			return info, true, err
+		}
+		if !isGang {
+			if owner, ok = gang.ControllerKey(pod); !ok {
+				return info, false, nil
+			}
+		}
+	}
+	switch owner.Kind {
+	case gang.KindJob:
+		job, err := p.jobs.Jobs(owner.Namespace).Get(owner.Name)
+		if err != nil {
+			return info, true, ownerMissing(owner, "Job", err)
 		}
 		info.owner = jobRef(job)
 		if info.quorum, err = gang.JobQuorum(job, pod); err != nil {
 			return info, true, fmt.Errorf("gang %s: %w", key, err)
 		}
 	case gang.KindStatefulSet:
-		sts, err := p.sets.StatefulSets(key.Namespace).Get(key.Name)
+		sts, err := p.sets.StatefulSets(owner.Namespace).Get(owner.Name)
 		if err != nil {
-			return info, true, ownerMissing(key, "StatefulSet", err)
+			return info, true, ownerMissing(owner, "StatefulSet", err)
 		}
 		info.owner = statefulSetRef(sts)
 		var orderedReady bool

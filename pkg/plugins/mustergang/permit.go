@@ -60,6 +60,14 @@ const permitGrace = 5 * time.Second
 // Reserve records that a planned member is assumed on its node: from now on
 // the scheduler cache counts it and the ledger stops holding its slot.
 func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	if cs.IsPodGroupSchedulingCycle() {
+		// The pod-group cycle's tentative pass, reverted before the real
+		// Reserve (workloadgroup.go): only noted.
+		if s, err := readState(cs); err == nil && s.pass != nil {
+			s.pass.reserved(pod.UID)
+		}
+		return nil
+	}
 	s, err := readState(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -75,6 +83,9 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 // takes that plan down; a member that was already allowed is just no longer
 // in flight and will be placed again. Idempotent.
 func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
+	if cs.IsPodGroupSchedulingCycle() {
+		return // the end of the pod-group cycle's tentative pass
+	}
 	s, err := readState(cs)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Unreserve without PreFilter state", "pod", klog.KObj(pod))
@@ -103,6 +114,15 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	}
 	if s.slot == "" {
 		return nil, 0
+	}
+	if refused := s.pass.refusedMember(); refused != nil {
+		// The pod-group cycle placed this member but refused a sibling at
+		// its slot: the core counts the placed part as success, muster
+		// does not let it bind without the rest.
+		reason := fmt.Sprintf("member %s could not go to its planned node %s in the PodGroup's cycle", refused.name, refused.node)
+		p.avoid(s.key, refused.node, refused.uid)
+		p.failPlan(ctx, s.key, s.planID, dropPlanBroken, reason)
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", s.key, reason)), 0
 	}
 	outcome, plan := p.registry.Permit(s.key, s.planID, pod.UID, p.now())
 	switch outcome {

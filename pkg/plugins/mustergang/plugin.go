@@ -13,12 +13,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/utils/clock"
 
@@ -113,6 +115,9 @@ type Plugin struct {
 	registry  *gang.Registry
 	// dra counts the GPUs dynamic resource allocation serves.
 	dra *draGPUs
+	// workloadGroups: the scheduler keeps Kubernetes PodGroups
+	// (GenericWorkload), whose pods form gangs (workloadgroup.go).
+	workloadGroups bool
 
 	pods      cache.Indexer
 	gangIndex string
@@ -176,6 +181,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	}
 	p.topology = gang.NewTopologyIndex(p.levels)
 	p.views = map[string]cachedView{}
+	p.workloadGroups = utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload)
 	p.dra = newDRAGPUs(h, v1.ResourceName(args.GPUResourceName), args.GPUDeviceClasses, p.levels)
 	registerMetrics()
 

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	applyv1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -79,7 +78,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if status != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, status.Message())
 	}
-	prio, never := preemptorPriority(pod, gr.candidates)
+	prio, never := p.preemptorPriority(pod, gr.candidates)
 	if never != "" {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("not eligible for preemption: %s has preemptionPolicy Never", never))
 	}
@@ -233,14 +232,14 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 // preemptorPriority is the priority a gang preempts with: its lowest
 // member's, so no member evicts what another could not. never names a
 // member whose preemptionPolicy is Never (then the gang evicts nothing).
-func preemptorPriority(pod *v1.Pod, members []*framework.PodInfo) (prio int32, never string) {
-	prio = corev1helpers.PodPriority(pod)
+func (p *Plugin) preemptorPriority(pod *v1.Pod, members []*framework.PodInfo) (prio int32, never string) {
+	prio = p.priorityOf(pod)
 	pods := []*v1.Pod{pod}
 	for _, m := range members {
 		pods = append(pods, m.Pod)
 	}
 	for _, m := range pods {
-		prio = min(prio, corev1helpers.PodPriority(m))
+		prio = min(prio, p.priorityOf(m))
 		if m.Spec.PreemptionPolicy != nil && *m.Spec.PreemptionPolicy == v1.PreemptNever && never == "" {
 			never = m.Name
 		}
@@ -297,7 +296,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()
 			gpus := p.dra.withClaimGPUs(gang.RequestOf(pi.CalculateResource()), pod, nil).Scalars[gpu]
-			k, inGang := gang.KeyOf(pod)
+			k, inGang := p.victimKey(pod)
 			if !inGang && gpus == 0 && !loneHere {
 				continue
 			}
@@ -308,20 +307,21 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 			if key == preemptor {
 				continue
 			}
-			if corev1helpers.PodPriority(pod) >= prio || pod.DeletionTimestamp != nil || p.registry.IsVictim(pod.UID) {
+			podPrio := p.priorityOf(pod)
+			if podPrio >= prio || pod.DeletionTimestamp != nil || p.registry.IsVictim(pod.UID) {
 				protected[name] = true // the whole unit, never a part of it
 				continue
 			}
 			u := byName[name]
 			if u == nil {
-				u = &victimUnit{key: key, VictimUnit: gang.VictimUnit{Name: name, Priority: corev1helpers.PodPriority(pod)}}
+				u = &victimUnit{key: key, VictimUnit: gang.VictimUnit{Name: name, Priority: podPrio}}
 				byName[name] = u
 			}
 			u.pods = append(u.pods, pod)
 			u.nodes = append(u.nodes, i)
 			u.Pods++
 			u.GPUs += gpus
-			u.Priority = max(u.Priority, corev1helpers.PodPriority(pod))
+			u.Priority = max(u.Priority, podPrio)
 			started := pod.CreationTimestamp.Time
 			if pod.Status.StartTime != nil {
 				started = pod.Status.StartTime.Time

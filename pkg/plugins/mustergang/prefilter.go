@@ -105,6 +105,10 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("gang %s preempted pods to make room and waits for their devices on %s to be released", key, node))
 	}
+	if cs.IsPodGroupSchedulingCycle() {
+		state.pass = passOf(cs.GetPodGroupSchedulingCycle(), plan.ID)
+		state.pass.steered(pod, node)
+	}
 	cs.Write(stateKey, state)
 	return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
 }
@@ -171,6 +175,8 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		p.notice(ctx, info, gang.OutcomeInvalid, msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
+	// The owner's own topology requirement narrows the members' wishes.
+	c.Required = gang.NarrowerLevel(p.levels, c.Required, info.required)
 	gr := &gangRequest{info: info, set: set, alone: len(candidates) == 1, req: gang.Request{
 		Gang:       key.String(),
 		Needed:     needed,

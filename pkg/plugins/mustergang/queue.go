@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -81,6 +82,12 @@ func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint},
 			QueueingHintFn: nodeMayAddRoom},
 	}
+	if p.workloadGroups {
+		// A Kubernetes PodGroup created after its pods, or its minCount
+		// changed (mutable in 1.37), can complete its gang's quorum.
+		events = append(events, fwk.ClusterEventWithHint{
+			Event: fwk.ClusterEvent{Resource: fwk.PodGroup, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: sameWorkloadGroup})
+	}
 	if p.dra.enabled() {
 		// DRA GPUs: a node's devices published or changed, a GPU class
 		// made or changed, a claim released or deleted (devices freed) or
@@ -101,6 +108,17 @@ func (p *Plugin) sameGangPod(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) 
 	mine, inGang := gang.KeyOf(pod)
 	theirs, _ := gang.KeyOf(added)
 	if inGang && mine == theirs {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+func sameWorkloadGroup(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {
+	pg, ok := newObj.(*schedulingv1beta1.PodGroup)
+	if !ok {
+		return fwk.Queue, nil
+	}
+	if key, inGang := gang.KeyOf(pod); inGang && key == (gang.Key{Kind: gang.KindWorkloadPodGroup, Namespace: pg.Namespace, Name: pg.Name}) {
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil

@@ -27,6 +27,9 @@ type cycleState struct {
 	// heldForVictims: PreFilter held the planned member back until the pods
 	// its plan preempted are gone.
 	heldForVictims bool
+	// pass is the pod-group cycle's tentative pass the member was steered
+	// in, if it was (workloadgroup.go).
+	pass *groupPass
 }
 
 func (s *cycleState) Clone() fwk.StateData { return s }

@@ -1,0 +1,288 @@
+package mustergang
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// Kubernetes' own gangs: a pod with spec.schedulingGroup belongs to that
+// scheduling.k8s.io/v1beta1 PodGroup (GenericWorkload gate). The group is
+// read from the framework's own PodGroup state (Handle.PodGroupManager),
+// never from an informer of muster's.
+//
+// With the gate on, kube-scheduler queues such pods as one pod-group entity
+// and runs its pod-group cycle: every queued member's PreFilter, Filter and
+// Reserve in one pass over one snapshot, then all of them are reverted, and
+// the members go to Reserve and Permit again for real. muster's PreFilter
+// plans the gang for the first member and steers each member to its slot,
+// so the pass places the whole plan or nothing. Reserve and Unreserve leave
+// the tentative pass alone (IsPodGroupSchedulingCycle), but Reserve notes
+// who got through it: the core counts a partly placed group as success
+// (the framework takes placement feasibility only from its own
+// GangScheduling plugin), so muster's Permit refuses the placed members
+// when a sibling was refused at its slot. PodGroupPostFilter stands in for
+// PostFilter, which the core does not run inside a pod-group cycle.
+
+var _ fwk.PodGroupPostFilterPlugin = &Plugin{}
+
+// workloadGroup returns the PodGroup of key from the scheduler's cache.
+func (p *Plugin) workloadGroup(key gang.Key) (*schedulingv1beta1.PodGroup, error) {
+	manager := p.handle.PodGroupManager()
+	if manager == nil {
+		return nil, fmt.Errorf("gang %s: the scheduler keeps no PodGroups; run muster with --feature-gates=GenericWorkload=true", key)
+	}
+	pg, err := manager.PodGroups().Get(key.Namespace, key.Name)
+	if err != nil {
+		return nil, fmt.Errorf("gang %s: PodGroup %s not found in namespace %s (muster needs --feature-gates=GenericWorkload=true to see PodGroups): %v",
+			key, key.Name, key.Namespace, err)
+	}
+	return pg, nil
+}
+
+// resolveWorkloadGroup fills info from the pod's PodGroup: quorum
+// gang.minCount (lowered by the member's muster.dev/min-available), the
+// topology level its schedulingConstraints require. isGang is false for a
+// group with the basic policy.
+func (p *Plugin) resolveWorkloadGroup(info *gangInfo, pod *v1.Pod) (isGang bool, err error) {
+	key := info.key
+	pg, err := p.workloadGroup(key)
+	if err != nil {
+		return true, err
+	}
+	info.owner = workloadGroupRef(pg)
+	policy := pg.Spec.SchedulingPolicy
+	if policy.Gang == nil {
+		return false, nil
+	}
+	if policy.Gang.MinCount < 1 {
+		return true, fmt.Errorf("gang %s: PodGroup spec.schedulingPolicy.gang.minCount must be at least 1, got %d", key, policy.Gang.MinCount)
+	}
+	info.quorum = int(policy.Gang.MinCount)
+	n, err := gang.MinAvailable(pod, info.quorum, "the PodGroup's gang.minCount is %d")
+	if err != nil {
+		return true, fmt.Errorf("gang %s: %w", key, err)
+	}
+	if n > 0 {
+		info.quorum = n
+	}
+	if c := pg.Spec.SchedulingConstraints; c != nil {
+		for _, t := range c.Topology {
+			level, found := p.levelOfLabel(t.Key)
+			if !found {
+				return true, fmt.Errorf("gang %s: PodGroup spec.schedulingConstraints.topology key %q is no topology level's nodeLabel (levels: %s); add a level with nodeLabel %s to MusterGang's topologyLevels",
+					key, t.Key, describeLevels(p.levels), t.Key)
+			}
+			info.required = gang.NarrowerLevel(p.levels, info.required, level)
+		}
+	}
+	return true, nil
+}
+
+func (p *Plugin) levelOfLabel(label string) (string, bool) {
+	for _, l := range p.levels {
+		if l.Label == label {
+			return l.Name, true
+		}
+	}
+	return "", false
+}
+
+func describeLevels(levels []gang.Level) string {
+	var parts []string
+	for _, l := range levels {
+		source := l.Label
+		if source == "" {
+			source = "device attribute " + l.Attribute
+		}
+		parts = append(parts, l.Name+"="+source)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func workloadGroupRef(pg *schedulingv1beta1.PodGroup) *v1.ObjectReference {
+	return &v1.ObjectReference{
+		APIVersion: schedulingv1beta1.SchemeGroupVersion.String(),
+		Kind:       "PodGroup",
+		Namespace:  pg.Namespace,
+		Name:       pg.Name,
+		UID:        pg.UID,
+	}
+}
+
+// priorityOf is the priority pod schedules and is preempted with: its
+// PodGroup's spec.priority when it joins one that has it, else its own.
+func (p *Plugin) priorityOf(pod *v1.Pod) int32 {
+	if key, ok := gang.KeyOf(pod); ok && key.Kind == gang.KindWorkloadPodGroup {
+		if pg, err := p.workloadGroup(key); err == nil && pg.Spec.Priority != nil {
+			return *pg.Spec.Priority
+		}
+	}
+	return corev1helpers.PodPriority(pod)
+}
+
+// victimKey is the unit pod is preempted in: its gang, except for the
+// members of a gang PodGroup that lets its pods be disrupted one by one
+// (disruptionMode single, the API's default), which are units of their own
+// like pods scheduled alone. A basic PodGroup's pods are their Job's or
+// StatefulSet's gang, as without the PodGroup.
+func (p *Plugin) victimKey(pod *v1.Pod) (gang.Key, bool) {
+	key, ok := gang.KeyOf(pod)
+	if !ok || key.Kind != gang.KindWorkloadPodGroup {
+		return key, ok
+	}
+	pg, err := p.workloadGroup(key)
+	if err != nil {
+		return gang.Key{}, false
+	}
+	if pg.Spec.SchedulingPolicy.Gang == nil {
+		_, owned := gang.ControllerKey(pod)
+		return key, owned
+	}
+	if mode := pg.Spec.DisruptionMode; mode == nil || mode.All == nil {
+		return gang.Key{}, false
+	}
+	return key, true
+}
+
+// PodGroupPostFilter runs when a PodGroup's cycle placed none of its
+// members. It is PostFilter for the group: with no plan the gang may
+// preempt; a plan waiting for its victims keeps its hold and nominations;
+// any other plan was refused at its slots and is dropped.
+func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleState, group fwk.PodGroupInfo, _ fwk.PodGroupSchedulingFunc) (*fwk.PodGroupPostFilterResult, *fwk.Status) {
+	pods := group.GetUnscheduledPods()
+	if len(pods) == 0 {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "no member to place")
+	}
+	key, plan := gang.Key{}, (*gang.ActivePlan)(nil)
+	for _, pod := range pods {
+		if key, plan = p.registry.PlanOf(pod.UID); plan != nil {
+			break
+		}
+	}
+	if plan == nil {
+		result, status := p.preempt(ctx, pods[0])
+		if result == nil || result.NominatingInfo == nil || result.NominatedNodeName == "" {
+			return nil, status
+		}
+		_, plan = p.registry.PlanOf(pods[0].UID)
+		if plan == nil {
+			return nil, status
+		}
+		return nominations(pods, plan), fwk.NewStatus(fwk.Success, status.Message())
+	}
+	if msg, waiting := p.planWaits(key, plan, pods); waiting {
+		return nominations(pods, plan), fwk.NewStatus(fwk.Unschedulable, msg)
+	}
+	reason := fmt.Sprintf("%d members could not go to their planned nodes in the PodGroup's cycle", len(pods))
+	klog.FromContext(ctx).V(2).Info("Plan refused in a pod-group cycle", "gang", key, "members", len(pods))
+	p.failPlan(ctx, key, plan.ID, dropPlanBroken, reason)
+	return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, reason))
+}
+
+// planWaits reports whether the plan's members were held back only for the
+// pods it preempted (see waitingForVictims).
+func (p *Plugin) planWaits(key gang.Key, plan *gang.ActivePlan, pods []*v1.Pod) (string, bool) {
+	if n := plan.Victims.Len(); n > 0 {
+		return fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, n), true
+	}
+	for _, pod := range pods {
+		slot, ok := plan.Slots[pod.UID]
+		if !ok {
+			continue
+		}
+		if p.evictedStillCached(plan, slot) {
+			return fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, slot), true
+		}
+		if plan.Evicted.Len() > 0 && !p.devicesReleased(pod, slot) {
+			return fmt.Sprintf("gang %s waits for the devices of preempted pods on %s to be released", key, slot), true
+		}
+	}
+	return "", false
+}
+
+// nominations nominates each member to its slot in plan.
+func nominations(pods []*v1.Pod, plan *gang.ActivePlan) *fwk.PodGroupPostFilterResult {
+	out := &fwk.PodGroupPostFilterResult{NominatingInfos: map[types.NamespacedName]*fwk.NominatingInfo{}}
+	for _, pod := range pods {
+		if slot, ok := plan.Slots[pod.UID]; ok {
+			out.NominatingInfos[types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}] =
+				&fwk.NominatingInfo{NominatedNodeName: slot, NominatingMode: fwk.ModeOverride}
+		}
+	}
+	return out
+}
+
+// groupPass is what muster saw of one pod-group cycle's tentative pass over
+// a plan: the members steered to their slots and those reserved there. The
+// core shares one PodGroupCycleState among the pass's members.
+type groupPass struct {
+	mu     sync.Mutex
+	planID int64
+	// steeredTo are the members steered, in the pass's order.
+	steeredTo []passMember
+	reservedU sets.Set[types.UID]
+}
+
+type passMember struct {
+	uid  types.UID
+	name string
+	node string
+}
+
+const groupPassKey fwk.StateKey = "muster.dev/pod-group-pass"
+
+// Clone shares the record: the pass's members write to one.
+func (g *groupPass) Clone() fwk.StateData { return g }
+
+// passOf returns the pass record of plan planID in the pod-group cycle's
+// state, creating it.
+func passOf(cs fwk.PodGroupCycleState, planID int64) *groupPass {
+	if data, err := cs.Read(groupPassKey); err == nil {
+		if g, ok := data.(*groupPass); ok && g.planID == planID {
+			return g
+		}
+	}
+	g := &groupPass{planID: planID, reservedU: sets.New[types.UID]()}
+	cs.Write(groupPassKey, g)
+	return g
+}
+
+func (g *groupPass) steered(pod *v1.Pod, node string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.steeredTo = append(g.steeredTo, passMember{uid: pod.UID, name: pod.Name, node: node})
+}
+
+func (g *groupPass) reserved(uid types.UID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.reservedU.Insert(uid)
+}
+
+// refusedMember is the first member steered in the pass but not reserved
+// in it (a Filter refused it at its slot), or nil. Nil-safe.
+func (g *groupPass) refusedMember() *passMember {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range g.steeredTo {
+		if !g.reservedU.Has(g.steeredTo[i].uid) {
+			return &g.steeredTo[i]
+		}
+	}
+	return nil
+}

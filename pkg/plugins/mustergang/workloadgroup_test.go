@@ -1,0 +1,190 @@
+package mustergang
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/internal/testobj"
+	"github.com/muster-sched/muster/pkg/apis/config"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// groupsHandle is a framework handle whose PodGroupManager knows groups.
+type groupsHandle struct {
+	fwk.Handle
+	groups map[string]*schedulingv1beta1.PodGroup
+}
+
+func (h groupsHandle) PodGroupManager() fwk.PodGroupManager { return groupManager(h) }
+
+type groupManager groupsHandle
+
+func (m groupManager) PodGroups() fwk.PodGroupLister { return m }
+func (m groupManager) PodGroupStates() fwk.PodGroupStateLister {
+	panic("not used by muster")
+}
+func (m groupManager) CompositePodGroupStates() fwk.CompositePodGroupStateLister {
+	panic("not used by muster")
+}
+func (m groupManager) CompositePodGroups() fwk.CompositePodGroupLister { panic("not used by muster") }
+func (m groupManager) BuildHierarchySnapshotFromPod(*v1.Pod) (fwk.PodGroupManager, error) {
+	panic("not used by muster")
+}
+func (m groupManager) GetRootKeyForGroup(fwk.EntityKey) (fwk.EntityKey, bool, error) {
+	panic("not used by muster")
+}
+func (m groupManager) Get(namespace, name string) (*schedulingv1beta1.PodGroup, error) {
+	if pg, ok := m.groups[namespace+"/"+name]; ok {
+		return pg, nil
+	}
+	return nil, fmt.Errorf("podgroup %s/%s not found", namespace, name)
+}
+
+func workloadGroup(name string, mutate ...func(*schedulingv1beta1.PodGroup)) *schedulingv1beta1.PodGroup {
+	pg := &schedulingv1beta1.PodGroup{}
+	pg.Namespace, pg.Name = "ns", name
+	pg.Spec.SchedulingPolicy.Gang = &schedulingv1beta1.GangSchedulingPolicy{MinCount: 4}
+	for _, m := range mutate {
+		m(pg)
+	}
+	return pg
+}
+
+func pluginWithGroups(groups ...*schedulingv1beta1.PodGroup) *Plugin {
+	h := groupsHandle{groups: map[string]*schedulingv1beta1.PodGroup{}}
+	for _, pg := range groups {
+		h.groups[pg.Namespace+"/"+pg.Name] = pg
+	}
+	return &Plugin{handle: h, args: &config.MusterGangArgs{DefaultScheduleTimeoutSeconds: 60},
+		levels: []gang.Level{{Name: "node", Label: v1.LabelHostname}, {Name: "rack", Label: "example.com/rack"}, {Name: "zone", Label: v1.LabelTopologyZone}}}
+}
+
+// A basic group of a Job resolves to the Job's gang:
+// TestWorkloadBasicGroupOfJobStaysAGang (integration).
+func TestResolveWorkloadGroup(t *testing.T) {
+	p := pluginWithGroups(
+		workloadGroup("gang"),
+		workloadGroup("in-rack", func(pg *schedulingv1beta1.PodGroup) {
+			pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
+				Topology: []schedulingv1beta1.TopologyConstraint{{Key: "example.com/rack"}}}
+		}),
+		workloadGroup("unknown-key", func(pg *schedulingv1beta1.PodGroup) {
+			pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
+				Topology: []schedulingv1beta1.TopologyConstraint{{Key: "example.com/pod"}}}
+		}),
+		workloadGroup("basic", func(pg *schedulingv1beta1.PodGroup) {
+			pg.Spec.SchedulingPolicy = schedulingv1beta1.PodGroupSchedulingPolicy{Basic: &schedulingv1beta1.BasicSchedulingPolicy{}}
+		}),
+	)
+	tests := []struct {
+		name         string
+		pod          *v1.Pod
+		inGang       bool
+		quorum       int
+		required     string
+		errPart      string
+		ownerIsGroup bool
+	}{
+		{name: "gang minCount", pod: testobj.MakePod("ns", "p").PodGroup("gang").Obj(), inGang: true, quorum: 4, ownerIsGroup: true},
+		{name: "min-available lowers the quorum", pod: testobj.MakePod("ns", "p").PodGroup("gang").Annotation(gang.AnnotationMinAvailable, "3").Obj(),
+			inGang: true, quorum: 3, ownerIsGroup: true},
+		{name: "min-available above minCount", pod: testobj.MakePod("ns", "p").PodGroup("gang").Annotation(gang.AnnotationMinAvailable, "5").Obj(),
+			inGang: true, errPart: "gang.minCount is 4"},
+		{name: "topology key names a level", pod: testobj.MakePod("ns", "p").PodGroup("in-rack").Obj(), inGang: true, quorum: 4, required: "rack", ownerIsGroup: true},
+		{name: "topology key names no level", pod: testobj.MakePod("ns", "p").PodGroup("unknown-key").Obj(), inGang: true, errPart: `"example.com/pod" is no topology level's nodeLabel`},
+		{name: "missing group", pod: testobj.MakePod("ns", "p").PodGroup("nowhere").Obj(), inGang: true, errPart: "PodGroup nowhere not found"},
+		{name: "basic group alone", pod: testobj.MakePod("ns", "p").PodGroup("basic").Obj(), inGang: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			info, inGang, err := p.resolve(tc.pod)
+			require.Equal(t, tc.inGang, inGang)
+			if tc.errPart != "" {
+				require.ErrorContains(t, err, tc.errPart)
+				return
+			}
+			require.NoError(t, err)
+			if !tc.inGang {
+				return
+			}
+			assert.Equal(t, tc.quorum, info.quorum)
+			assert.Equal(t, tc.required, info.required)
+			ref, ok := info.owner.(*v1.ObjectReference)
+			require.True(t, ok)
+			assert.Equal(t, tc.ownerIsGroup, ref.APIVersion == "scheduling.k8s.io/v1beta1" && ref.Kind == "PodGroup")
+		})
+	}
+}
+
+func TestVictimKeyFollowsDisruptionMode(t *testing.T) {
+	job := testobj.MakeJob("ns", "train").UID("job-uid").Obj()
+	all := &schedulingv1beta1.DisruptionMode{All: &schedulingv1beta1.AllDisruptionMode{}}
+	p := pluginWithGroups(
+		workloadGroup("whole", func(pg *schedulingv1beta1.PodGroup) { pg.Spec.DisruptionMode = all }),
+		workloadGroup("single"),
+		workloadGroup("basic", func(pg *schedulingv1beta1.PodGroup) {
+			pg.Spec.SchedulingPolicy = schedulingv1beta1.PodGroupSchedulingPolicy{Basic: &schedulingv1beta1.BasicSchedulingPolicy{}}
+		}),
+	)
+	tests := []struct {
+		name  string
+		pod   *v1.Pod
+		unit  gang.Key
+		whole bool
+	}{
+		{"disruptionMode all: the group", testobj.MakePod("ns", "p").PodGroup("whole").Obj(), gang.Key{Kind: gang.KindWorkloadPodGroup, Namespace: "ns", Name: "whole"}, true},
+		{"disruptionMode single: the pod", testobj.MakePod("ns", "p").PodGroup("single").Obj(), gang.Key{}, false},
+		{"basic group of a Job: the Job's gang", testobj.MakePod("ns", "p").PodGroup("basic").JobMember(job, 0).Obj(), gang.Key{Kind: gang.KindWorkloadPodGroup, Namespace: "ns", Name: "basic"}, true},
+		{"basic group of nothing: the pod", testobj.MakePod("ns", "p").PodGroup("basic").Obj(), gang.Key{}, false},
+		{"a Job's pod: the Job", testobj.MakePod("ns", "p").JobMember(job, 0).Obj(), gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "train"}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			unit, whole := p.victimKey(tc.pod)
+			assert.Equal(t, tc.whole, whole)
+			if whole {
+				assert.Equal(t, tc.unit, unit)
+			}
+		})
+	}
+}
+
+func TestPriorityOfIsTheGroupsPriority(t *testing.T) {
+	p := pluginWithGroups(workloadGroup("prio", func(pg *schedulingv1beta1.PodGroup) { pg.Spec.Priority = ptr.To[int32](500) }), workloadGroup("none"))
+	assert.Equal(t, int32(500), p.priorityOf(testobj.MakePod("ns", "a").PodGroup("prio").Priority(10).Obj()))
+	assert.Equal(t, int32(10), p.priorityOf(testobj.MakePod("ns", "b").PodGroup("none").Priority(10).Obj()))
+	assert.Equal(t, int32(10), p.priorityOf(testobj.MakePod("ns", "c").Priority(10).Obj()))
+}
+
+func TestGroupPassFindsTheRefusedMember(t *testing.T) {
+	cs := framework.NewCycleState()
+	pods := []*v1.Pod{
+		testobj.MakePod("ns", "w0").UID("u0").Obj(),
+		testobj.MakePod("ns", "w1").UID("u1").Obj(),
+		testobj.MakePod("ns", "w2").UID("u2").Obj(),
+	}
+	pass := passOf(cs, 7)
+	require.Same(t, pass, passOf(cs, 7), "one record per pass and plan")
+	for i, pod := range pods {
+		pass.steered(pod, fmt.Sprintf("node-%d", i))
+	}
+	pass.reserved("u0")
+	pass.reserved("u2")
+	refused := pass.refusedMember()
+	require.NotNil(t, refused)
+	assert.Equal(t, passMember{uid: types.UID("u1"), name: "w1", node: "node-1"}, *refused)
+
+	pass.reserved("u1")
+	assert.Nil(t, pass.refusedMember(), "every steered member reserved")
+	assert.Nil(t, (*groupPass)(nil).refusedMember(), "a member not steered in a pass")
+	assert.NotSame(t, pass, passOf(cs, 8), "another plan's pass starts afresh")
+}
