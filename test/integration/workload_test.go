@@ -203,3 +203,21 @@ func TestWorkloadGroupPreemption(t *testing.T) {
 	}
 	require.Equal(t, background, c.backgroundLeft(), "no background pod is evicted")
 }
+
+// minCount is mutable in 1.37: a group waiting for a fifth member goes
+// ahead when its minCount drops to the four it has, and nothing is held
+// meanwhile.
+func TestWorkloadGroupMinCountChangeWakesTheGang(t *testing.T) {
+	c := startWorkloadCluster(t, gpuNodes(4, 8)...)
+	c.createWorkloadGroup("train", 5)
+	c.createJob(jobSpec{name: "train", workers: 4, gpus: 8, mutate: inGroup("train")})
+	c.waitForEvent("PodGroup", "train", "GangWaitingForMembers", "has 4 of 5 members")
+	c.requireHoldsNothing("4 of 5 members")
+
+	pg, err := c.Client.SchedulingV1beta1().PodGroups(c.ns).Get(c.ctx, "train", metav1.GetOptions{})
+	require.NoError(t, err)
+	pg.Spec.SchedulingPolicy.Gang.MinCount = 4
+	_, err = c.Client.SchedulingV1beta1().PodGroups(c.ns).Update(c.ctx, pg, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	c.waitJobBound("train", 4)
+}
