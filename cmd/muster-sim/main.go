@@ -191,8 +191,9 @@ func runSim(ctx context.Context, args []string) error {
 		Exe: exe, ScenarioPath: path, Schedulers: names, RunOrder: order, Seed: *seed, Out: *out,
 		SettleQuiet: *quiet, StepTimeout: *stepTimeout, Stderr: os.Stderr,
 		ExtraArgs: []string{fmt.Sprintf("--v=%d", *verbosity), "--progress=" + *progress, fmt.Sprintf("--cpuprofile=%t", *cpuProfile)},
-		Command: fmt.Sprintf("muster-sim --scenario %s --schedulers %s --seed %d --out %s",
-			strings.TrimSuffix(filepath.Base(path), ".yaml"), strings.Join(names, ","), *seed, *out),
+		// The command as run, every flag included (--rotate changes the
+		// order the schedulers run in, so a reproduction needs it).
+		Command:    "muster-sim " + strings.Join(os.Args[1:], " "),
 		Kubernetes: kubernetesVersion(),
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ package integration
 // PodGroupPodsCount disabled) decides the plan.
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/utils/ptr"
 
+	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/internal/testobj"
 	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 )
@@ -220,4 +222,33 @@ func TestWorkloadGroupMinCountChangeWakesTheGang(t *testing.T) {
 	_, err = c.Client.SchedulingV1beta1().PodGroups(c.ns).Update(c.ctx, pg, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	c.waitJobBound("train", 4)
+}
+
+// The shipped RBAC is enough with the workload API on: the scheduler, as
+// its ServiceAccount, watches the PodGroups, plans the group, and writes
+// the group's PodGroupInitiallyScheduled condition.
+func TestWorkloadGroupLeastPrivilege(t *testing.T) {
+	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
+		features.GenericWorkload:                 true,
+		features.WorkloadWithJob:                 true,
+		features.TopologyAwareWorkloadScheduling: true,
+	})
+	admin := controlplane.Start(t, "--authorization-mode=RBAC", "--runtime-config=scheduling.k8s.io/v1beta1=true")
+	applyManifests(t, admin)
+	sched, err := admin.ServiceAccount("muster-system", "muster-scheduler")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	nodes := gpuNodes(4, 8)
+	require.NoError(t, controlplane.CreateNodes(ctx, admin.Client, nodes...))
+	c := &cluster{ControlPlane: admin, t: t, ctx: ctx, ns: admin.Namespace(t, "rbac")}
+	c.addBackground(4, nodes...)
+	done, err := sched.StartScheduler(ctx)
+	require.NoError(t, err, "scheduler as its ServiceAccount")
+	t.Cleanup(func() { cancel(); <-done })
+
+	c.createWorkloadGroup("train", 4)
+	c.createJob(jobSpec{name: "train", workers: 4, gpus: 8, mutate: inGroup("train")})
+	c.waitJobBound("train", 4)
+	c.requireGroupScheduled("train")
 }

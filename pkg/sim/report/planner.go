@@ -63,49 +63,49 @@ func parsePlanner(out string) []*plannerCase {
 	return cases
 }
 
-// floorBench is the benchmark of the framework's own least cost for the
-// same gangs as planBench; its cases are shown beside the plan's, not as
+// checkBench is the benchmark of muster's filter check alone for the same
+// gangs as planBench (its name before was BenchmarkFrameworkFloor, still
+// read from older results); its cases are shown beside the plan's, not as
 // rows of their own.
 const (
-	planBench  = "BenchmarkPlanGang"
-	floorBench = "BenchmarkFrameworkFloor"
+	planBench     = "BenchmarkPlanGang"
+	checkBench    = "BenchmarkFilterCheck"
+	oldCheckBench = "BenchmarkFrameworkFloor"
 )
 
 // plannerTable renders the planner benchmarks (make bench's
 // bench/results/planner.txt): ms per gang plan, median and range, the
-// framework's floor for the same gang, and the targets per cluster size.
+// filter check alone for the same gang, and the targets per cluster size.
 func plannerTable(b *strings.Builder, out string) {
 	cases := parsePlanner(out)
 	if len(cases) == 0 {
 		return
 	}
-	floors := map[string]Spread{}
+	checks := map[string]Spread{}
 	for _, c := range cases {
-		if c.bench == floorBench {
-			floors[fmt.Sprintf("%d/%s", c.nodes, c.name)] = SpreadOf(c.ms)
+		if c.bench == checkBench || c.bench == oldCheckBench {
+			checks[fmt.Sprintf("%d/%s", c.nodes, c.name)] = SpreadOf(c.ms)
 		}
 	}
 	b.WriteString("\n### Planning one gang\n\n")
 	b.WriteString("`BenchmarkCompute` is the planner alone over a busy snapshot of 8-GPU nodes in 32-node racks; `BenchmarkPlanGang` is the whole plan in the first member's PreFilter as the scheduler pays it, over empty nodes: node views, the planner, and the profile's own PreFilter and Filter plugins confirming every choice for every member (`-onepernode`: workers with a one-per-node pod anti-affinity, for which InterPodAffinity's PreFilter reads every node once per member). ms per plan, median (range) of the runs (bench/results/planner.txt).\n\n")
-	b.WriteString("The framework floor (`BenchmarkFrameworkFloor`) is the least any scheduler built on this framework pays for the same gang: each member's PodInfo, the profile's PreFilter plugins, and its Filter plugins on the one node the plan chose, nothing else. A target below the floor cannot be met by a plan the framework confirms.\n\n")
-	b.WriteString("| benchmark | nodes | gang | ms per plan | runs | framework floor, ms | plan ÷ floor | target |\n|---|--:|---|--:|--:|--:|--:|---|\n")
+	b.WriteString("The filter check (`BenchmarkFilterCheck`) is the part of muster's plan that confirms a perfect guess: each member's PodInfo, the profile's PreFilter plugins, and its Filter plugins on the one node the plan chose. It is muster's own dry run (the members' scheduling cycles then run the same plugins again), not a lower bound on what a scheduler on this framework pays; *plan ÷ check* is the planner's search over that confirmation.\n\n")
+	b.WriteString("| benchmark | nodes | gang | ms per plan | runs | filter check, ms | plan ÷ check | target |\n|---|--:|---|--:|--:|--:|--:|---|\n")
 	type benchNodes struct {
 		bench string
 		nodes int
 	}
 	worst := map[benchNodes]float64{}
 	var order []benchNodes
-	targeted, missed, belowFloor := 0, 0, 0
+	targeted, missed := 0, 0
 	for _, c := range cases {
-		if c.bench == floorBench {
+		if c.bench == checkBench || c.bench == oldCheckBench {
 			continue
 		}
 		s := SpreadOf(c.ms)
-		floor, ratio := "–", "–"
-		f, hasFloor := floors[fmt.Sprintf("%d/%s", c.nodes, c.name)]
-		hasFloor = hasFloor && c.bench == planBench
-		if hasFloor {
-			floor, ratio = f.Format("%.3f"), fmt.Sprintf("%.2f×", s.Median/f.Median)
+		check, ratio := "–", "–"
+		if f, ok := checks[fmt.Sprintf("%d/%s", c.nodes, c.name)]; ok && c.bench == planBench {
+			check, ratio = f.Format("%.3f"), fmt.Sprintf("%.2f×", s.Median/f.Median)
 		}
 		target := "–"
 		if want, ok := plannerTargets[c.nodes]; ok {
@@ -114,10 +114,6 @@ func plannerTable(b *strings.Builder, out string) {
 			if s.Median > want {
 				met = "**not met**"
 				missed++
-				if hasFloor && f.Median > want {
-					met += ", below the floor"
-					belowFloor++
-				}
 			}
 			target = fmt.Sprintf("≤ %g ms: %s", want, met)
 			k := benchNodes{c.bench, c.nodes}
@@ -126,13 +122,13 @@ func plannerTable(b *strings.Builder, out string) {
 			}
 			worst[k] = max(worst[k], s.Median)
 		}
-		fmt.Fprintf(b, "| %s | %d | %s | %s | %d | %s | %s | %s |\n", c.bench, c.nodes, c.name, s.Format("%.3f"), s.N, floor, ratio, target)
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %d | %s | %s | %s |\n", c.bench, c.nodes, c.name, s.Format("%.3f"), s.N, check, ratio, target)
 	}
 	for _, k := range order {
 		fmt.Fprintf(b, "\n%s, slowest median at %d nodes: %.3f ms (target ≤ %g ms).", k.bench, k.nodes, worst[k], plannerTargets[k.nodes])
 	}
 	if targeted > 0 {
-		fmt.Fprintf(b, "\n\nTargets not met: %d of %d cases; in %d of them the framework floor alone is above the target.", missed, targeted, belowFloor)
+		fmt.Fprintf(b, "\n\nTargets not met: %d of %d cases.", missed, targeted)
 	}
 	b.WriteString("\n")
 }

@@ -219,30 +219,6 @@ func Summary(dirs []string, o SummaryOptions) (string, error) {
 func podsPerSpan(r seedRun) float64 { return float64(r.d.PodsBound) / r.d.SpanSeconds }
 func cpuMsPerPod(r seedRun) float64 { return 1000 * r.d.LoopCPUSeconds / float64(r.d.PodsBound) }
 
-// harnessRun is the None run of the same seed, if any.
-func harnessRun(r seedRun) (measure.Details, bool) {
-	d, ok := r.peers.Schedulers[harnessOnly]
-	return d, ok && d.Steps == r.d.Steps
-}
-
-// netPodsPerSecond takes the harness's own time (the None run of the same
-// seed, same steps) out of the step loop's real time.
-func netPodsPerSecond(r seedRun) float64 {
-	h, ok := harnessRun(r)
-	if !ok || r.d.LoopWallSeconds <= h.LoopWallSeconds {
-		return math.NaN()
-	}
-	return float64(r.d.PodsBound) / (r.d.LoopWallSeconds - h.LoopWallSeconds)
-}
-
-func netCPUMsPerPod(r seedRun) float64 {
-	h, ok := harnessRun(r)
-	if !ok {
-		return math.NaN()
-	}
-	return 1000 * (r.d.LoopCPUSeconds - h.LoopCPUSeconds) / float64(r.d.PodsBound)
-}
-
 func attemptsPerPod(r seedRun) float64 {
 	if r.d.PodsBound == 0 {
 		return math.NaN()
@@ -276,22 +252,20 @@ func seedList(seeds []uint64) string {
 func equalWorkTables(b *strings.Builder, groups []*group) {
 	b.WriteString("### Equal work: throughput where every pod fits\n\n")
 	b.WriteString("Contention-free scenarios (`bench/scenarios/equal-*.yaml`): gangs of 1-GPU workers, at most a third of the GPUs asked for at any time, so every scheduler binds every pod on its first attempt (the attempts column checks it). " +
-		"*pods/s* = pods ÷ (first pod released → last binding), real time. *net* takes out the harness's own time: the step loop's real time (CPU time) minus that of the `none` run of the same seed, which makes the same steps with the same objects but binds every pod itself. " +
+		"*pods/s* = pods ÷ (first pod released → last binding), real time. No figure here subtracts the harness's cost: the `none` run (below) binds every pod itself as it creates it, so it does less harness work than a scheduler's run, and a constant taken off both sides would only raise every ratio. " +
 		"*CPU ms/pod* is the child process's CPU time (user + system, scheduler and harness) over the step loop ÷ pods. Each seed runs the schedulers in a rotated order, so each runs first once per " +
 		"as many seeds as there are schedulers.\n\n")
-	b.WriteString("| scenario | nodes | scheduler | pods/s | × default | net pods/s | CPU ms/pod | net CPU ms/pod | attempts/pod | racks/gang |\n")
-	b.WriteString("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| scenario | nodes | scheduler | pods/s | × default | CPU ms/pod | attempts/pod | racks/gang |\n")
+	b.WriteString("|---|--:|---|--:|--:|--:|--:|--:|\n")
 	for _, g := range groups {
 		for _, s := range g.schedulers {
 			if s == harnessOnly {
 				continue
 			}
-			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.scenario, g.nodes, s,
+			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", g.scenario, g.nodes, s,
 				g.over(s, podsPerSpan).Format("%.0f"),
 				g.over(s, func(r seedRun) float64 { return ratioToDefault(r, podsPerSpan) }).Format("%.2f×"),
-				g.over(s, netPodsPerSecond).Format("%.0f"),
 				g.over(s, cpuMsPerPod).Format("%.2f"),
-				g.over(s, netCPUMsPerPod).Format("%.2f"),
 				g.over(s, attemptsPerPod).Format("%.2f"),
 				g.over(s, func(r seedRun) float64 { return r.m.MeanRacksPerGang }).Format("%.2f"))
 		}
@@ -326,18 +300,11 @@ func targets(b *strings.Builder, groups []*group) {
 				continue
 			}
 			ratio := g.over("muster", func(r seedRun) float64 { return ratioToDefault(r, podsPerSpan) })
-			net := g.over("muster", func(r seedRun) float64 { return ratioToDefault(r, netPodsPerSecond) })
 			if ratio.N == 0 {
 				continue
 			}
-			line := fmt.Sprintf("- %s (%d-worker gangs, %d nodes), target ≥ %.1f×: muster ÷ default pods/s %s, %s; net of the harness %s, %s.",
-				g.scenario, t.workers, t.nodes, t.want, ratio.Format("%.2f×"), verdict(ratio, t.want), net.Format("%.2f×"), verdict(net, t.want))
-			// The None run binds every pod itself at no scheduling cost: its
-			// pods/s over the default's bounds what any scheduler can show.
-			if ceiling := g.over(harnessOnly, func(r seedRun) float64 { return ratioToDefault(r, podsPerSpan) }); ceiling.N > 0 {
-				line += fmt.Sprintf(" The harness alone (`%s`) reaches %s: the most any scheduler can show here.", harnessOnly, ceiling.Format("%.2f×"))
-			}
-			lines = append(lines, line)
+			lines = append(lines, fmt.Sprintf("- %s (%d-worker gangs, %d nodes), target ≥ %.1f×: muster ÷ default pods/s %s, %s.",
+				g.scenario, t.workers, t.nodes, t.want, ratio.Format("%.2f×"), verdict(ratio, t.want)))
 		}
 	}
 	if len(lines) > 0 {
