@@ -19,6 +19,7 @@ build: ## Build the binaries into bin/.
 	go build -ldflags "$(LDFLAGS)" -o bin/muster-scheduler ./cmd/scheduler
 	go build -ldflags "$(LDFLAGS)" -o bin/tfconfig-controller ./cmd/tfconfig-controller
 	go build -ldflags "$(LDFLAGS)" -o bin/muster-sim ./cmd/muster-sim
+	go build -ldflags "$(LDFLAGS)" -o bin/kubectl-muster ./cmd/kubectl-muster
 
 test: test-unit test-integration ## Run all tests (unit, then integration against an in-process control plane).
 

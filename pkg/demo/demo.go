@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 
@@ -27,6 +28,8 @@ import (
 	"github.com/muster-sched/muster/manifests"
 	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
+	"github.com/muster-sched/muster/pkg/gang"
+	"github.com/muster-sched/muster/pkg/kubectlmuster"
 )
 
 // Options configure a demo run.
@@ -38,7 +41,9 @@ type Options struct {
 
 // Run starts the control plane, a 2 racks × 4 nodes × 8 GPUs cluster, the
 // scheduler and the controller, submits the shipped MNIST example and prints
-// where each worker landed and the TF_CONFIG it would read.
+// where each worker landed and the TF_CONFIG it would read; then submits a
+// gang too big for a rack and runs `kubectl muster gangs` and `kubectl
+// muster explain` on it.
 func Run(ctx context.Context, opts Options) error {
 	out := opts.Out
 	tb := &controlplane.ProcessTB{Output: routeLogs(opts.Logs)}
@@ -83,7 +88,59 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	fmt.Fprintf(out, "all %d workers bound in %s (as one gang)\n\n", len(pods), time.Since(start).Round(time.Millisecond))
-	return printPlacement(out, cp, ctx, pods, secret)
+	if err := printPlacement(out, cp, ctx, pods, secret); err != nil {
+		return err
+	}
+	return explainUnschedulable(ctx, out, cp, ns)
+}
+
+// explainUnschedulable submits a gang that cannot fit on purpose (5 workers
+// of 8 GPUs in one rack of 4 nodes) and shows what kubectl muster says
+// about it: the gangs, then the explanation.
+func explainUnschedulable(ctx context.Context, out io.Writer, cp *controlplane.ControlPlane, ns string) error {
+	const name = "too-big"
+	job := testobj.MakeJob(ns, name).Indexed().Workers(5).BackoffLimit(0).
+		PodSpec(testobj.WorkerPodSpec("muster", 8)).PodAnnotation(gang.AnnotationTopologyRequired, "rack").Obj()
+	if _, err := cp.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nsubmitted Job %s/%s: 5 workers × 8 nvidia.com/gpu, muster.dev/topology-required: rack (a rack has 4 nodes)\n", ns, name)
+	if err := waitUnschedulable(ctx, cp, ns, name, 5); err != nil {
+		return err
+	}
+	for _, args := range [][]string{{"gangs"}, {"explain", "job/" + name}} {
+		fmt.Fprintf(out, "\n$ kubectl muster %s -n %s\n", strings.Join(args, " "), ns)
+		cmd := kubectlmuster.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: out})
+		cmd.SetArgs(append([]string{"--kubeconfig", cp.Kubeconfig, "--namespace", ns}, args...))
+		if err := cmd.ExecuteContext(ctx); err != nil {
+			return fmt.Errorf("kubectl muster %s: %w", strings.Join(args, " "), err)
+		}
+	}
+	return nil
+}
+
+// waitUnschedulable waits until the Job's want pods all have
+// PodScheduled=False: muster has looked at the gang and said why it waits.
+func waitUnschedulable(ctx context.Context, cp *controlplane.ControlPlane, ns, job string, want int) error {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job})
+		if err != nil {
+			return false, err
+		}
+		refused := 0
+		for _, p := range list.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+					refused++
+				}
+			}
+		}
+		return len(list.Items) == want && refused == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the %d workers of %s to be reported unschedulable: %w", want, job, err)
+	}
+	return nil
 }
 
 func applyExample(ctx context.Context, cp *controlplane.ControlPlane, ns string) (*batchv1.Job, error) {
