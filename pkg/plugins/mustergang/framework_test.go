@@ -2,6 +2,7 @@ package mustergang
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
@@ -479,6 +481,7 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 	}
 	high.Spec.Priority = ptr.To[int32](100)
 	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{low0, low1, high})
+	f.keepPodsInAPI()
 	key, _ := gang.KeyOf(high)
 
 	state, status := f.preFilter(t, high)
@@ -604,6 +607,16 @@ func TestCordonIsDecidedOnce(t *testing.T) {
 	if plan := f.plugin.registry.Plan(key); plan != nil {
 		t.Errorf("plan %+v: preempted on a cordoned node", plan)
 	}
+}
+
+// keepPodsInAPI refuses every pod deletion in the fake API, so the
+// victims of a preemption stay until the test itself tells the plugin they
+// went (onPodDelete); otherwise the informer's delete event races with the
+// test's checks of the waiting plan.
+func (f *testFramework) keepPodsInAPI() {
+	f.plugin.handle.ClientSet().(*fake.Clientset).PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("kept by the test")
+	})
 }
 
 func slicesContain(list []string, s string) bool {

@@ -2,7 +2,6 @@ package mustergang
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -10,9 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
@@ -186,9 +182,7 @@ func TestWakeWhenTheLastVictimIsGone(t *testing.T) {
 	high.Spec.Priority = ptr.To[int32](100)
 	f := newQuietFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{low0, low1}, []*v1.Pod{high})
 	// The victims stay in the API: only the test tells the plugin they went.
-	f.plugin.handle.ClientSet().(*fake.Clientset).PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("kept by the test")
-	})
+	f.keepPodsInAPI()
 	before := wakeCounts(t)
 
 	state, _ := f.preFilter(t, high)
