@@ -22,13 +22,14 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if s.slot != "" && node.Name != s.slot {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s planned this member on node %s", s.key, s.slot))
 	}
-	if p.reclaiming(node) {
+	class := p.classOf(node)
+	if class.reclaiming {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node is being reclaimed")
 	}
 	if s.slot != "" {
 		return nil // the plan already applied policy and capacity
 	}
-	if s.policy.Excludes(p.preemptible(node)) {
+	if s.policy.Excludes(class.preemptible) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("preemptible policy %s", s.policy))
 	}
 	if h, ok := s.held[node.Name]; ok {

@@ -200,6 +200,7 @@ func (p *Plugin) nodeHandler() cache.ResourceEventHandler {
 				obj = d.Obj
 			}
 			if node, ok := obj.(*v1.Node); ok {
+				p.classes.forget(node.Name)
 				p.onNodeChange(node, true)
 			}
 		},

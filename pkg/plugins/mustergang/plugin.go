@@ -113,6 +113,7 @@ type Plugin struct {
 	heldBuf   []gang.NodeView // viewBuf with other gangs' holdings taken out
 	heldTaken []int           // the positions where heldBuf differs from viewBuf
 	registry  *gang.Registry
+	classes   nodeClasses
 	// dra counts the GPUs dynamic resource allocation serves.
 	dra *draGPUs
 	// workloadGroups: the scheduler keeps Kubernetes PodGroups
