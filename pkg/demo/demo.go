@@ -110,7 +110,9 @@ func explainUnschedulable(ctx context.Context, out io.Writer, cp *controlplane.C
 	}
 	for _, args := range [][]string{{"gangs"}, {"explain", "job/" + name}} {
 		fmt.Fprintf(out, "\n$ kubectl muster %s -n %s\n", strings.Join(args, " "), ns)
-		cmd := kubectlmuster.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: out})
+		// The plugin's notes (APIs this demo's API server does not serve)
+		// are left out; an error is returned and printed.
+		cmd := kubectlmuster.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: io.Discard})
 		cmd.SetArgs(append([]string{"--kubeconfig", cp.Kubeconfig, "--namespace", ns}, args...))
 		if err := cmd.ExecuteContext(ctx); err != nil {
 			return fmt.Errorf("kubectl muster %s: %w", strings.Join(args, " "), err)

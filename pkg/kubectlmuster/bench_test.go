@@ -2,6 +2,8 @@ package kubectlmuster
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -54,11 +56,44 @@ func BenchmarkCommands(b *testing.B) {
 		{"top"},
 	} {
 		b.Run(fmt.Sprint(args), func(b *testing.B) {
+			// One run first, counting the API requests: at most one List
+			// per resource.
+			f.kube.ClearActions()
+			f.dynamic.ClearActions()
+			if _, stderr, err := f.run(testNS, args...); err != nil {
+				b.Fatalf("%v: %v (%s)", args, err, stderr)
+			}
+			lists := map[string]int{}
+			for _, a := range append(f.kube.Actions(), f.dynamic.Actions()...) {
+				if a.GetVerb() == "list" {
+					lists[a.GetResource().Resource]++
+				}
+			}
+			total := 0
+			for resource, n := range lists {
+				if n > 1 {
+					b.Errorf("%v lists %s %d times, want once", args, resource, n)
+				}
+				total += n
+			}
+			b.Logf("%v lists %v", args, sortedCounts(lists))
 			for b.Loop() {
 				if _, stderr, err := f.run(testNS, args...); err != nil {
 					b.Fatalf("%v: %v (%s)", args, err, stderr)
 				}
 			}
+			f.kube.ClearActions()
+			f.dynamic.ClearActions()
+			b.ReportMetric(float64(total), "lists/op")
 		})
 	}
+}
+
+func sortedCounts(m map[string]int) string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
 }

@@ -6,10 +6,12 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // connectFunc reaches the cluster and says which namespace the flags and
@@ -37,7 +39,12 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 			return Clients{}, "", err
 		}
 		cfg.QPS, cfg.Burst = 50, 100
-		kube, err := kubernetes.NewForConfig(cfg)
+		// Built-in lists of 10k pods decode several times faster as
+		// protobuf; the dynamic client (CRDs) stays on JSON.
+		kcfg := rest.CopyConfig(cfg)
+		kcfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+		kcfg.ContentType = runtime.ContentTypeProtobuf
+		kube, err := kubernetes.NewForConfig(kcfg)
 		if err != nil {
 			return Clients{}, "", err
 		}

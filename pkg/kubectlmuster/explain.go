@@ -27,6 +27,10 @@ type Explanation struct {
 	// Nodes counts every node once, by the first reason it cannot take
 	// one of the gang's pending members (reason HasRoom: it can).
 	Nodes []NodeCount `json:"nodes,omitempty"`
+	// LastFailedPlan is the scheduler's own count of the nodes at the
+	// gang's last failed plan (annotation muster.dev/last-failed-plan on
+	// the gang's object); omitted once the gang is bound or finished.
+	LastFailedPlan *gang.FailedPlan `json:"lastFailedPlan,omitempty"`
 	// Members are the gang's live pods.
 	Members []MemberState `json:"members"`
 	// Events are muster's Events about the gang, newest first (at most 5).
@@ -72,17 +76,18 @@ type NodeCount struct {
 	Examples []string `json:"examples,omitempty"`
 }
 
-// Node reasons, in the order a node is checked.
+// Node reasons, in the order a node is checked: the scheduler's words
+// (gang.TallyNodes).
 const (
-	NodeCordoned          = "Cordoned"
-	NodeReclaiming        = "Reclaiming"
-	NodePolicy            = "ExcludedByPolicy"
-	NodeConstraints       = "NodeConstraints"
-	NodeNoDomain          = "NoTopologyLabel"
-	NodeInsufficientGPUs  = "InsufficientGPUs"
-	NodeInsufficientOther = "InsufficientResources"
-	NodeOutsideDomain     = "OutsideDomain"
-	NodeHasRoom           = "HasRoom"
+	NodeCordoned          = gang.NodeCordoned
+	NodeReclaiming        = gang.NodeReclaiming
+	NodePolicy            = gang.NodePolicy
+	NodeConstraints       = gang.NodeUnmatched
+	NodeNoDomain          = gang.NodeNoDomain
+	NodeInsufficientGPUs  = gang.NodeInsufficientGPUs
+	NodeInsufficientOther = gang.NodeInsufficientOther
+	NodeOutsideDomain     = gang.NodeOutsideDomain
+	NodeHasRoom           = gang.NodeHasRoom
 )
 
 // MemberState is one live member.
@@ -274,6 +279,7 @@ func (ix *index) explain(st *gangState) *Explanation {
 		ex.Members = append(ex.Members, m)
 	}
 	ex.Events = eventNotes(st.events)
+	ex.LastFailedPlan = st.lastFailedPlan()
 	add := func(reason, format string, args ...any) {
 		ex.Findings = append(ex.Findings, Finding{Reason: reason, Message: fmt.Sprintf(format, args...)})
 	}
@@ -281,9 +287,11 @@ func (ix *index) explain(st *gangState) *Explanation {
 	switch g.Phase {
 	case PhaseFinished:
 		add(FindingFinished, "the Job finished (%s)", g.Reason)
+		ex.LastFailedPlan = nil
 		return ex
 	case PhaseBound:
 		add(FindingBound, "bound: %d members on %d nodes%s", g.Bound, len(g.Nodes), inDomain(g.Domain))
+		ex.LastFailedPlan = nil
 		return ex
 	case PhaseSuspended:
 		add(FindingSuspended, "%s", g.Message)

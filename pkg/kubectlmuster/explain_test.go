@@ -162,3 +162,38 @@ func TestExplainBadInput(t *testing.T) {
 	assert.ErrorContains(t, err, "want <kind>/<name>")
 	assert.False(t, errors.Is(err, ErrNotFound))
 }
+
+// The scheduler's record of a gang's last failed plan (its per-reason node
+// counts, a filter's refusal by name) is shown while the gang waits, and
+// left out once it is bound.
+func TestExplainShowsTheSchedulersLastFailedPlan(t *testing.T) {
+	nodes := rackNodes(1, 2, 8)
+	record := &gang.FailedPlan{Time: testNow.Add(-2 * time.Minute), Message: "gang team-a/waiting: at most 1 of 2 members fit",
+		Nodes: []gang.NodeReasonCount{{Reason: gang.NodeFilterRejected, Filter: "InterPodAffinity", Nodes: 1}, {Reason: gang.NodeHasRoom, Nodes: 1}}}
+	waiting := job("waiting", 2, 8).Obj()
+	placed := job("placed", 2, 8).Obj()
+	for _, j := range []*batchv1.Job{waiting, placed} {
+		j.Annotations = map[string]string{gang.FailedPlanAnnotation: record.Encode()}
+	}
+	pending := unschedulable(members(waiting, 2), "no plan", testNow.Add(-time.Minute))
+
+	ex, err := Explain(snapshot(nodes, pending, waiting), testNS, gang.KindJob, "waiting", DefaultOptions())
+	require.NoError(t, err)
+	require.NotNil(t, ex.LastFailedPlan)
+	assert.Equal(t, record.Nodes, ex.LastFailedPlan.Nodes)
+	assert.Equal(t, record.Message, ex.LastFailedPlan.Message)
+	var out strings.Builder
+	require.NoError(t, printExplanation(&out, ex, "nvidia.com/gpu", testNow))
+	assert.Contains(t, out.String(), "Nodes at the scheduler's last failed plan (2m ago):")
+	assert.Regexp(t, `1\s+FilterRejected \(InterPodAffinity\)`, out.String())
+
+	ex, err = Explain(snapshot(nodes, members(placed, 2, "r1-n1", "r1-n2"), placed), testNS, gang.KindJob, "placed", DefaultOptions())
+	require.NoError(t, err)
+	assert.Nil(t, ex.LastFailedPlan, "a bound gang's old failure")
+
+	// An unreadable record is left out, not an error.
+	waiting.Annotations[gang.FailedPlanAnnotation] = "{"
+	ex, err = Explain(snapshot(nodes, pending, waiting), testNS, gang.KindJob, "waiting", DefaultOptions())
+	require.NoError(t, err)
+	assert.Nil(t, ex.LastFailedPlan)
+}

@@ -78,6 +78,8 @@ type Gang struct {
 	// GangUnschedulable) and Message what it said.
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
+	// Kueue is what Kueue says of a suspended Job it queues.
+	Kueue *Kueue `json:"kueue,omitempty"`
 }
 
 // Ref is the gang's kind/name as explain accepts it.
@@ -93,6 +95,31 @@ type gangState struct {
 	group    *v1alpha1.PodGroup
 	workload *schedulingv1beta1.PodGroup
 	events   []*eventsv1.Event // muster's, about the gang's owner
+}
+
+// lastFailedPlan is the scheduler's record on the gang's object; nil when
+// there is none or it cannot be read (it is informative only).
+func (st *gangState) lastFailedPlan() *gang.FailedPlan {
+	var annotations map[string]string
+	switch {
+	case st.job != nil:
+		annotations = st.job.Annotations
+	case st.set != nil:
+		annotations = st.set.Annotations
+	case st.group != nil:
+		annotations = st.group.Annotations
+	case st.workload != nil:
+		annotations = st.workload.Annotations
+	}
+	value, ok := annotations[gang.FailedPlanAnnotation]
+	if !ok {
+		return nil
+	}
+	f, err := gang.DecodeFailedPlan(value)
+	if err != nil {
+		return nil
+	}
+	return f
 }
 
 // index holds a snapshot's objects by key for the gang lookups.
@@ -484,7 +511,8 @@ func (ix *index) summarize(st *gangState) Gang {
 				since = c.LastTransitionTime.Time
 			}
 		}
-		setPhase(PhaseSuspended, since, "", suspendedMessage(st.job))
+		g.Kueue = ix.kueueOf(st.job)
+		setPhase(PhaseSuspended, since, "", ix.suspendedMessage(st.job, g.Kueue))
 	case quorum == 0 && invalid != "":
 		setPhase(PhaseInvalid, earliest, string(gang.OutcomeInvalid), invalid)
 	case g.Bound >= quorum && g.Bound > 0:
@@ -525,16 +553,6 @@ func jobFinished(job *batchv1.Job) *batchv1.JobCondition {
 		}
 	}
 	return nil
-}
-
-// KueueQueueLabel names the Kueue LocalQueue a Job is submitted to.
-const KueueQueueLabel = "kueue.x-k8s.io/queue-name"
-
-func suspendedMessage(job *batchv1.Job) string {
-	if q := job.Labels[KueueQueueLabel]; q != "" {
-		return fmt.Sprintf("suspended: Kueue has not admitted it yet (label %s=%s); muster places it once Kueue resumes it", KueueQueueLabel, q)
-	}
-	return "suspended (spec.suspend: true); muster places it once it is resumed"
 }
 
 // boundSince is when the last member was bound (PodScheduled=True).

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -126,6 +127,21 @@ func printExplanation(out io.Writer, ex *Explanation, gpu string, now time.Time)
 		fmt.Fprintln(w, "  NODES\tREASON\tWHY\tFOR EXAMPLE")
 		for _, n := range ex.Nodes {
 			fmt.Fprintf(w, "  %d\t%s\t%s\t%s\n", n.Nodes, n.Reason, n.Message, strings.Join(n.Examples, ", "))
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	if f := ex.LastFailedPlan; f != nil && len(f.Nodes) > 0 {
+		fmt.Fprintf(out, "\nNodes at the scheduler's last failed plan (%s ago):\n", age(now, &metav1.Time{Time: f.Time}))
+		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "  NODES\tREASON")
+		for _, n := range f.Nodes {
+			reason := n.Reason
+			if n.Filter != "" {
+				reason += " (" + n.Filter + ")"
+			}
+			fmt.Fprintf(w, "  %d\t%s\n", n.Nodes, reason)
 		}
 		if err := w.Flush(); err != nil {
 			return err

@@ -111,6 +111,11 @@ type Snapshot struct {
 	Skipped []string
 	// PVCsRead: PVCs were listed (explain only).
 	PVCsRead bool
+	// KueueServed: Kueue's Workloads were listed (KueueWorkloads); the
+	// LocalQueues' ClusterQueues by namespace/name when they could be.
+	KueueServed      bool
+	KueueWorkloads   []kueueWorkload
+	KueueLocalQueues map[string]string
 }
 
 // reads says which lists a command needs.
@@ -196,6 +201,9 @@ func read(ctx context.Context, c Clients, scope Scope, r reads) (*Snapshot, erro
 			return nil, listError(err, "podgroups.scheduling.k8s.io", scope.where())
 		}
 		s.WorkloadGroups = list.Items
+	}
+	if err := readKueue(ctx, c, ns, s); err != nil {
+		return nil, err
 	}
 	if r.pvcs {
 		pvcs, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,35 @@ func (c *cluster) waitExplained(ref string, phase kubectlmuster.Phase, findings 
 	return &ex
 }
 
+// waitFailedPlan waits until explain shows the scheduler's record of the
+// gang's last failed plan with these node counts by reason.
+func (c *cluster) waitFailedPlan(ref string, want map[string]int) {
+	c.t.Helper()
+	var last string
+	c.waitFor(fmt.Sprintf("explain %s: the scheduler's failed plan counts %v", ref, want), 30*time.Second, func() (bool, error) {
+		out, err := c.kubectlMuster(c.Kubeconfig, "explain", ref, "-o", "json")
+		if err != nil {
+			return false, err
+		}
+		last = out
+		var ex kubectlmuster.Explanation
+		if err := json.Unmarshal([]byte(out), &ex); err != nil {
+			return false, err
+		}
+		if ex.LastFailedPlan == nil {
+			return false, nil
+		}
+		got := map[string]int{}
+		for _, n := range ex.LastFailedPlan.Nodes {
+			got[n.Reason] += n.Nodes
+		}
+		return maps.Equal(got, want), nil
+	})
+	if c.t.Failed() {
+		c.t.Logf("last explanation of %s:\n%s", ref, last)
+	}
+}
+
 func hasFinding(findings []kubectlmuster.Finding, reason, text string) bool {
 	for _, f := range findings {
 		if f.Reason == reason && strings.Contains(f.Message, text) {
@@ -110,6 +140,8 @@ func TestKubectlMusterExplains(t *testing.T) {
 	c.waitExplained("job/huge", kubectlmuster.PhaseUnschedulable, map[string]string{
 		kubectlmuster.FindingCapacity: "needs 3 more nodes with 8 free nvidia.com/gpu; the cluster has room for 2 of 5 members",
 		kubectlmuster.FindingPlanner:  "at most 2 fit"})
+	// The scheduler's own count, recorded on the Job: rack r1 is full.
+	c.waitFailedPlan("job/huge", map[string]int{gang.NodeInsufficientGPUs: 2, gang.NodeHasRoom: 2})
 
 	// Blocked by topology: 3 in one rack; rack r2 comes closest.
 	c.createJob(jobSpec{name: "topo", workers: 3, gpus: 8, annotations: rackRequired})
@@ -124,11 +156,13 @@ func TestKubectlMusterExplains(t *testing.T) {
 	c.waitExplained("podgroup/pg", kubectlmuster.PhaseWaitingForMembers, map[string]string{
 		kubectlmuster.FindingWaitingMembers: "waiting for 1 more member (2 of 3 exist)"})
 
-	// Suspended by Kueue (no Kueue runs here: the Job stays suspended).
+	// Suspended for Kueue: no Kueue runs here, so the Job stays suspended
+	// and the plugin has only its label (TestE2EKubectlMusterKueue runs
+	// the real Kueue).
 	c.createJob(jobSpec{name: "queued", workers: 2, gpus: 8, labels: map[string]string{kubectlmuster.KueueQueueLabel: "gpu"},
 		mutate: func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }})
 	c.waitExplained("job/queued", kubectlmuster.PhaseSuspended, map[string]string{
-		kubectlmuster.FindingSuspended: "Kueue has not admitted it yet (label kueue.x-k8s.io/queue-name=gpu)",
+		kubectlmuster.FindingSuspended: "Kueue has not admitted it yet (label kueue.x-k8s.io/queue-name=gpu; Kueue's Workloads are not read here)",
 		kubectlmuster.FindingFitsNow:   "once resumed"})
 
 	// A member waits for a PVC that does not exist.
@@ -181,8 +215,10 @@ func nodeReasons(ex *kubectlmuster.Explanation) []string {
 	return out
 }
 
-// The plugin works with ClusterRole muster-viewer alone, and a user without
-// it is told which list is missing.
+// The plugin works with ClusterRole muster-viewer alone, run as a
+// ServiceAccount bound to it on an API server that enforces RBAC: it sees
+// what an admin sees, byte for byte in -o json. A ServiceAccount without
+// the role is told which list is missing.
 func TestKubectlMusterViewerRole(t *testing.T) {
 	admin := controlplane.Start(t, "--authorization-mode=RBAC")
 	applyManifests(t, admin)
@@ -192,29 +228,49 @@ func TestKubectlMusterViewerRole(t *testing.T) {
 	c.ctx = ctx
 	c.addNodes(gpuNodes(2, 8)...)
 	c.startScheduler()
+	for _, name := range []string{"gang-viewer", "nobody"} {
+		_, err := admin.Client.CoreV1().ServiceAccounts(c.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
 	_, err := admin.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "jane-views-gangs"},
+		ObjectMeta: metav1.ObjectMeta{Name: "gang-viewer-views-gangs"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "muster-viewer"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "jane"}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: c.ns, Name: "gang-viewer"}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	jane, err := admin.As("jane")
+	viewer, err := admin.ServiceAccount(c.ns, "gang-viewer")
 	require.NoError(t, err)
-	bob, err := admin.As("bob")
+	nobody, err := admin.ServiceAccount(c.ns, "nobody")
 	require.NoError(t, err)
 
 	c.createJob(jobSpec{name: "mnist", workers: 2, gpus: 8})
 	c.waitJobBound("mnist", 2)
 	// RBAC takes the new binding from its informer: poll until it applies.
-	c.waitFor("gangs as jane", 30*time.Second, func() (bool, error) {
-		out, err := c.kubectlMuster(jane.Kubeconfig, "gangs", "-A")
+	c.waitFor("gangs as the viewer", 30*time.Second, func() (bool, error) {
+		out, err := c.kubectlMuster(viewer.Kubeconfig, "gangs", "-A")
 		return err == nil && strings.Contains(out, "job/mnist"), nil
 	})
-	for _, args := range [][]string{{"explain", "job/mnist"}, {"top"}, {"gangs", "-o", "json"}} {
-		_, err := c.kubectlMuster(jane.Kubeconfig, args...)
+	pod := c.jobPods("mnist")[0].Name
+	for _, args := range [][]string{{"explain", "job/mnist"}, {"explain", "pod/" + pod}, {"top", "-o", "wide"}, {"gangs"}} {
+		_, err := c.kubectlMuster(viewer.Kubeconfig, args...)
 		assert.NoError(t, err, "%v as a muster-viewer", args)
 	}
-	_, err = c.kubectlMuster(bob.Kubeconfig, "gangs")
+	// -o json is the same for the viewer as for the admin, and run after
+	// run while nothing changes.
+	c.waitFor("gangs -o json: the viewer sees what the admin sees", 30*time.Second, func() (bool, error) {
+		asAdmin, err := c.kubectlMuster(admin.Kubeconfig, "gangs", "-o", "json")
+		if err != nil {
+			return false, err
+		}
+		asViewer, err := c.kubectlMuster(viewer.Kubeconfig, "gangs", "-o", "json")
+		if err != nil {
+			return false, err
+		}
+		again, err := c.kubectlMuster(viewer.Kubeconfig, "gangs", "-o", "json")
+		return err == nil && asViewer == asAdmin && again == asViewer && strings.Contains(asViewer, `"phase": "Bound"`), err
+	})
+
+	_, err = c.kubectlMuster(nobody.Kubeconfig, "gangs")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `forbidden: you may not list nodes (verb "list" on resource "nodes"; ClusterRole muster-viewer grants it)`)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/controller/tfconfig"
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 // The scheduler and the controller, acting as their ServiceAccounts under
@@ -126,6 +127,45 @@ func TestLeastPrivilege(t *testing.T) {
 		}
 		return len(pods.Items) == 2, nil
 	})
+	// A gang that cannot fit: the scheduler records its last failed plan
+	// on the Job, under the admission policy that lets it change nothing
+	// else there (in force before the plan fails).
+	patchJobAs := func(as *controlplane.ControlPlane, name, patch string) error {
+		_, err := as.Client.BatchV1().Jobs(c.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	c.waitFor("the scheduler's admission policy on gang objects in force", 30*time.Second, func() (bool, error) {
+		err := patchJobAs(sched, "mnist", `{"spec":{"parallelism":3}}`)
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), schedulerPolicy), nil
+	})
+	c.createJob(jobSpec{name: "big", workers: 1, gpus: 16})
+	c.waitFor("the big Job's failed plan recorded on it", 30*time.Second, func() (bool, error) {
+		job, err := admin.Client.BatchV1().Jobs(c.ns).Get(ctx, "big", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		value, ok := job.Annotations[gang.FailedPlanAnnotation]
+		if !ok {
+			return false, nil
+		}
+		f, err := gang.DecodeFailedPlan(value)
+		if err != nil {
+			return false, err
+		}
+		// Four nodes of 8 GPUs: none has 16.
+		return len(f.Nodes) == 1 && f.Nodes[0].Reason == gang.NodeInsufficientGPUs && f.Nodes[0].Nodes == 4, nil
+	})
+	if err := patchJobAs(sched, "big", `{"metadata":{"annotations":{"`+gang.FailedPlanAnnotation+`":null}}}`); err != nil {
+		t.Errorf("the scheduler cannot patch its own annotation: %v", err)
+	}
+	for what, patch := range map[string]string{
+		"a Job's spec": `{"spec":{"parallelism":3}}`, "a Job's labels": `{"metadata":{"labels":{"x":"y"}}}`,
+		"another annotation of a Job": `{"metadata":{"annotations":{"x":"y"}}}`,
+	} {
+		if err := patchJobAs(sched, "big", patch); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), schedulerPolicy) {
+			t.Errorf("the scheduler could patch %s (error %v), want Forbidden by %s", what, err, schedulerPolicy)
+		}
+	}
 	c.waitFor("TF_CONFIG Secret written by the controller", 30*time.Second, func() (bool, error) {
 		_, err := admin.Client.CoreV1().Secrets(c.ns).Get(ctx, "mnist-tf-config", metav1.GetOptions{})
 		return err == nil, nil
@@ -377,6 +417,10 @@ func TestLeastPrivilege(t *testing.T) {
 // servicePolicy is the name of the shipped admission policy, and of its binding, that keeps the
 // controller to its own Services (manifests/controller/admission-policy.yaml).
 const servicePolicy = "muster-tfconfig-controller-services"
+
+// schedulerPolicy keeps the scheduler to its annotation on gang objects
+// (manifests/scheduler/admission-policy.yaml).
+const schedulerPolicy = "muster-scheduler-gang-objects"
 
 // TestTFConfigSecretApplyVerbs finds out, on a real API server that enforces RBAC, which verbs on
 // Secrets the controller's server-side apply needs: an apply is a PATCH, and one that creates the

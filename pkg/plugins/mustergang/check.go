@@ -61,6 +61,11 @@ type filterCheck struct {
 	// what blocks there is not GPUs (the planner screened them), so
 	// preemption looks at the pods on them.
 	refusedNodes map[string]bool
+	// refusedBy names, per node, what refused a member there first: the
+	// Filter plugin, PreFilterResult (a PreFilter plugin's node list) or
+	// LastCycle (the pair failed in a real cycle); the failed-plan record
+	// counts nodes by it.
+	refusedBy map[string]string
 
 	// dra is the per-trial view of DRA devices (see draCheck), made when
 	// the first member needs devices; nil while none has.
@@ -98,6 +103,7 @@ func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, members []*fr
 		rejections:   map[string]string{},
 		rejected:     map[memberNode]bool{},
 		refusedNodes: map[string]bool{},
+		refusedBy:    map[string]string{},
 		draGPUs:      p.dra,
 		victimPods:   victims,
 	}
@@ -179,6 +185,21 @@ func placedInfo(member *framework.PodInfo, node string) *framework.PodInfo {
 	return &info
 }
 
+// refuse remembers the first refusal of node, by what.
+func (c *filterCheck) refuse(node, by string) {
+	if _, seen := c.refusedBy[node]; !seen {
+		c.refusedBy[node] = by
+	}
+}
+
+// refuser is refusedBy as a function; a nil check refused nothing.
+func (c *filterCheck) refuser() func(string) string {
+	if c == nil {
+		return nil
+	}
+	return func(node string) string { return c.refusedBy[node] }
+}
+
 func (c *filterCheck) reject(pod *v1.Pod, node string, why string) {
 	c.rejected[memberNode{pod.UID, node}] = true
 	if _, seen := c.rejections[pod.Name]; !seen {
@@ -252,6 +273,7 @@ func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 	pod := member.Pod
 	c.checks++
 	if c.avoid[m.UID][node.Name] {
+		c.refuse(node.Name, "LastCycle")
 		c.reject(pod, node.Name, "it failed there in its last scheduling cycle")
 		return false
 	}
@@ -261,6 +283,7 @@ func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 		return false
 	}
 	if base.result != nil && !base.result.AllNodes() && !base.result.NodeNames.Has(node.Name) {
+		c.refuse(node.Name, "PreFilterResult")
 		c.reject(pod, node.Name, "excluded by a PreFilter plugin")
 		return false
 	}
@@ -298,6 +321,7 @@ func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 	}
 	if !status.IsSuccess() {
 		c.refusedNodes[node.Name] = true
+		c.refuse(node.Name, status.Plugin())
 		c.reject(pod, node.Name, status.Message())
 		return false
 	}
@@ -309,6 +333,7 @@ func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 	if overridden && !needed {
 		// DynamicResources refused for a reason the view does not cover.
 		c.refusedNodes[node.Name] = true
+		c.refuse(node.Name, dynamicresources.Name)
 		c.reject(pod, node.Name, "refused by "+dynamicresources.Name)
 		return false
 	}

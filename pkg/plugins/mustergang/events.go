@@ -14,21 +14,22 @@ import (
 // notice explains the gang's state once per change: a log line, the PodGroup
 // status and, for outcomes that are Events (Outcome.IsEvent), an Event on the
 // gang's owner.
-func (p *Plugin) notice(ctx context.Context, info *gangInfo, outcome gang.Outcome, message string) {
-	p.noticeAt(ctx, info, outcome, message, p.now())
+func (p *Plugin) notice(ctx context.Context, info *gangInfo, outcome gang.Outcome, message string) bool {
+	return p.noticeAt(ctx, info, outcome, message, p.now())
 }
 
 // noticeAt is notice at a time the caller knows (a timer's callback must not
 // read a fake clock that is running it).
-func (p *Plugin) noticeAt(ctx context.Context, info *gangInfo, outcome gang.Outcome, message string, now time.Time) {
+func (p *Plugin) noticeAt(ctx context.Context, info *gangInfo, outcome gang.Outcome, message string, now time.Time) bool {
 	if !p.registry.Notice(info.key, outcome, message, now) {
-		return
+		return false
 	}
 	klog.FromContext(ctx).V(2).Info("Gang notice", "gang", info.key, "reason", outcome.Reason(), "message", message)
 	if info.owner != nil && outcome.IsEvent() {
 		p.handle.EventRecorder().Eventf(info.owner, nil, outcome.EventType(), outcome.Reason(), "Scheduling", "%s", message)
 	}
 	p.status.enqueue(info.key)
+	return true
 }
 
 // noticeKey is notice for callers that only have the gang's key.

@@ -128,6 +128,8 @@ type Plugin struct {
 	podGroups cache.GenericLister // nil when the PodGroup CRD is not served
 	pgClient  *v1alpha1.Client
 	status    *statusWriter
+	// failedPlans records each gang's last failed plan on its object.
+	failedPlans *failedPlanWriter
 	// clock is the real clock in a scheduler and the simulator's virtual
 	// clock in muster-sim, so plan deadlines, gang backoff and avoidance
 	// follow the same time as the scheduling queue.
@@ -177,6 +179,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 		p.stopTimers()
 	}()
 	p.status = newStatusWriter(p)
+	p.failedPlans = newFailedPlanWriter(p)
 	for _, l := range args.TopologyLevels {
 		p.levels = append(p.levels, gang.Level{Name: l.Name, Label: l.NodeLabel, Attribute: l.DeviceAttribute})
 	}
@@ -222,6 +225,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 		return nil, err
 	}
 	go p.status.run(ctx)
+	go p.failedPlans.run(ctx)
 	return p, nil
 }
 

@@ -295,7 +295,12 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		if !gr.alone && len(check.rejected) == 0 && released == 0 {
 			p.registry.SetUnplaceable(info.key, epoch, len(gr.candidates), gr.req.Needed, msg, p.now(), reuseFailedPlan)
 		}
-		p.notice(ctx, info, gang.OutcomeUnschedulable, msg)
+		if p.notice(ctx, info, gang.OutcomeUnschedulable, msg) {
+			// Counted on the views the plan saw: other gangs' holdings
+			// taken out, as computePlan did.
+			held := p.subtractHeld(views, p.registry.Held(info.key))
+			p.failedPlans.record(info.key, &gang.FailedPlan{Time: p.now(), Nodes: gang.TallyNodes(gr.req, held, check.refuser()), Message: msg})
+		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	klog.FromContext(ctx).V(4).Info("Plan checked with the framework's filters", "gang", info.key, "filterChecks", check.checks)

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -79,4 +80,10 @@ func (c *Client) send(pg *PodGroup, write func(dynamic.ResourceInterface, *unstr
 		return nil, err
 	}
 	return FromUnstructured(out)
+}
+
+// Patch applies a patch of type pt to a PodGroup.
+func (c *Client) Patch(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions) error {
+	_, err := c.dyn.Resource(Resource).Namespace(namespace).Patch(ctx, name, pt, data, opts)
+	return err
 }

@@ -1,0 +1,119 @@
+package mustergang
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// failedPlanWriter records a gang's last failed plan on the gang's object
+// (gang.FailedPlanAnnotation), for kubectl-muster: the per-reason node
+// counts the scheduler saw, which no client can compute (framework filter
+// refusals, other gangs' holdings). It runs off the scheduling path, is fed
+// only when the gang's notice changes (at most once per plan outcome, the
+// same moment as its Event), and writes only the newest record of a gang.
+type failedPlanWriter struct {
+	p      *Plugin
+	mu     sync.Mutex
+	latest map[gang.Key]*gang.FailedPlan
+	queue  workqueue.TypedRateLimitingInterface[gang.Key]
+}
+
+func newFailedPlanWriter(p *Plugin) *failedPlanWriter {
+	return &failedPlanWriter{p: p, latest: map[gang.Key]*gang.FailedPlan{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[gang.Key](),
+			workqueue.TypedRateLimitingQueueConfig[gang.Key]{Name: "muster-failed-plan"})}
+}
+
+// record queues f as the gang's newest failed plan. A pod scheduled alone
+// has no object of its own to write on.
+func (w *failedPlanWriter) record(key gang.Key, f *gang.FailedPlan) {
+	if key.Kind == gang.KindPod || key.Name == "" {
+		return
+	}
+	w.mu.Lock()
+	w.latest[key] = f
+	w.mu.Unlock()
+	w.queue.Add(key)
+}
+
+func (w *failedPlanWriter) run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		w.queue.ShutDown()
+	}()
+	for {
+		key, quit := w.queue.Get()
+		if quit {
+			return
+		}
+		if err := w.sync(ctx, key); err != nil && w.queue.NumRequeues(key) < maxFailedPlanRetries {
+			klog.FromContext(ctx).V(2).Info("Recording the failed plan failed; retrying", "gang", key, "err", err)
+			w.queue.AddRateLimited(key)
+		} else {
+			if err != nil {
+				klog.FromContext(ctx).Error(err, "Could not record the failed plan", "gang", key)
+			}
+			w.queue.Forget(key)
+		}
+		w.queue.Done(key)
+	}
+}
+
+// maxFailedPlanRetries bounds the retries of one record: a newer failed
+// plan queues the gang again anyway.
+const maxFailedPlanRetries = 5
+
+func (w *failedPlanWriter) sync(ctx context.Context, key gang.Key) error {
+	w.mu.Lock()
+	f := w.latest[key]
+	w.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{gang.FailedPlanAnnotation: f.Encode()}}})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	opts := metav1.PatchOptions{FieldManager: "muster-scheduler"}
+	client := w.p.handle.ClientSet()
+	switch key.Kind {
+	case gang.KindJob:
+		_, err = client.BatchV1().Jobs(key.Namespace).Patch(ctx, key.Name, types.MergePatchType, patch, opts)
+	case gang.KindStatefulSet:
+		_, err = client.AppsV1().StatefulSets(key.Namespace).Patch(ctx, key.Name, types.MergePatchType, patch, opts)
+	case gang.KindWorkloadPodGroup:
+		_, err = client.SchedulingV1beta1().PodGroups(key.Namespace).Patch(ctx, key.Name, types.MergePatchType, patch, opts)
+	case gang.KindPodGroup:
+		if w.p.pgClient == nil {
+			return nil
+		}
+		err = w.p.pgClient.Patch(ctx, key.Namespace, key.Name, types.MergePatchType, patch, opts)
+	default:
+		return fmt.Errorf("gang %s: no object to record a failed plan on", key)
+	}
+	if apierrors.IsNotFound(err) {
+		err = nil // the gang is gone
+	}
+	if err == nil {
+		w.mu.Lock()
+		if w.latest[key] == f {
+			delete(w.latest, key)
+		}
+		w.mu.Unlock()
+	}
+	return err
+}

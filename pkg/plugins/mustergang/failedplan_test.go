@@ -1,0 +1,73 @@
+package mustergang
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
+
+	"github.com/muster-sched/muster/internal/testobj"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// A gang with no plan gets its last failed plan recorded on its Job: every
+// node counted by what kept a member off it, a framework filter's refusal
+// under the filter's name. The same outcome again writes nothing more.
+func TestFailedPlanRecordedOnTheGangsObject(t *testing.T) {
+	// A pod that is not a member carries the members' label on n1: their
+	// one-per-node anti-affinity, which only InterPodAffinity checks
+	// against pods outside the gang, keeps them off n1.
+	intruder := testobj.MakePod("ns", "intruder").UID("intruder").Label("app", "j").Node("n1").
+		Container(testobj.MakeContainer("c").Request(v1.ResourceCPU, resource.MustParse("1")).Obj()).Obj()
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{intruder, a, b})
+	client := f.plugin.handle.ClientSet().(*fake.Clientset)
+	patches := 0
+	client.PrependReactor("patch", "jobs", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches++ // the reactor chain runs under the fake's lock
+		return false, nil, nil
+	})
+
+	_, status := f.preFilter(t, a)
+	require.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "PreFilter: %v", status)
+	var record *gang.FailedPlan
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		job, err := client.BatchV1().Jobs("ns").Get(ctx, "j", metav1.GetOptions{})
+		if err != nil || job.Annotations[gang.FailedPlanAnnotation] == "" {
+			return false, err
+		}
+		record, err = gang.DecodeFailedPlan(job.Annotations[gang.FailedPlanAnnotation])
+		return true, err
+	})
+	require.NoError(t, err, "no failed plan recorded on the Job")
+	assert.ElementsMatch(t, []gang.NodeReasonCount{
+		{Reason: gang.NodeFilterRejected, Filter: interpodaffinity.Name, Nodes: 1},
+		{Reason: gang.NodeHasRoom, Nodes: 1},
+	}, record.Nodes)
+	assert.Equal(t, status.Message(), record.Message)
+	assert.Equal(t, f.clock.Now().UTC(), record.Time.UTC())
+
+	// The sibling's cycle fails the same way: no second write. (A second
+	// record would be pending in latest until its patch is done.)
+	_, status = f.preFilter(t, b)
+	require.False(t, status.IsSuccess())
+	f.plugin.failedPlans.mu.Lock()
+	pending := len(f.plugin.failedPlans.latest)
+	f.plugin.failedPlans.mu.Unlock()
+	client.Lock()
+	written := patches
+	client.Unlock()
+	assert.Zero(t, pending, "a second record is pending")
+	assert.Equal(t, 1, written, "patches of the Job")
+}
