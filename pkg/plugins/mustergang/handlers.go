@@ -269,6 +269,11 @@ func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
 		}
 		key := gang.Key{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
 		p.wake(p.logger, key, wakeOwnerChanged, p.members(key).pending)
+		// Kubernetes PodGroups of the basic policy take their quorum from
+		// the Job or StatefulSet that made them (resolve).
+		for _, group := range p.groupsControlledBy(key) {
+			p.wake(p.logger, group, wakeOwnerChanged, p.members(group).pending)
+		}
 		p.status.enqueue(key)
 	}
 	return cache.ResourceEventHandlerFuncs{

@@ -7,6 +7,7 @@ package mustergang
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -236,11 +237,35 @@ func gangIndexFunc(profile string) cache.IndexFunc {
 		if !ok || pod.Spec.SchedulerName != profile {
 			return nil, nil
 		}
-		if key, ok := gang.KeyOf(pod); ok {
-			return []string{key.String()}, nil
+		key, ok := gang.KeyOf(pod)
+		if !ok {
+			return nil, nil
 		}
-		return nil, nil
+		if key.Kind == gang.KindWorkloadPodGroup {
+			// A basic PodGroup's quorum is its Job's or StatefulSet's:
+			// the owner's handler finds the group through the pod.
+			if owner, ok := gang.ControllerKey(pod); ok {
+				return []string{key.String(), controlledBy(owner)}, nil
+			}
+		}
+		return []string{key.String()}, nil
 	}
+}
+
+// controlledBy is the gang index value of the pods in Kubernetes PodGroups
+// whose controller is the Job or StatefulSet owner.
+func controlledBy(owner gang.Key) string { return "controlled-by " + owner.String() }
+
+// groupsControlledBy are the Kubernetes PodGroups of owner's pods.
+func (p *Plugin) groupsControlledBy(owner gang.Key) []gang.Key {
+	objs, _ := p.pods.ByIndex(p.gangIndex, controlledBy(owner))
+	var groups []gang.Key
+	for _, o := range objs {
+		if key, ok := gang.KeyOf(o.(*v1.Pod)); ok && !slices.Contains(groups, key) {
+			groups = append(groups, key)
+		}
+	}
+	return groups
 }
 
 // handlerCtx is the context for work outside a scheduling cycle: it carries

@@ -214,6 +214,28 @@ func TestWakeFromTheInformers(t *testing.T) {
 	assert.Equal(t, map[wakeReason]float64{wakeQuorumReached: 1, wakeOwnerChanged: 1}, wakesSince(t, before))
 }
 
+// A Kubernetes PodGroup of the basic policy takes its quorum from the Job
+// that made it: a change of the Job's parallelism wakes the group's pending
+// members, which are indexed under the group, not the Job.
+func TestWakeABasicGroupWhenItsJobChanges(t *testing.T) {
+	var pending []*v1.Pod
+	for i := range 2 {
+		p := worker("g", i, 1, "")
+		p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To("g-group")}
+		pending = append(pending, p)
+	}
+	f := newQuietFramework(t, 3, []*v1.Node{gpuNode("n1", 8)}, nil, pending)
+	before := wakeCounts(t)
+	job, err := f.plugin.jobs.Jobs("ns").Get("g")
+	require.NoError(t, err)
+	lowered := job.DeepCopy()
+	lowered.Spec.Parallelism = ptr.To[int32](2)
+	lowered.Generation++
+	f.plugin.ownerHandler(gang.KindJob).OnUpdate(job, lowered)
+	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
+	assert.Equal(t, map[wakeReason]float64{wakeOwnerChanged: 1}, wakesSince(t, before))
+}
+
 // A member added to a gang still short of its quorum wakes nobody.
 func TestNoWakeBelowQuorum(t *testing.T) {
 	a, b := worker("g", 0, 1, ""), worker("g", 1, 1, "")
