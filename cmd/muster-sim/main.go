@@ -233,11 +233,12 @@ func summarize(args []string) error {
 	profileCommand := fs.String("profile-command", "", "how the profile was made")
 	apiServer := fs.String("apiserver", "", "bench/results/apiserver.txt (make bench-api) to show in the summary")
 	planner := fs.String("planner", "", "bench/results/planner.txt (the planner benchmarks' go test -bench output) to show in the summary")
+	date := fs.String("date", time.Now().UTC().Format("2006-01-02"), "the day the results were measured (a summary regenerated later keeps it)")
 	_ = fs.Parse(args)
 	if fs.NArg() == 0 {
 		return fmt.Errorf("name at least one results directory")
 	}
-	o := report.SummaryOptions{Command: *command, Elapsed: *elapsed, Date: time.Now().UTC().Format("2006-01-02"), ProfileCommand: *profileCommand}
+	o := report.SummaryOptions{Command: *command, Elapsed: *elapsed, Date: *date, ProfileCommand: *profileCommand}
 	// Files shown in the summary, each when named.
 	for _, f := range []struct {
 		path string
