@@ -525,15 +525,44 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 		result == nil || result.NominatedNodeName != slot {
 		t.Errorf("PostFilter after muster's own wait dropped the plan or the nomination (result %+v)", result)
 	}
+	// The snapshot still shows the victims: every member waits for the
+	// cache (a member steered now would be refused there and break the
+	// plan), and the PostFilter wakes the gang again after the cache lag.
+	cachedState, status := f.preFilter(t, high)
+	if status.IsSuccess() || !contains(status.Message(), "waits for them to leave") {
+		t.Fatalf("PreFilter while the snapshot still shows the victims: %v", status)
+	}
+	f.takeActivated()
+	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), cachedState, high, framework.NewDefaultNodeToStatus()); f.plugin.registry.Plan(key) == nil ||
+		result == nil || result.NominatedNodeName != slot {
+		t.Errorf("PostFilter while the cache lags dropped the plan or the nomination (result %+v)", result)
+	}
+	if woken := f.takeActivated(); len(woken) != 0 {
+		t.Errorf("woken before the cache lag passed: %v", woken)
+	}
+	f.clock.Step(cacheLag)
+	if woken := f.takeActivated(); !slicesContain(woken, "ns/j-0") {
+		t.Errorf("not woken after the cache lag (activated %v)", woken)
+	}
+
+	// Once the cache has dropped them, the member goes to its slot.
+	for _, victim := range []*v1.Pod{low0, low1} {
+		ni, err := f.fw.SnapshotSharedLister().NodeInfos().Get(victim.Spec.NodeName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ni.RemovePod(klog.Background(), victim); err != nil {
+			t.Fatal(err)
+		}
+	}
 	steered, status := f.preFilter(t, high)
 	if !status.IsSuccess() {
 		t.Fatalf("PreFilter once the victims are gone: %v", status)
 	}
 	stale := framework.NewDefaultNodeToStatus()
 	stale.Set(slot, fwk.NewStatus(fwk.Unschedulable, "Insufficient nvidia.com/gpu").WithPlugin("NodeResourcesFit"))
-	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), steered, high, stale); f.plugin.registry.Plan(key) == nil ||
-		result == nil || result.NominatedNodeName != slot {
-		t.Errorf("PostFilter with a victim still in the snapshot dropped the plan or the nomination (result %+v)", result)
+	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), steered, high, stale); f.plugin.registry.Plan(key) != nil || result == nil || result.NominatedNodeName != "" {
+		t.Errorf("a real refusal at the slot once the victims are gone kept the plan (result %+v)", result)
 	}
 }
 

@@ -37,6 +37,9 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	s, err := readState(cs)
 	if msg, waiting := p.waitingForVictims(key, plan, slot, s, statuses); waiting {
 		// Keep the hold; the end of the wait requeues the member.
+		if plan.Victims.Len() == 0 && p.slotWithEvictedPod(plan) != "" {
+			p.wakeAfterCacheLag(key, plan.ID)
+		}
 		return framework.NewPostFilterResultWithNominatedNode(slot), fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	why := "node is gone"
@@ -82,6 +85,41 @@ func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot str
 		return fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, slot), true
 	}
 	return "", false
+}
+
+// slotWithEvictedPod is a planned node on which the cycle's snapshot still
+// shows a pod preempted for plan ("" for none).
+func (p *Plugin) slotWithEvictedPod(plan *gang.ActivePlan) string {
+	if plan.Evicted.Len() == 0 {
+		return ""
+	}
+	seen := make(map[string]bool, len(plan.Slots))
+	for _, node := range plan.Slots {
+		if !seen[node] {
+			seen[node] = true
+			if p.evictedStillCached(plan, node) {
+				return node
+			}
+		}
+	}
+	return ""
+}
+
+// cacheLag is how long after muster's informer saw the last victim go the
+// scheduler's cache is expected to have dropped it too.
+const cacheLag = 200 * time.Millisecond
+
+// wakeAfterCacheLag wakes the plan's members again once the scheduler's
+// cache has had time to drop the victims: the wake when the last victim
+// went may have come while the members were in their cycle (the queue
+// drops an activation that finds a pod group in flight), and that cycle
+// held them back for the cache.
+func (p *Plugin) wakeAfterCacheLag(key gang.Key, planID int64) {
+	p.after(cacheLag, func() {
+		if plan := p.registry.Plan(key); plan != nil && plan.ID == planID {
+			p.wake(p.logger, key, wakeVictimsGone, p.unreservedSiblings(key, plan, ""))
+		}
+	})
 }
 
 // evictedStillCached reports whether the cycle's snapshot still shows a pod

@@ -95,6 +95,18 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("gang %s preempted pods to make room and waits for them; %d of them still terminating (planned on %s)", key, n, node))
 	}
+	if cached := p.slotWithEvictedPod(plan); cached != "" {
+		// Every victim is deleted, but the scheduler's cache (this
+		// cycle's snapshot) still shows one on a planned node: muster's
+		// informer saw it go first. Every member waits, not only the one
+		// planned there: in a pod-group cycle a partial pass would count
+		// as placed and the refused member would break the plan. The
+		// PostFilter wakes the gang again once the cache has caught up.
+		state.heldForVictims = true
+		cs.Write(stateKey, state)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("gang %s preempted pods to make room and waits for them to leave %s", key, cached))
+	}
 	if plan.Evicted.Len() > 0 && !p.devicesReleased(pod, node) {
 		// The victims are gone but the DRA devices they held are not
 		// released yet (their claims are deallocated after the pods'

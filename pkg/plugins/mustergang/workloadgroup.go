@@ -183,6 +183,9 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleStat
 		return nominations(pods, plan), fwk.NewStatus(fwk.Success, status.Message())
 	}
 	if msg, waiting := p.planWaits(key, plan, pods); waiting {
+		if plan.Victims.Len() == 0 && p.slotWithEvictedPod(plan) != "" {
+			p.wakeAfterCacheLag(key, plan.ID)
+		}
 		return nominations(pods, plan), fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	reason := fmt.Sprintf("%d members could not go to their planned nodes in the PodGroup's cycle", len(pods))
@@ -197,13 +200,13 @@ func (p *Plugin) planWaits(key gang.Key, plan *gang.ActivePlan, pods []*v1.Pod) 
 	if n := plan.Victims.Len(); n > 0 {
 		return fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, n), true
 	}
+	if cached := p.slotWithEvictedPod(plan); cached != "" {
+		return fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, cached), true
+	}
 	for _, pod := range pods {
 		slot, ok := plan.Slots[pod.UID]
 		if !ok {
 			continue
-		}
-		if p.evictedStillCached(plan, slot) {
-			return fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, slot), true
 		}
 		if plan.Evicted.Len() > 0 && !p.devicesReleased(pod, slot) {
 			return fmt.Sprintf("gang %s waits for the devices of preempted pods on %s to be released", key, slot), true
