@@ -83,9 +83,11 @@ func DecodeFailedPlan(s string) (*FailedPlan, error) {
 // TallyNodes counts nodes by the first reason they cannot take the gang's
 // largest member (by GPUs): the planner's own screening of its views, then
 // refusedBy, the framework filter that refused a member on the node in the
-// plan's filter check ("" when none did). The largest counts come first; at
-// most maxReasonCounts, the rest folded into the last.
-func TallyNodes(req Request, nodes []NodeView, refusedBy func(node string) string) []NodeReasonCount {
+// plan's filter check ("" when none did), then closest, the domain of the
+// required level that came closest (Unplaceable.Closest; a node with room
+// elsewhere is OutsideDomain). The largest counts come first; at most
+// maxReasonCounts, the rest folded into the last.
+func TallyNodes(req Request, nodes []NodeView, refusedBy func(node string) string, closest string) []NodeReasonCount {
 	if len(req.Members) == 0 {
 		return nil
 	}
@@ -127,7 +129,11 @@ func TallyNodes(req Request, nodes []NodeView, refusedBy func(node string) strin
 			if refusedBy != nil {
 				if f := refusedBy(n.Node.Name); f != "" {
 					k = key{reason: NodeFilterRejected, filter: f}
+					break
 				}
+			}
+			if label != "" && closest != "" && n.Node.Labels[label] != closest {
+				k.reason = NodeOutsideDomain
 			}
 		}
 		if counts[k] == 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
 
@@ -38,9 +39,8 @@ func TestTallyNodesCountsEachNodeByItsFirstReason(t *testing.T) {
 			return "InterPodAffinity" // spot: the policy comes first
 		}
 		return ""
-	})
+	}, "r2")
 	want := []NodeReasonCount{
-		{Reason: NodeHasRoom, Nodes: 2},
 		{Reason: NodeCordoned, Nodes: 1},
 		{Reason: NodeReclaiming, Nodes: 1},
 		{Reason: NodePolicy, Nodes: 1},
@@ -48,6 +48,8 @@ func TestTallyNodesCountsEachNodeByItsFirstReason(t *testing.T) {
 		{Reason: NodeNoDomain, Nodes: 1},
 		{Reason: NodeInsufficientGPUs, Nodes: 1},
 		{Reason: NodeFilterRejected, Filter: "InterPodAffinity", Nodes: 1},
+		{Reason: NodeHasRoom, Nodes: 1},       // room-1, in the closest rack
+		{Reason: NodeOutsideDomain, Nodes: 1}, // room-2, in r3
 	}
 	assert.Equal(t, want, got)
 
@@ -56,8 +58,27 @@ func TestTallyNodesCountsEachNodeByItsFirstReason(t *testing.T) {
 	nodes[0].Free.Pods = 0
 	small.Request.Pods = 1
 	assert.Equal(t, []NodeReasonCount{{Reason: NodeInsufficientOther, Nodes: 1}},
-		TallyNodes(Request{Members: []Member{small}, GPU: gpu}, nodes, nil))
-	assert.Nil(t, TallyNodes(Request{GPU: gpu}, nodes, nil), "no members, nothing to count")
+		TallyNodes(Request{Members: []Member{small}, GPU: gpu}, nodes, nil, ""))
+	assert.Nil(t, TallyNodes(Request{GPU: gpu}, nodes, nil, ""), "no members, nothing to count")
+}
+
+// The planner names the domain of the required level that came closest:
+// what the record counts nodes outside of.
+func TestUnplaceableNamesTheClosestDomain(t *testing.T) {
+	nodes := views(testNode{name: "a1", rack: "r1"}, testNode{name: "a2", rack: "r1"}, testNode{name: "b1", rack: "r2"})
+	var members []Member
+	for i := range 3 {
+		members = append(members, Member{UID: types.UID(fmt.Sprint(i)), Name: fmt.Sprint(i), Request: Resources{Scalars: map[v1.ResourceName]int64{gpu: 8}}})
+	}
+	req := Request{Gang: "ns/g", Members: members, Needed: 3, GPU: gpu, Levels: defaultLevels, Required: "rack"}
+	_, err := Compute(req, nodes)
+	var u *Unplaceable
+	require.ErrorAs(t, err, &u)
+	assert.Equal(t, "r1", u.Closest, "rack r1 holds 2 of 3: %s", u.Message)
+	req.Required = ""
+	_, err = Compute(req, views(testNode{name: "a1", rack: "r1"}))
+	require.ErrorAs(t, err, &u)
+	assert.Empty(t, u.Closest, "no required level")
 }
 
 // The record stays small: at most maxReasonCounts counts (the smallest
@@ -72,7 +93,7 @@ func TestFailedPlanIsBounded(t *testing.T) {
 	m := Member{UID: "a", Name: "a", Request: Resources{Scalars: map[v1.ResourceName]int64{gpu: 1}}}
 	counts := TallyNodes(Request{Members: []Member{m}, GPU: gpu}, views(nodes...), func(node string) string {
 		return "Filter" + strings.Split(node, "-")[0]
-	})
+	}, "")
 	require.Len(t, counts, maxReasonCounts)
 	total := 0
 	for _, c := range counts {

@@ -150,6 +150,10 @@ type Plan struct {
 // Unplaceable explains why no plan exists.
 type Unplaceable struct {
 	Message string
+	// Closest is the domain of the required topology level that came
+	// closest to holding the gang (most members placed); "" without a
+	// required level or when no member fit anywhere.
+	Closest string
 }
 
 func (u *Unplaceable) Error() string { return u.Message }
@@ -328,7 +332,11 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 				mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
 			}
 		}
-		return nil, &Unplaceable{Message: unplaceableMessage(req, members, eligible, excluded, mostPlaced, mostPlacedWhere, endIdx)}
+		u := &Unplaceable{Message: unplaceableMessage(req, members, eligible, excluded, mostPlaced, mostPlacedWhere, endIdx)}
+		if endIdx < len(req.Levels) && mostPlaced > 0 {
+			u.Closest = strings.TrimPrefix(mostPlacedWhere, req.Levels[endIdx].Name+" ")
+		}
+		return nil, u
 	}
 	return &Plan{Slots: best.slots, Level: best.level, Domain: best.domain, PreemptibleNodes: best.spotUsed, Nodes: best.nodes}, nil
 }

@@ -3,6 +3,7 @@ package mustergang
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -311,7 +312,11 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 			// Counted on the views the plan saw: other gangs' holdings
 			// taken out, as computePlan did.
 			held := p.subtractHeld(views, p.registry.Held(info.key))
-			p.failedPlans.record(info.key, &gang.FailedPlan{Time: p.now(), Nodes: gang.TallyNodes(gr.req, held, check.refuser()), Message: msg})
+			var closest string
+			if u := (*gang.Unplaceable)(nil); errors.As(err, &u) {
+				closest = u.Closest
+			}
+			p.failedPlans.record(info.key, &gang.FailedPlan{Time: p.now(), Nodes: gang.TallyNodes(gr.req, held, check.refuser(), closest), Message: msg})
 		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
