@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -48,26 +47,7 @@ func (w *failedPlanWriter) record(key gang.Key, f *gang.FailedPlan) {
 }
 
 func (w *failedPlanWriter) run(ctx context.Context) {
-	go func() {
-		<-ctx.Done()
-		w.queue.ShutDown()
-	}()
-	for {
-		key, quit := w.queue.Get()
-		if quit {
-			return
-		}
-		if err := w.sync(ctx, key); err != nil && w.queue.NumRequeues(key) < maxFailedPlanRetries {
-			klog.FromContext(ctx).V(2).Info("Recording the failed plan failed; retrying", "gang", key, "err", err)
-			w.queue.AddRateLimited(key)
-		} else {
-			if err != nil {
-				klog.FromContext(ctx).Error(err, "Could not record the failed plan", "gang", key)
-			}
-			w.queue.Forget(key)
-		}
-		w.queue.Done(key)
-	}
+	runGangQueue(ctx, w.queue, "Recording the failed plan", maxFailedPlanRetries, w.sync)
 }
 
 // maxFailedPlanRetries bounds the retries of one record: a newer failed

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 	"github.com/muster-sched/muster/pkg/gang"
@@ -42,23 +41,7 @@ func (w *statusWriter) enqueue(key gang.Key) {
 }
 
 func (w *statusWriter) run(ctx context.Context) {
-	go func() {
-		<-ctx.Done()
-		w.queue.ShutDown()
-	}()
-	for {
-		key, quit := w.queue.Get()
-		if quit {
-			return
-		}
-		if err := w.sync(ctx, key); err != nil {
-			klog.FromContext(ctx).V(2).Info("Updating PodGroup status failed; retrying", "gang", key, "err", err)
-			w.queue.AddRateLimited(key)
-		} else {
-			w.queue.Forget(key)
-		}
-		w.queue.Done(key)
-	}
+	runGangQueue(ctx, w.queue, "Updating PodGroup status", 0, w.sync)
 }
 
 func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
