@@ -37,9 +37,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	s, err := readState(cs)
 	if msg, waiting := p.waitingForVictims(key, plan, slot, s, statuses); waiting {
 		// Keep the hold; the end of the wait requeues the member.
-		if plan.Victims.Len() == 0 && p.slotWithEvictedPod(plan) != "" {
-			p.wakeAfterCacheLag(key, plan.ID)
-		}
+		p.wakeAfterCacheLag(key, plan)
 		return framework.NewPostFilterResultWithNominatedNode(slot), fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	why := "node is gone"
@@ -110,11 +108,16 @@ func (p *Plugin) slotWithEvictedPod(plan *gang.ActivePlan) string {
 const cacheLag = 200 * time.Millisecond
 
 // wakeAfterCacheLag wakes the plan's members again once the scheduler's
-// cache has had time to drop the victims: the wake when the last victim
-// went may have come while the members were in their cycle (the queue
-// drops an activation that finds a pod group in flight), and that cycle
-// held them back for the cache.
-func (p *Plugin) wakeAfterCacheLag(key gang.Key, planID int64) {
+// cache has had time to drop the victims, when that is what they wait for
+// (every victim deleted, one still in the snapshot): the wake when the last
+// victim went may have come while the members were in their cycle (the
+// queue drops an activation that finds a pod group in flight), and that
+// cycle held them back for the cache.
+func (p *Plugin) wakeAfterCacheLag(key gang.Key, plan *gang.ActivePlan) {
+	if plan.Victims.Len() > 0 || p.slotWithEvictedPod(plan) == "" {
+		return
+	}
+	planID := plan.ID
 	p.after(cacheLag, func() {
 		if plan := p.registry.Plan(key); plan != nil && plan.ID == planID {
 			p.wake(p.logger, key, wakeVictimsGone, p.unreservedSiblings(key, plan, ""))

@@ -183,9 +183,7 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleStat
 		return nominations(pods, plan), fwk.NewStatus(fwk.Success, status.Message())
 	}
 	if msg, waiting := p.planWaits(key, plan, pods); waiting {
-		if plan.Victims.Len() == 0 && p.slotWithEvictedPod(plan) != "" {
-			p.wakeAfterCacheLag(key, plan.ID)
-		}
+		p.wakeAfterCacheLag(key, plan)
 		return nominations(pods, plan), fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	reason := fmt.Sprintf("%d members could not go to their planned nodes in the PodGroup's cycle", len(pods))
