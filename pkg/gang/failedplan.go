@@ -80,6 +80,18 @@ func DecodeFailedPlan(s string) (*FailedPlan, error) {
 	return f, nil
 }
 
+// LargestMember is the member asking for the most GPUs (the first of
+// them): the one a node must fit for any member to fit. req has members.
+func (req Request) LargestMember() Member {
+	m := req.Members[0]
+	for _, other := range req.Members[1:] {
+		if other.Request.Scalars[req.GPU] > m.Request.Scalars[req.GPU] {
+			m = other
+		}
+	}
+	return m
+}
+
 // TallyNodes counts nodes by the first reason they cannot take the gang's
 // largest member (by GPUs): the planner's own screening of its views, then
 // refusedBy, the framework filter that refused a member on the node in the
@@ -91,12 +103,7 @@ func TallyNodes(req Request, nodes []NodeView, refusedBy func(node string) strin
 	if len(req.Members) == 0 {
 		return nil
 	}
-	m := req.Members[0]
-	for _, other := range req.Members[1:] {
-		if other.Request.Scalars[req.GPU] > m.Request.Scalars[req.GPU] {
-			m = other
-		}
-	}
+	m := req.LargestMember()
 	gpus := m.Request.Scalars[req.GPU]
 	var label string
 	for _, l := range req.Levels {

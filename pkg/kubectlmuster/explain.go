@@ -662,12 +662,7 @@ func (ix *index) nodeCounts(req gang.Request, states []nodeState, closest *domai
 	if len(req.Members) == 0 {
 		return nil
 	}
-	m := req.Members[0]
-	for _, other := range req.Members[1:] {
-		if other.Request.Scalars[req.GPU] > m.Request.Scalars[req.GPU] {
-			m = other
-		}
-	}
+	m := req.LargestMember()
 	gpus := m.Request.Scalars[req.GPU]
 	level, limited := limitLevel(req)
 	counts := map[string]*NodeCount{}
