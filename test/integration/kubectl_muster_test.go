@@ -122,6 +122,9 @@ func TestKubectlMusterExplains(t *testing.T) {
 		nodes = append(nodes, gpuNode(name, 8).Rack(name[:2]).Zone("z1").Obj())
 	}
 	c := startCluster(t, nodes...)
+	// A real cluster's background: priority-0 CPU pods on every node, half
+	// of them under a PodDisruptionBudget.
+	c.addBackground(4, nodes...)
 	c.createPriorityClasses()
 	rackRequired := map[string]string{gang.AnnotationTopologyRequired: "rack"}
 
