@@ -35,6 +35,13 @@ type VictimSearch struct {
 	MinFreedGPUs int64
 	// MaxChecks bounds the calls to feasible (each one plans the gang).
 	MaxChecks int
+	// Local, when set, narrows a set feasible just said yes to (indexes
+	// into Units) to the units that plan needs gone: those with a pod
+	// where it places members. The reprieve starts from everything so
+	// narrowed, so that among many small units (priority-0 CPU pods on
+	// every node) it ends beside one plan instead of keeping only what it
+	// had checks left to reprieve.
+	Local func(units []int) []int
 }
 
 // VictimChoice is the outcome of a search.
@@ -105,10 +112,12 @@ func (h *victimHeap) Pop() interface{} {
 // pass's violations is not checked and its supersets are not generated; a
 // set freeing fewer than MinFreedGPUs is generated but not checked. When
 // the exact search runs out of its half of the checks (many small units
-// below MinFreedGPUs), it falls back to reprieving: from every unit, keep
-// each one running (violating ones first, then the costliest) whose
-// eviction the gang does not need. A set is checked at most once, and at
-// most MaxChecks sets are.
+// below MinFreedGPUs, or many units of which only those on one node
+// together help), it falls back to reprieving: from every unit (narrowed by
+// Local to those the plan with everything gone needs, when that set
+// suffices), keep each one running (violating ones first, then the
+// costliest) whose eviction the gang does not need. A set is checked at
+// most once, and at most MaxChecks sets are.
 func (s VictimSearch) Choose(feasible func(units []int) bool) VictimChoice {
 	var out VictimChoice
 	if len(s.Units) == 0 || s.MaxChecks < 1 {
@@ -156,6 +165,17 @@ func (s VictimSearch) Choose(feasible func(units []int) bool) VictimChoice {
 	if everything.freed < s.MinFreedGPUs || !check(everything) {
 		return out
 	}
+	var local []int // positions of the units the plan with everything gone needs gone
+	if s.Local != nil {
+		position := make([]int, len(order))
+		for pos, u := range order {
+			position[u] = pos
+		}
+		for _, u := range s.Local(lastFeasible) {
+			local = append(local, position[u])
+		}
+		sort.Ints(local)
+	}
 	exactChecks := max(s.MaxChecks/2, 1)
 	// Generated sets are bounded too: passes over sets that are never
 	// checked (too few GPUs, too many violations) must end.
@@ -183,10 +203,16 @@ func (s VictimSearch) Choose(feasible func(units []int) bool) VictimChoice {
 			}
 		}
 	}
-	// Reprieve from everything: units a budget covers first, then the
+	// Reprieve from everything, or from what the plan with everything gone
+	// needs when that suffices: units a budget covers first, then the
 	// costliest.
 	current := all
-	reprieve := append([]int(nil), all...)
+	if len(local) > 0 && len(local) < len(all) && out.Checks < s.MaxChecks {
+		if set := s.newSet(order, local); set.freed >= s.MinFreedGPUs && check(set) {
+			current = local
+		}
+	}
+	reprieve := append([]int(nil), current...)
 	sort.SliceStable(reprieve, func(a, b int) bool {
 		va, vb := len(s.Units[order[reprieve[a]]].Budgets) > 0, len(s.Units[order[reprieve[b]]].Budgets) > 0
 		if va != vb {

@@ -214,3 +214,50 @@ func TestChooseVictimsSkipsSetsFreeingTooFew(t *testing.T) {
 		t.Errorf("chose %v, but all units together free less than needed", c.Units)
 	}
 }
+
+// Among many small units, of which only those on one node together make
+// room (a pod alone preempting on nodes full of priority-0 CPU pods), the
+// search ends beside the plan it found with everything gone: 3 of the 4
+// units on one node, not every unit it had no checks left to reprieve.
+func TestChooseVictimsReprievesBesideThePlan(t *testing.T) {
+	const nodes, perNode, needed = 1000, 4, 3
+	var units []VictimUnit
+	for i := range nodes * perNode {
+		units = append(units, VictimUnit{Name: fmt.Sprintf("pod-%04d", i), Pods: 1, Started: time.Unix(int64(i), 0)})
+	}
+	nodeOf := func(u int) int { return u / perNode }
+	// planned is the node a plan with the units of set gone takes: the
+	// first with enough of its units gone (-1: none).
+	planned := func(set []int) int {
+		gone := map[int]int{}
+		for _, u := range set {
+			gone[nodeOf(u)]++
+		}
+		for n := range nodes {
+			if gone[n] >= needed {
+				return n
+			}
+		}
+		return -1
+	}
+	local := func(set []int) []int {
+		var out []int
+		for _, u := range set {
+			if nodeOf(u) == planned(set) {
+				out = append(out, u)
+			}
+		}
+		return out
+	}
+	search := VictimSearch{Units: units, MaxChecks: 256, Local: local}
+	c := search.Choose(func(set []int) bool { return planned(set) >= 0 })
+	if len(c.Units) != needed || planned(c.Units) < 0 || c.Checks > 256 {
+		t.Errorf("chose %d units after %d checks; want the %d of one node", len(c.Units), c.Checks, needed)
+	}
+
+	// Without Local the reprieve starts from every unit and runs out of checks.
+	search.Local = nil
+	if c := search.Choose(func(set []int) bool { return planned(set) >= 0 }); len(c.Units) < nodes {
+		t.Errorf("without Local chose %d units; the test no longer shows what Local is for", len(c.Units))
+	}
+}

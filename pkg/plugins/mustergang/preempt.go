@@ -177,6 +177,7 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 		}
 		s := gang.VictimSearch{Units: candidates, MinFreedGPUs: minFreed, MaxChecks: maxPreemptionDryRuns}
 		s.Allowed = p.budgets(units, candidates)
+		s.Local = func(feasible []int) []int { return onPlannedNodes(plan, nodes, units, feasible) }
 		return s.Choose(func(indexes []int) bool {
 			var pods []*v1.Pod
 			for _, i := range indexes {
@@ -227,6 +228,25 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 	}
 	preemptionChecks.Observe(float64(checks))
 	return &victimSearch{plan: plan, victims: victims, units: units, choice: choice, checks: checks, lowerPriority: len(all)}, nil
+}
+
+// onPlannedNodes are the units among feasible (indexes into units) with a
+// pod on a node of plan (positions of units' nodes are into nodes).
+func onPlannedNodes(plan *gang.Plan, nodes []fwk.NodeInfo, units []*victimUnit, feasible []int) []int {
+	planned := make(map[string]bool, len(plan.Slots))
+	for _, node := range plan.Slots {
+		planned[node] = true
+	}
+	var out []int
+	for _, i := range feasible {
+		for _, n := range units[i].nodes {
+			if planned[nodes[n].Node().Name] {
+				out = append(out, i)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // preemptorPriority is the priority a gang preempts with: its lowest

@@ -269,3 +269,42 @@ func TestReclaimRefusalIsNotAWaitForVictims(t *testing.T) {
 		t.Error("the refused pair is not avoided")
 	}
 }
+
+// TestLonePodPreemptsBesideItsNode: 200 nodes of 4 CPUs each run four
+// priority-0 pods of 900m. A pod alone of priority 10 asking 3 CPUs needs
+// three of them gone from one node, as DefaultPreemption would choose; the
+// search once ran out of checks reprieving from all 800 and evicted
+// nearly every pod of the cluster.
+func TestLonePodPreemptsBesideItsNode(t *testing.T) {
+	var nodes []*v1.Node
+	var pods []*v1.Pod
+	for i := range 200 {
+		name := fmt.Sprintf("n%03d", i)
+		nodes = append(nodes, testobj.MakeNode(name).CPU(resource.MustParse("4")).Obj())
+		for j := range 4 {
+			pod := fmt.Sprintf("low-%s-%d", name, j)
+			pods = append(pods, testobj.MakePod("ns", pod).UID(pod).Created(t0).Node(name).Priority(0).
+				Container(testobj.MakeContainer("c").Request(v1.ResourceCPU, resource.MustParse("900m")).Obj()).Obj())
+		}
+	}
+	high := testobj.MakePod("ns", "high").UID("high").Created(t0).SchedulerName("muster").Priority(10).
+		Container(testobj.MakeContainer("c").Request(v1.ResourceCPU, resource.MustParse("3")).Obj()).Obj()
+	f := newTestFramework(t, 1, nodes, append(pods, high))
+	// A pod alone passes PreFilter; every node's Filter refuses it.
+	state, _ := f.preFilter(t, high)
+	f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
+	plan := f.plugin.registry.Plan(gang.LoneKey(high))
+	if plan == nil {
+		t.Fatal("no preemption")
+	}
+	victims := victimNames(plan, pods)
+	onNodes := sets.New[string]()
+	for _, p := range pods {
+		if victims.Has(p.Name) {
+			onNodes.Insert(p.Spec.NodeName)
+		}
+	}
+	if victims.Len() != 3 || onNodes.Len() != 1 || !onNodes.Has(plan.Slots[high.UID]) {
+		t.Errorf("evicted %d pods on nodes %v for a pod planned on %s; want 3 on its node", victims.Len(), sets.List(onNodes), plan.Slots[high.UID])
+	}
+}
