@@ -35,13 +35,10 @@ type VictimSearch struct {
 	MinFreedGPUs int64
 	// MaxChecks bounds the calls to feasible (each one plans the gang).
 	MaxChecks int
-	// Local, when set, narrows a set feasible just said yes to (indexes
-	// into Units) to the units that plan needs gone: those with a pod
-	// where it places members. The reprieve starts from everything so
-	// narrowed, so that among many small units (priority-0 CPU pods on
-	// every node) it ends beside one plan instead of keeping only what it
-	// had checks left to reprieve.
-	Local func(units []int) []int
+	// Near, when set, narrows a set feasible just said yes to (indexes into
+	// Units) to the units the plan it made needs gone: those with a pod
+	// where it places members.
+	Near func(units []int) []int
 }
 
 // VictimChoice is the outcome of a search.
@@ -112,12 +109,17 @@ func (h *victimHeap) Pop() interface{} {
 // pass's violations is not checked and its supersets are not generated; a
 // set freeing fewer than MinFreedGPUs is generated but not checked. When
 // the exact search runs out of its half of the checks (many small units
-// below MinFreedGPUs, or many units of which only those on one node
-// together help), it falls back to reprieving: from every unit (narrowed by
-// Local to those the plan with everything gone needs, when that set
-// suffices), keep each one running (violating ones first, then the
-// costliest) whose eviction the gang does not need. A set is checked at
-// most once, and at most MaxChecks sets are.
+// below MinFreedGPUs), it falls back to reprieving: from every unit, keep
+// each one running (violating ones first, then the costliest) whose
+// eviction the gang does not need. A set is checked at most once, and at
+// most MaxChecks sets are.
+//
+// With more units than the exact search has checks, it could not even try
+// each unit alone, and among many small units (priority-0 CPU pods on every
+// node) its reprieve would run out of checks with nearly all of them
+// chosen. Then, when Near is set, the search runs first over the units
+// Near says the plan with everything gone needs: the best set beside that
+// plan, as DefaultPreemption looks beside one node.
 func (s VictimSearch) Choose(feasible func(units []int) bool) VictimChoice {
 	var out VictimChoice
 	if len(s.Units) == 0 || s.MaxChecks < 1 {
@@ -165,18 +167,17 @@ func (s VictimSearch) Choose(feasible func(units []int) bool) VictimChoice {
 	if everything.freed < s.MinFreedGPUs || !check(everything) {
 		return out
 	}
-	var local []int // positions of the units the plan with everything gone needs gone
-	if s.Local != nil {
-		position := make([]int, len(order))
-		for pos, u := range order {
-			position[u] = pos
-		}
-		for _, u := range s.Local(lastFeasible) {
-			local = append(local, position[u])
-		}
-		sort.Ints(local)
-	}
 	exactChecks := max(s.MaxChecks/2, 1)
+	if s.Near != nil && len(s.Units) > exactChecks {
+		if near := s.Near(lastFeasible); len(near) < len(s.Units) {
+			c := s.beside(near, s.MaxChecks-out.Checks, feasible)
+			out.Checks += c.Checks
+			if c.Units != nil {
+				out.Units, out.Violations = c.Units, c.Violations
+				return out
+			}
+		}
+	}
 	// Generated sets are bounded too: passes over sets that are never
 	// checked (too few GPUs, too many violations) must end.
 	visits, maxVisits := 0, 64*s.MaxChecks
@@ -203,16 +204,10 @@ func (s VictimSearch) Choose(feasible func(units []int) bool) VictimChoice {
 			}
 		}
 	}
-	// Reprieve from everything, or from what the plan with everything gone
-	// needs when that suffices: units a budget covers first, then the
+	// Reprieve from everything: units a budget covers first, then the
 	// costliest.
 	current := all
-	if len(local) > 0 && len(local) < len(all) && out.Checks < s.MaxChecks {
-		if set := s.newSet(order, local); set.freed >= s.MinFreedGPUs && check(set) {
-			current = local
-		}
-	}
-	reprieve := append([]int(nil), current...)
+	reprieve := append([]int(nil), all...)
 	sort.SliceStable(reprieve, func(a, b int) bool {
 		va, vb := len(s.Units[order[reprieve[a]]].Budgets) > 0, len(s.Units[order[reprieve[b]]].Budgets) > 0
 		if va != vb {
@@ -235,6 +230,28 @@ func (s VictimSearch) Choose(feasible func(units []int) bool) VictimChoice {
 		}
 	}
 	return done()
+}
+
+// beside searches among the units at indexes only, with at most maxChecks
+// checks; the choice's units are indexes into s.Units.
+func (s VictimSearch) beside(indexes []int, maxChecks int, feasible func(units []int) bool) VictimChoice {
+	sub := VictimSearch{Allowed: s.Allowed, MinFreedGPUs: s.MinFreedGPUs, MaxChecks: maxChecks}
+	for _, i := range indexes {
+		sub.Units = append(sub.Units, s.Units[i])
+	}
+	toUnits := func(subIndexes []int) []int {
+		out := make([]int, len(subIndexes))
+		for j, i := range subIndexes {
+			out[j] = indexes[i]
+		}
+		sort.Ints(out)
+		return out
+	}
+	c := sub.Choose(func(set []int) bool { return feasible(toUnits(set)) })
+	if c.Units != nil {
+		c.Units = toUnits(c.Units)
+	}
+	return c
 }
 
 func replaced(positions []int, last int) []int {

@@ -177,7 +177,7 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 		}
 		s := gang.VictimSearch{Units: candidates, MinFreedGPUs: minFreed, MaxChecks: maxPreemptionDryRuns}
 		s.Allowed = p.budgets(units, candidates)
-		s.Local = func(feasible []int) []int { return onPlannedNodes(plan, nodes, units, feasible) }
+		s.Near = func(feasible []int) []int { return onPlannedNodes(plan, nodes, units, feasible) }
 		return s.Choose(func(indexes []int) bool {
 			var pods []*v1.Pod
 			for _, i := range indexes {
