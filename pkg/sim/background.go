@@ -20,12 +20,15 @@ import (
 
 // The realistic background (scenario.Background) in the fake cluster.
 //
-// Background pods are CPU-only pods of priority 0 bound to their nodes
+// Background pods are pods of priority 0 bound to their nodes
 // before the scheduler starts: they go into the fake's tracker with the
 // nodes, so the scheduler's informers list them and its cache and
 // snapshot count their requests on their nodes from the first cycle. They
 // live in a namespace of their own, are never jobs' (no job metric counts
-// them) and never finish. What happens to them:
+// them) and never finish. Most ask for CPU and memory only; those of
+// background.gpuPods hold GPUs as well (a busy cluster), and those of
+// background.noisyPods carry the label app=scenario.NoisyApp that workers
+// may avoid. What happens to them:
 //
 //   - The scheduler's preemption may delete one; the simulator records it
 //     (measure.Recorder.BackgroundEvicted) and does not recreate it (no
@@ -46,6 +49,9 @@ const backgroundLabel = "sim.muster.dev/background"
 // bgPod is a live background pod.
 type bgPod struct {
 	name, node, app, kind, pdb string
+	// gpus it holds (gpuPods); noisy: a noisy pod (noisyPods).
+	gpus  int64
+	noisy bool
 }
 
 // bgPDB is a budget and how many of its pods are alive.
@@ -56,11 +62,15 @@ type bgPDB struct {
 
 // background is the harness's record of the background.
 type background struct {
-	cpu, memory       resource.Quantity // of each background pod
-	memberCPU, memMem resource.Quantity // of each CPU-only gang member
-	pods              map[string]*bgPod
-	onNode            map[string]map[string]bool // node → background pod names
-	pdbs              map[string]*bgPDB
+	cpu, memory           resource.Quantity // of each pod of the pods block
+	memberCPU, memMem     resource.Quantity // of each CPU-only gang member
+	gpuCPU, gpuMemory     resource.Quantity // of a GPU pod, per GPU it holds
+	noisyCPU, noisyMemory resource.Quantity // of each noisy pod
+	pods                  map[string]*bgPod
+	onNode                map[string]map[string]bool // node → background pod names
+	pdbs                  map[string]*bgPDB
+	// gpus are the GPUs the live background pods hold.
+	gpus int64
 }
 
 func newBackground(plan *scenario.Plan) (*background, error) {
@@ -83,12 +93,28 @@ func newBackground(plan *scenario.Plan) (*background, error) {
 				return nil, fmt.Errorf("background.cpuMembers.memory: %w", err)
 			}
 		}
+		if g := bg.GPUPods; g != nil {
+			if b.gpuCPU, err = resource.ParseQuantity(g.CPUPerGPU); err != nil {
+				return nil, fmt.Errorf("background.gpuPods.cpuPerGPU: %w", err)
+			}
+			if b.gpuMemory, err = resource.ParseQuantity(g.MemoryPerGPU); err != nil {
+				return nil, fmt.Errorf("background.gpuPods.memoryPerGPU: %w", err)
+			}
+		}
+		if n := bg.NoisyPods; n != nil {
+			if b.noisyCPU, err = resource.ParseQuantity(n.CPU); err != nil {
+				return nil, fmt.Errorf("background.noisyPods.cpu: %w", err)
+			}
+			if b.noisyMemory, err = resource.ParseQuantity(n.Memory); err != nil {
+				return nil, fmt.Errorf("background.noisyPods.memory: %w", err)
+			}
+		}
 	}
 	for _, p := range plan.PDBs {
 		b.pdbs[p.Name] = &bgPDB{spec: p}
 	}
 	for _, p := range plan.Background {
-		b.add(&bgPod{name: p.Name, node: p.Node, app: p.App, kind: p.Kind, pdb: p.PDB})
+		b.add(&bgPod{name: p.Name, node: p.Node, app: p.App, kind: p.Kind, pdb: p.PDB, gpus: p.GPUs, noisy: p.Noisy})
 	}
 	return b, nil
 }
@@ -99,6 +125,7 @@ func (b *background) add(p *bgPod) {
 		b.onNode[p.node] = map[string]bool{}
 	}
 	b.onNode[p.node][p.name] = true
+	b.gpus += p.gpus
 	if p.pdb != "" {
 		b.pdbs[p.pdb].healthy++
 	}
@@ -112,6 +139,7 @@ func (b *background) remove(name string) *bgPod {
 	}
 	delete(b.pods, name)
 	delete(b.onNode[p.node], name)
+	b.gpus -= p.gpus
 	if p.pdb != "" {
 		b.pdbs[p.pdb].healthy--
 	}
@@ -132,12 +160,41 @@ func (b *background) podsOn(node string) []*bgPod {
 	return out
 }
 
-// backgroundPodObject is a background pod bound to its node and running:
-// priority 0 as with no PriorityClass, controlled by its DaemonSet or its
-// Deployment's ReplicaSet, asking for cpu and memory and no GPU.
-func backgroundPodObject(p *bgPod, cpu, memory resource.Quantity, created metav1.Time) *v1.Pod {
-	container := testobj.MakeContainer(p.app).Image("registry.k8s.io/pause:3.10").
-		Request(v1.ResourceCPU, cpu).Request(v1.ResourceMemory, memory).Obj()
+// gpusOn are the GPUs the background pods on node hold.
+func (b *background) gpusOn(node string) int64 {
+	var n int64
+	for name := range b.onNode[node] {
+		n += b.pods[name].gpus
+	}
+	return n
+}
+
+// noisyOn: a noisy pod runs on node.
+func (b *background) noisyOn(node string) bool {
+	for name := range b.onNode[node] {
+		if b.pods[name].noisy {
+			return true
+		}
+	}
+	return false
+}
+
+// podObject is a background pod bound to its node and running: priority 0
+// as with no PriorityClass, controlled by its DaemonSet or its
+// Deployment's ReplicaSet, asking for the cpu and memory of its part of
+// the background and, a GPU pod, for its GPUs.
+func (b *background) podObject(p *bgPod, created metav1.Time) *v1.Pod {
+	container := testobj.MakeContainer(p.app).Image("registry.k8s.io/pause:3.10")
+	switch {
+	case p.gpus > 0:
+		cpu := *resource.NewMilliQuantity(b.gpuCPU.MilliValue()*p.gpus, resource.DecimalSI)
+		memory := *resource.NewQuantity(b.gpuMemory.Value()*p.gpus, resource.BinarySI)
+		container.Request(v1.ResourceCPU, cpu).Request(v1.ResourceMemory, memory).GPUs(p.gpus)
+	case p.noisy:
+		container.Request(v1.ResourceCPU, b.noisyCPU).Request(v1.ResourceMemory, b.noisyMemory)
+	default:
+		container.Request(v1.ResourceCPU, b.cpu).Request(v1.ResourceMemory, b.memory)
+	}
 	ownerKind, owner := "DaemonSet", p.app
 	if p.kind == scenario.KindService {
 		ownerKind, owner = "ReplicaSet", p.app+"-rs"
@@ -154,7 +211,7 @@ func backgroundPodObject(p *bgPod, cpu, memory resource.Quantity, created metav1
 			NodeName:      p.node,
 			SchedulerName: v1.DefaultSchedulerName,
 			Priority:      ptr.To[int32](0),
-			Containers:    []v1.Container{container},
+			Containers:    []v1.Container{container.Obj()},
 		},
 		Status: v1.PodStatus{
 			Phase:     v1.PodRunning,
@@ -206,7 +263,7 @@ func (h *harness) addBackground() error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		pod := backgroundPodObject(h.bg.pods[name], h.bg.cpu, h.bg.memory, metav1.NewTime(epoch))
+		pod := h.bg.podObject(h.bg.pods[name], metav1.NewTime(epoch))
 		if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, pod)); err != nil {
 			return err
 		}
@@ -266,8 +323,9 @@ func (h *harness) deleteBackgroundOn(ctx context.Context, node string) ([]*bgPod
 func (h *harness) recreateBackground(ctx context.Context, pods []*bgPod, node string) error {
 	touched := map[string]bool{}
 	for _, old := range pods {
-		p := &bgPod{name: scenario.BackgroundPodName(old.app, node), node: node, app: old.app, kind: old.kind, pdb: old.pdb}
-		pod := backgroundPodObject(p, h.bg.cpu, h.bg.memory, metav1.NewTime(epoch.Add(h.now)))
+		p := &bgPod{name: scenario.BackgroundPodName(old.app, node), node: node, app: old.app, kind: old.kind, pdb: old.pdb,
+			gpus: old.gpus, noisy: old.noisy}
+		pod := h.bg.podObject(p, metav1.NewTime(epoch.Add(h.now)))
 		h.counts.want(kindPodAdd)
 		if _, err := h.cs.CoreV1().Pods(backgroundNamespace).Create(ctx, versioned(&h.resourceVersion, pod), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating background pod %s: %w", p.name, err)
@@ -282,21 +340,34 @@ func (h *harness) recreateBackground(ctx context.Context, pods []*bgPod, node st
 }
 
 // evictedBackground takes background pods the scheduler deleted out of the
-// record, updates their budgets' status and reports how many there were.
-func (h *harness) evictedBackground(ctx context.Context, names []string) (int, error) {
+// record, updates their budgets' status and records them: those that held
+// no GPU apart from those that did (gpuPods), whose GPUs count as evicted.
+func (h *harness) evictedBackground(ctx context.Context, names []string) error {
 	touched := map[string]bool{}
-	n := 0
+	cpuOnly, gpuPods := 0, 0
+	var gpus int64
 	for _, name := range names {
 		p := h.bg.remove(name)
 		if p == nil {
 			continue
 		}
-		n++
+		if p.gpus > 0 {
+			gpuPods++
+			gpus += p.gpus
+		} else {
+			cpuOnly++
+		}
 		if p.pdb != "" {
 			touched[p.pdb] = true
 		}
 	}
-	return n, h.syncPDBs(ctx, touched)
+	if cpuOnly > 0 {
+		h.rec.BackgroundEvicted(cpuOnly)
+	}
+	if gpuPods > 0 {
+		h.rec.BackgroundGPUPodsEvicted(gpuPods, gpus)
+	}
+	return h.syncPDBs(ctx, touched)
 }
 
 // nodeResources is a node's CPU and memory: the cluster's for a node of

@@ -191,7 +191,7 @@ func TestCPUOnlyMemberHoldsNoGPU(t *testing.T) {
 	}
 	member := v1.ResourceList{v1.ResourceCPU: mustQuantity(t, "4"), v1.ResourceMemory: mustQuantity(t, "16Gi")}
 	b := &built{schedulerName: "muster"}
-	worker, ps := podObject(j, job, b, 0, 1, 0, member), podObject(j, job, b, 0, 2, 0, member)
+	worker, ps := podObject(j, job, b, 0, 1, 0, member, nil), podObject(j, job, b, 0, 2, 0, member, nil)
 	if r := worker.Spec.Containers[0].Resources.Requests; r.Name(configv1.DefaultGPUResourceName, "").Value() != 4 {
 		t.Errorf("worker requests %v, want 4 GPUs", r)
 	}

@@ -136,10 +136,11 @@ func podName(j *scenario.Job, attempt, index int) string {
 
 // podObject is one member as the Job controller would create it: controlled
 // by the Job (muster's zero-config gang), indexed, a worker asking for GPUs
-// or, at an index past the workers, a CPU-only member (a TFJob's parameter
-// server) asking for cpuMember; for native gang scheduling it also names
-// its PodGroup.
-func podObject(j *scenario.Job, job *batchv1.Job, b *built, attempt, index int, created time.Duration, cpuMember v1.ResourceList) *v1.Pod {
+// (with the workload's pod anti-affinity, anti, when set) or, at an index
+// past the workers, a CPU-only member (a TFJob's parameter server) asking
+// for cpuMember; for native gang scheduling it also names its PodGroup.
+func podObject(j *scenario.Job, job *batchv1.Job, b *built, attempt, index int, created time.Duration, cpuMember v1.ResourceList,
+	anti *scenario.AntiAffinity) *v1.Pod {
 	name := podName(j, attempt, index)
 	worker := testobj.MakeContainer(workerName).Image(testobj.WorkerImage)
 	if index < j.Workers {
@@ -158,10 +159,41 @@ func podObject(j *scenario.Job, job *batchv1.Job, b *built, attempt, index int, 
 	if b.podGroups {
 		pod.PodGroup(podGroupName(j, attempt))
 	}
+	affinity := &v1.Affinity{}
 	if b.schedulerName == v1.DefaultSchedulerName {
-		pod.Affinity(spotAffinity(j.Policy))
+		affinity = spotAffinity(j.Policy)
+	}
+	if anti != nil && index < j.Workers {
+		affinity.PodAntiAffinity = workerAntiAffinity(j.Name, anti)
+	}
+	if affinity.NodeAffinity != nil || affinity.PodAntiAffinity != nil {
+		pod.Affinity(affinity)
 	}
 	return pod.Obj()
+}
+
+// workerAntiAffinity is the required pod anti-affinity on the node that
+// workload.antiAffinity asks for: none of another job's pods (their
+// job-name label is set and is not job), none of the noisy pods.
+func workerAntiAffinity(job string, anti *scenario.AntiAffinity) *v1.PodAntiAffinity {
+	var terms []v1.PodAffinityTerm
+	if anti.OtherGangs {
+		terms = append(terms, v1.PodAffinityTerm{
+			LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: batchv1.JobNameLabel, Operator: metav1.LabelSelectorOpExists},
+				{Key: batchv1.JobNameLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{job}},
+			}},
+			TopologyKey: configv1.LabelHostname,
+		})
+	}
+	if anti.NoisyPods {
+		terms = append(terms, v1.PodAffinityTerm{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": scenario.NoisyApp}},
+			Namespaces:    []string{backgroundNamespace},
+			TopologyKey:   configv1.LabelHostname,
+		})
+	}
+	return &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: terms}
 }
 
 // spotAffinity says with node affinity what the muster.dev/preemptible

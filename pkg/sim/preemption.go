@@ -155,11 +155,7 @@ func (h *harness) collectEvictions(ctx context.Context) error {
 		h.rec.Evicted(*e)
 		heap.Push(&h.events, event{at: h.now, kind: evPreempted, seq: g.job.Seq, gang: g, attempt: g.attempt})
 	}
-	n, err := h.evictedBackground(ctx, others)
-	if n > 0 {
-		h.rec.BackgroundEvicted(n)
-	}
-	return err
+	return h.evictedBackground(ctx, others)
 }
 
 // restartPreempted stops what is left of a gang that lost members to
@@ -177,7 +173,7 @@ func (h *harness) restartPreempted(ctx context.Context, e event, arriving []*gan
 // scheduler can place them evicting less.
 func (h *harness) gpusBeyondFree(arriving []*gangState) int64 {
 	s := h.sample()
-	free := s.CapacityGPUs - s.HeldGPUs
+	free := s.CapacityGPUs - s.HeldGPUs - h.bg.gpus
 	var beyond int64
 	for _, g := range arriving {
 		if g.attempt > 0 || g.job.Priority <= h.lowestPriority {

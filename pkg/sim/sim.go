@@ -158,10 +158,12 @@ type harness struct {
 	// gangRejectedInStep: one was dropped in this step.
 	lastRejects        float64
 	gangRejectedInStep bool
-	// harnessFree and fitCursor: free GPUs per node and where the next
-	// first-fit search starts, for the None scheduler.
-	harnessFree map[string]int64
-	fitCursor   int
+	// harnessFree, harnessGangs and fitCursor: free GPUs per node, the
+	// gangs with pods on it (how many) and where the next first-fit search
+	// starts, for the None scheduler.
+	harnessFree  map[string]int64
+	harnessGangs map[string]map[*gangState]int
+	fitCursor    int
 	// firstRelease is when the first step that created pods resumed the
 	// scheduler; lastBind is the latest binding so far.
 	firstRelease, lastBind time.Time
@@ -594,6 +596,9 @@ func (h *harness) deletePods(ctx context.Context, g *gangState) error {
 		ref := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: types.UID("pod-" + name)}}
 		if node, ok := g.bound[name]; ok && h.b.harnessBinds {
 			h.harnessFree[node] += g.podGPUs(name)
+			if h.harnessGangs[node][g]--; h.harnessGangs[node][g] == 0 {
+				delete(h.harnessGangs[node], g)
+			}
 		}
 		if node, ok := g.bound[name]; ok {
 			delete(h.nodePods[node], name)
@@ -764,7 +769,7 @@ func (h *harness) submit(ctx context.Context, arriving []*gangState) error {
 	}
 	cpuMember := v1.ResourceList{v1.ResourceCPU: h.bg.memberCPU, v1.ResourceMemory: h.bg.memMem}
 	for _, r := range refs {
-		pod := podObject(r.g.job, r.g.jobObj, h.b, r.g.attempt, r.index, h.now, cpuMember)
+		pod := podObject(r.g.job, r.g.jobObj, h.b, r.g.attempt, r.index, h.now, cpuMember, h.plan.Scenario.Workload.AntiAffinity)
 		if r.index >= r.g.job.Workers {
 			if r.g.cpuOnly == nil {
 				r.g.cpuOnly = map[string]bool{}
@@ -772,7 +777,7 @@ func (h *harness) submit(ctx context.Context, arriving []*gangState) error {
 			r.g.cpuOnly[pod.Name] = true
 		}
 		if h.b.harnessBinds {
-			node, err := h.firstFit(r.g.podGPUs(pod.Name))
+			node, err := h.firstFit(r.g, pod.Name)
 			if err != nil {
 				return err
 			}
@@ -926,26 +931,53 @@ func (l *bindLog) since(i int) []bindRecord {
 	return append([]bindRecord(nil), l.records[i:]...)
 }
 
-// firstFit picks a node for a pod of the None scheduler: the next node, in
-// the plan's order from where the last search ended, with the GPUs free. It
-// fails when none has them: None runs only scenarios in which every pod fits.
-func (h *harness) firstFit(gpus int64) (string, error) {
+// firstFit picks a node for member pod of g under the None scheduler: the
+// next node, in the plan's order from where the last search ended, with
+// the GPUs free (the background's GPU pods count) and, when the workload
+// asks for anti-affinity, no noisy pod (for a worker) and no pod of another
+// gang. It fails when no node qualifies: None runs only scenarios in which
+// every pod fits.
+func (h *harness) firstFit(g *gangState, pod string) (string, error) {
 	nodes := h.plan.Nodes
 	if h.harnessFree == nil {
 		h.harnessFree = make(map[string]int64, len(nodes))
+		h.harnessGangs = make(map[string]map[*gangState]int, len(nodes))
 		for _, n := range nodes {
-			h.harnessFree[n.Name] = n.GPUs
+			h.harnessFree[n.Name] = n.GPUs - h.bg.gpusOn(n.Name)
+			h.harnessGangs[n.Name] = map[*gangState]int{}
 		}
+	}
+	gpus := g.podGPUs(pod)
+	anti := h.plan.Scenario.Workload.AntiAffinity
+	fits := func(name string) bool {
+		if _, exists := h.nodes[name]; !exists || h.harnessFree[name] < gpus {
+			return false
+		}
+		if anti == nil {
+			return true
+		}
+		if anti.NoisyPods && !g.cpuOnly[pod] && h.bg.noisyOn(name) {
+			return false
+		}
+		if anti.OtherGangs {
+			for other := range h.harnessGangs[name] {
+				if other != g {
+					return false
+				}
+			}
+		}
+		return true
 	}
 	for i := 0; i < len(nodes); i++ {
 		name := nodes[(h.fitCursor+i)%len(nodes)].Name
-		if _, exists := h.nodes[name]; exists && h.harnessFree[name] >= gpus {
+		if fits(name) {
 			h.harnessFree[name] -= gpus
+			h.harnessGangs[name][g]++
 			h.fitCursor = (h.fitCursor + i) % len(nodes)
 			return name, nil
 		}
 	}
-	return "", fmt.Errorf("scheduler %s: no node has %d GPUs free; it runs only scenarios in which every pod fits", None, gpus)
+	return "", fmt.Errorf("scheduler %s: no node has %d GPUs free and room under the workload's anti-affinity; it runs only scenarios in which every pod fits", None, gpus)
 }
 
 // topologyKey is the topology constraint of a job's PodGroup: none but for

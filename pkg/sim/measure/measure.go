@@ -237,8 +237,12 @@ type Recorder struct {
 	broken    int
 	steps     int
 	evictions []Eviction
-	// backgroundEvicted counts background pods the scheduler deleted.
+	// backgroundEvicted counts background pods without GPUs the scheduler
+	// deleted, backgroundGPUPods those with GPUs and backgroundGPUs their
+	// GPUs.
 	backgroundEvicted int
+	backgroundGPUPods int
+	backgroundGPUs    int64
 	needed            int64
 	segments          []Segment
 }
@@ -307,6 +311,13 @@ func (r *Recorder) stopRun(g *gangRecord, t time.Duration, lost bool) {
 // BackgroundEvicted records that the scheduler deleted n background pods
 // (CPU-only pods that are not jobs').
 func (r *Recorder) BackgroundEvicted(n int) { r.backgroundEvicted += n }
+
+// BackgroundGPUPodsEvicted records that the scheduler deleted pods
+// background pods holding gpus GPUs between them (a busy cluster's).
+func (r *Recorder) BackgroundGPUPodsEvicted(pods int, gpus int64) {
+	r.backgroundGPUPods += pods
+	r.backgroundGPUs += gpus
+}
 
 // NeededForPriority adds GPUs that higher-priority jobs needed beyond the
 // free ones when they arrived (see Preemption.GPUsNeededLowerBound).
@@ -556,7 +567,7 @@ func (r *Recorder) preemption() *Preemption {
 	for _, name := range r.order {
 		lowest, highest = min(lowest, r.gangs[name].priority), max(highest, r.gangs[name].priority)
 	}
-	if lowest == highest && len(r.evictions) == 0 && r.backgroundEvicted == 0 {
+	if lowest == highest && len(r.evictions) == 0 && r.backgroundEvicted == 0 && r.backgroundGPUPods == 0 {
 		return nil
 	}
 	p := &Preemption{GPUsNeededLowerBound: r.needed}
@@ -589,7 +600,8 @@ func (r *Recorder) preemption() *Preemption {
 			p.CPUMembersWithGang += cpuOnly
 		}
 	}
-	p.PodsEvicted += r.backgroundEvicted
+	p.PodsEvicted += r.backgroundEvicted + r.backgroundGPUPods
+	p.GPUsEvicted += r.backgroundGPUs
 	p.NonGPUPodsEvicted += r.backgroundEvicted
 	return p
 }

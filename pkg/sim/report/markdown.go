@@ -127,8 +127,19 @@ func Markdown(rep Report, det Details) string {
 	}
 	b.WriteString(".\n")
 	if det.BackgroundPods > 0 {
-		fmt.Fprintf(&b, "- Background: %d CPU-only pods of priority 0 bound from the start (not jobs: no job metric counts them), %d PodDisruptionBudgets over %d of them.\n",
-			det.BackgroundPods, det.PDBs, det.PDBPods)
+		kind := "CPU-only pods"
+		if det.BackgroundGPUs > 0 {
+			kind = "pods"
+		}
+		fmt.Fprintf(&b, "- Background: %d %s of priority 0 bound from the start (not jobs: no job metric counts them), %d PodDisruptionBudgets over %d of them.\n",
+			det.BackgroundPods, kind, det.PDBs, det.PDBPods)
+	}
+	if det.BackgroundGPUs > 0 || det.NoisyNodes > 0 {
+		fmt.Fprintf(&b, "- Busy cluster: background pods hold %d of the %d GPUs (%.0f%%) from the start; %d nodes have every GPU free, %d of them run a noisy CPU pod.\n",
+			det.BackgroundGPUs, rep.GPUs, 100*float64(det.BackgroundGPUs)/float64(rep.GPUs), det.FreeNodes, det.NoisyNodes)
+	}
+	if det.AntiAffinity != "" {
+		fmt.Fprintf(&b, "- Workers have required pod anti-affinity on the node against %s.\n", det.AntiAffinity)
 	}
 	fmt.Fprintf(&b, "- Command: `%s`\n", det.Command)
 	fmt.Fprintf(&b, "- Machine: %s.\n\n", describeMachine(det.Machine))

@@ -81,13 +81,21 @@ type Details struct {
 	// The realistic background (scenario.Background), zero without one:
 	// nodes with fewer GPUs and how many they have, jobs with a CPU-only
 	// member, background pods, budgets and the pods they cover.
-	GPUsPerNode    int64                      `json:"gpus_per_node,omitempty"`
-	SmallNodes     int                        `json:"small_nodes,omitempty"`
-	SmallNodeGPUs  int64                      `json:"small_node_gpus,omitempty"`
-	CPUMemberJobs  int                        `json:"cpu_member_jobs,omitempty"`
-	BackgroundPods int                        `json:"background_pods,omitempty"`
-	PDBs           int                        `json:"pdbs,omitempty"`
-	PDBPods        int                        `json:"pdb_pods,omitempty"`
+	GPUsPerNode    int64 `json:"gpus_per_node,omitempty"`
+	SmallNodes     int   `json:"small_nodes,omitempty"`
+	SmallNodeGPUs  int64 `json:"small_node_gpus,omitempty"`
+	CPUMemberJobs  int   `json:"cpu_member_jobs,omitempty"`
+	BackgroundPods int   `json:"background_pods,omitempty"`
+	PDBs           int   `json:"pdbs,omitempty"`
+	PDBPods        int   `json:"pdb_pods,omitempty"`
+	// A busy cluster (background.gpuPods, background.noisyPods,
+	// workload.antiAffinity): the GPUs background pods hold from the
+	// start, the nodes with every GPU free then, how many of those run a
+	// noisy pod, and the workers' anti-affinity ("" for none).
+	BackgroundGPUs int64                      `json:"background_gpus,omitempty"`
+	FreeNodes      int                        `json:"free_nodes,omitempty"`
+	NoisyNodes     int                        `json:"noisy_nodes,omitempty"`
+	AntiAffinity   string                     `json:"anti_affinity,omitempty"`
 	Schedulers     map[string]measure.Details `json:"schedulers"`
 }
 
@@ -151,6 +159,19 @@ func Write(dir string, plan *scenario.Plan, runs []*measure.Run, command string,
 	det.BackgroundPods, det.PDBs = len(plan.Background), len(plan.PDBs)
 	for _, pdb := range plan.PDBs {
 		det.PDBPods += pdb.Pods
+	}
+	if det.BackgroundGPUs = plan.BackgroundGPUs(); det.BackgroundGPUs > 0 || plan.Scenario.Background != nil && plan.Scenario.Background.NoisyPods != nil {
+		det.FreeNodes, det.NoisyNodes = plan.FreeNodes()
+	}
+	if a := plan.Scenario.Workload.AntiAffinity; a != nil {
+		var against []string
+		if a.OtherGangs {
+			against = append(against, "other jobs' pods")
+		}
+		if a.NoisyPods {
+			against = append(against, "noisy pods")
+		}
+		det.AntiAffinity = strings.Join(against, " and ")
 	}
 	from, to := CommonWindow(plan, runs)
 	rep.CommonWindowS = [2]float64{from, to}

@@ -214,3 +214,35 @@ background: {pods: {}, smallNodes: {fraction: 0.5}, cpuMembers: {fraction: 1}}
 		}
 	}
 }
+
+// Busy equal-work scenarios get a table of their own after the idle one,
+// with what the background holds, and no issue-15 target.
+func TestBusyEqualWorkTable(t *testing.T) {
+	det := func(busy bool) *Details {
+		d := &Details{Jobs: 2, Pods: 16, Schedulers: map[string]measure.Details{
+			"muster":  {PodsBound: 16, SpanSeconds: 0.1},
+			"default": {PodsBound: 16, SpanSeconds: 0.4},
+		}}
+		if busy {
+			d.BackgroundGPUs, d.FreeNodes, d.NoisyNodes, d.AntiAffinity = 5600, 251, 31, "noisy pods"
+		}
+		return d
+	}
+	rep := func(name string) *Report {
+		return &Report{Scenario: name, Seed: 1, Nodes: 1000, GPUs: 8000, Results: []measure.Metrics{{Scheduler: "muster"}, {Scheduler: "default"}}}
+	}
+	idle := &group{scenario: "equal-burst-g8-n5000", nodes: 5000, schedulers: []string{"muster", "default"}, reps: []*Report{rep("equal-burst-g8-n5000")}, dets: []*Details{det(false)}}
+	busy := &group{scenario: "equal-burst-g8x8-n5000-busy", nodes: 5000, schedulers: []string{"muster", "default"}, reps: []*Report{rep("equal-burst-g8x8-n5000-busy")}, dets: []*Details{det(true)}}
+	var b strings.Builder
+	equalWorkTables(&b, []*group{idle}, []*group{busy})
+	out := b.String()
+	idleAt, busyAt := strings.Index(out, "### Equal work: throughput"), strings.Index(out, "### Equal work on a busy cluster")
+	if idleAt < 0 || busyAt < idleAt {
+		t.Fatalf("want the idle table, then the busy one:\n%s", out)
+	}
+	assert.Contains(t, out, "- equal-burst-g8x8-n5000-busy: the background holds 5600 of 8000 GPUs (70%); 251 nodes have every GPU free, 31 of them run a pod the workers avoid; 2 jobs, 16 pods; workers avoid noisy pods (seed 1).")
+	assert.Contains(t, out[busyAt:], "| equal-burst-g8x8-n5000-busy | 5000 | muster | 160 | 4.00× |")
+	assert.NotContains(t, out[:busyAt], "equal-burst-g8x8-n5000-busy |", "the busy scenario is not in the idle table")
+	assert.Contains(t, out, "- equal-burst-g8-n5000 (8-worker gangs, 5000 nodes), target ≥ 2.0×")
+	assert.NotContains(t, out, "- equal-burst-g8x8-n5000-busy (", "no issue-15 target for a busy scenario")
+}

@@ -22,6 +22,11 @@ const (
 // fits on arrival, so every scheduler does the same work.
 const EqualWorkPrefix = "equal-"
 
+// BusySuffix names the equal-work scenarios on a busy cluster (a
+// background that holds most GPUs, workers with anti-affinity); the
+// summary shows them in a table of their own.
+const BusySuffix = "-busy"
+
 // harnessOnly is the scheduler that schedules nothing (sim.None); its runs
 // measure the harness's own cost.
 const harnessOnly = "none"
@@ -187,7 +192,15 @@ func Summary(dirs []string, o SummaryOptions) (string, error) {
 	}
 	fmt.Fprintf(&b, ". Machine: %s. Every figure is the median over the seeds listed, with the range in parentheses when the runs differ.\n\n", describeMachine(*machine))
 	if len(equal) > 0 {
-		equalWorkTables(&b, equal)
+		var idle, busy []*group
+		for _, g := range equal {
+			if strings.HasSuffix(g.scenario, BusySuffix) {
+				busy = append(busy, g)
+			} else {
+				idle = append(idle, g)
+			}
+		}
+		equalWorkTables(&b, idle, busy)
 	}
 	if len(contended) > 0 {
 		contendedTables(&b, contended)
@@ -249,14 +262,31 @@ func seedList(seeds []uint64) string {
 	return strings.Join(parts, ", ")
 }
 
-func equalWorkTables(b *strings.Builder, groups []*group) {
-	b.WriteString("### Equal work: throughput where every pod fits\n\n")
-	b.WriteString("Contention-free scenarios (`bench/scenarios/equal-*.yaml`): gangs of 1-GPU workers, at most a third of the GPUs asked for at any time, so every scheduler binds every pod on its first attempt (the attempts column checks it). " +
-		"*pods/s* = pods ÷ (first pod released → last binding), real time. No figure here subtracts the harness's cost: the `none` run (below) binds every pod itself as it creates it, so it does less harness work than a scheduler's run, and a constant taken off both sides would only raise every ratio. " +
-		"*CPU ms/pod* is the child process's CPU time (user + system, scheduler and harness) over the step loop ÷ pods. Each seed runs the schedulers in a rotated order, so each runs first once per " +
-		"as many seeds as there are schedulers.\n\n")
-	b.WriteString("| scenario | nodes | scheduler | pods/s | × default | CPU ms/pod | attempts/pod | racks/gang |\n")
-	b.WriteString("|---|--:|---|--:|--:|--:|--:|--:|\n")
+func equalWorkTables(b *strings.Builder, idle, busy []*group) {
+	if len(idle) > 0 {
+		idleTable(b, idle)
+	}
+	if len(busy) > 0 {
+		busyTable(b, busy)
+	}
+	groups := append(append([]*group(nil), idle...), busy...)
+	b.WriteString("\nThe harness's own cost (the `none` runs), per step (a step applies one virtual instant's arrivals and completions):\n\n")
+	b.WriteString("| scenario | seeds | steps | real time ms/step | CPU ms/step |\n|---|---|--:|--:|--:|\n")
+	for _, g := range groups {
+		if len(g.runs(harnessOnly)) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", g.scenario, seedList(g.seeds()),
+			g.over(harnessOnly, func(r seedRun) float64 { return float64(r.d.Steps) }).Format("%.0f"),
+			g.over(harnessOnly, func(r seedRun) float64 { return 1000 * r.d.LoopWallSeconds / float64(r.d.Steps) }).Format("%.2f"),
+			g.over(harnessOnly, func(r seedRun) float64 { return 1000 * r.d.LoopCPUSeconds / float64(r.d.Steps) }).Format("%.2f"))
+	}
+	targets(b, idle)
+}
+
+// equalWorkRows writes one row per scheduler of each group: pods/s, its
+// ratio to the default profile's of the same seed, CPU, attempts, racks.
+func equalWorkRows(b *strings.Builder, groups []*group) {
 	for _, g := range groups {
 		for _, s := range g.schedulers {
 			if s == harnessOnly {
@@ -270,18 +300,39 @@ func equalWorkTables(b *strings.Builder, groups []*group) {
 				g.over(s, func(r seedRun) float64 { return r.m.MeanRacksPerGang }).Format("%.2f"))
 		}
 	}
-	b.WriteString("\nThe harness's own cost (the `none` runs), per step (a step applies one virtual instant's arrivals and completions):\n\n")
-	b.WriteString("| scenario | seeds | steps | real time ms/step | CPU ms/step |\n|---|---|--:|--:|--:|\n")
+}
+
+// busyTable is equal work on a busy cluster: the same figures as the idle
+// table, and what the background holds.
+func busyTable(b *strings.Builder, groups []*group) {
+	b.WriteString("\n### Equal work on a busy cluster\n\n")
+	b.WriteString("Scenarios `bench/scenarios/equal-*-busy.yaml`: from t=0 background pods of priority 0 hold most of the GPUs (below, per scenario) and never finish; " +
+		"the jobs' workers take a whole node's GPUs each and have required pod anti-affinity (per scenario below), so NodeResourcesFit refuses every node the background holds GPUs on " +
+		"and InterPodAffinity refuses free nodes that run a pod the workers avoid. Every gang still fits on arrival, in one rack too, so every scheduler binds every pod on its first attempt " +
+		"(the attempts column checks it). Figures as in the table above.\n\n")
 	for _, g := range groups {
-		if len(g.runs(harnessOnly)) == 0 {
-			continue
+		d := g.dets[0]
+		fmt.Fprintf(b, "- %s: the background holds %d of %d GPUs (%.0f%%); %d nodes have every GPU free, %d of them run a pod the workers avoid; %d jobs, %d pods",
+			g.scenario, d.BackgroundGPUs, g.reps[0].GPUs, 100*float64(d.BackgroundGPUs)/float64(g.reps[0].GPUs), d.FreeNodes, d.NoisyNodes, d.Jobs, d.Pods)
+		if d.AntiAffinity != "" {
+			fmt.Fprintf(b, "; workers avoid %s", d.AntiAffinity)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", g.scenario, seedList(g.seeds()),
-			g.over(harnessOnly, func(r seedRun) float64 { return float64(r.d.Steps) }).Format("%.0f"),
-			g.over(harnessOnly, func(r seedRun) float64 { return 1000 * r.d.LoopWallSeconds / float64(r.d.Steps) }).Format("%.2f"),
-			g.over(harnessOnly, func(r seedRun) float64 { return 1000 * r.d.LoopCPUSeconds / float64(r.d.Steps) }).Format("%.2f"))
+		fmt.Fprintf(b, " (seed %d).\n", g.reps[0].Seed)
 	}
-	targets(b, groups)
+	b.WriteString("\n| scenario | nodes | scheduler | pods/s | × default | CPU ms/pod | attempts/pod | racks/gang |\n")
+	b.WriteString("|---|--:|---|--:|--:|--:|--:|--:|\n")
+	equalWorkRows(b, groups)
+}
+
+func idleTable(b *strings.Builder, groups []*group) {
+	b.WriteString("### Equal work: throughput where every pod fits\n\n")
+	b.WriteString("Contention-free scenarios (`bench/scenarios/equal-*.yaml`): gangs of 1-GPU workers, at most a third of the GPUs asked for at any time, so every scheduler binds every pod on its first attempt (the attempts column checks it). " +
+		"*pods/s* = pods ÷ (first pod released → last binding), real time. No figure here subtracts the harness's cost: the `none` run (below) binds every pod itself as it creates it, so it does less harness work than a scheduler's run, and a constant taken off both sides would only raise every ratio. " +
+		"*CPU ms/pod* is the child process's CPU time (user + system, scheduler and harness) over the step loop ÷ pods. Each seed runs the schedulers in a rotated order, so each runs first once per " +
+		"as many seeds as there are schedulers.\n\n")
+	b.WriteString("| scenario | nodes | scheduler | pods/s | × default | CPU ms/pod | attempts/pod | racks/gang |\n")
+	b.WriteString("|---|--:|---|--:|--:|--:|--:|--:|\n")
+	equalWorkRows(b, groups)
 }
 
 // The issue's throughput targets: muster ÷ default pods/s on equal work.

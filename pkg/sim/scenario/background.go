@@ -11,20 +11,26 @@ import (
 
 // Background is what a real cluster has beside the training jobs
 // (DESIGN.md §6, "a realistic background"): CPU-only pods on every node,
-// PodDisruptionBudgets over some of them, nodes of two GPU sizes, and gangs
-// with members that ask for no GPU. Each part is on when its block is
-// present; a present block's omitted fields take the defaults below.
-// Every choice (which nodes are small, which pods a budget covers, which
-// gangs get a CPU-only member) is drawn from the scenario's seed.
+// PodDisruptionBudgets over some of them, nodes of two GPU sizes, gangs
+// with members that ask for no GPU, and for a busy cluster pods that hold
+// most of the GPUs and CPU-heavy pods that workers avoid (busy.go). Each
+// part is on when its block is present; a present block's omitted fields
+// take the defaults below. Every choice (which nodes are small, which pods
+// a budget covers, which gangs get a CPU-only member, where the GPU pods
+// go) is drawn from the scenario's seed.
 //
 //	background:
 //	  pods: {agents: 2, services: 1, serviceReplicas: 4, pdbFraction: 0.5, pdbMaxUnavailable: 1, cpu: 250m, memory: 512Mi}
 //	  smallNodes: {fraction: 0.25, gpus: 4}
 //	  cpuMembers: {fraction: 0.25, cpu: "4", memory: 16Gi}
+//	  gpuPods: {fraction: 0.7, freeNodes: 0.25, sizes: {1: 4, 2: 2, 4: 1, 8: 1}, cpuPerGPU: "4", memoryPerGPU: 32Gi}
+//	  noisyPods: {fraction: 0.125, cpu: "8", memory: 32Gi}
 type Background struct {
 	Pods       *BackgroundPods `json:"pods,omitempty"`
 	SmallNodes *SmallNodes     `json:"smallNodes,omitempty"`
 	CPUMembers *CPUMembers     `json:"cpuMembers,omitempty"`
+	GPUPods    *GPUPods        `json:"gpuPods,omitempty"`
+	NoisyPods  *NoisyPods      `json:"noisyPods,omitempty"`
 }
 
 // BackgroundPods are CPU-only pods bound to every node at t=0 and never
@@ -108,6 +114,12 @@ func (b *Background) defaults(c Cluster) {
 			m.Memory = "16Gi"
 		}
 	}
+	if g := b.GPUPods; g != nil {
+		g.defaults()
+	}
+	if n := b.NoisyPods; n != nil {
+		n.defaults()
+	}
 }
 
 func orDefault[T any](v *T, def T) *T {
@@ -120,8 +132,8 @@ func orDefault[T any](v *T, def T) *T {
 // validate reports the first thing that makes the background unusable,
 // naming the field.
 func (b *Background) validate(c Cluster) error {
-	if b.Pods == nil && b.SmallNodes == nil && b.CPUMembers == nil {
-		return fmt.Errorf("background: set at least one of pods, smallNodes, cpuMembers")
+	if b.Pods == nil && b.SmallNodes == nil && b.CPUMembers == nil && b.GPUPods == nil && b.NoisyPods == nil {
+		return fmt.Errorf("background: set at least one of pods, smallNodes, cpuMembers, gpuPods, noisyPods")
 	}
 	if p := b.Pods; p != nil {
 		switch {
@@ -162,6 +174,16 @@ func (b *Background) validate(c Cluster) error {
 			return err
 		}
 	}
+	if g := b.GPUPods; g != nil {
+		if err := g.validate(c); err != nil {
+			return err
+		}
+	}
+	if n := b.NoisyPods; n != nil {
+		if err := n.validate(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -182,7 +204,8 @@ const (
 	KindService = "Deployment"
 )
 
-// BackgroundPod is one CPU-only pod bound to Node from t=0.
+// BackgroundPod is one pod bound to Node from t=0: CPU-only (the pods
+// block's agents and services, and noisy pods) or holding GPUs (gpuPods).
 type BackgroundPod struct {
 	Name string
 	Node string
@@ -192,6 +215,10 @@ type BackgroundPod struct {
 	Kind string
 	// PDB names the budget that covers it ("" for none).
 	PDB string
+	// GPUs it holds (background.gpuPods; 0 for the others).
+	GPUs int64
+	// Noisy: a pod of background.noisyPods (app NoisyApp).
+	Noisy bool
 }
 
 // PDB is a PodDisruptionBudget over the pods of one Deployment (label app).

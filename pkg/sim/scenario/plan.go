@@ -19,6 +19,8 @@ const (
 	streamBackground
 	streamCPUMembers
 	streamDRA
+	streamGPUPods
+	streamNoisyPods
 	// StreamPodOrder is the base of the per-step pod order streams.
 	StreamPodOrder uint64 = 1 << 32
 )
@@ -31,8 +33,9 @@ type Plan struct {
 	// Jobs in submission order (Seq ascending, Submit non-decreasing).
 	Jobs     []Job
 	Reclaims []Reclaim
-	// Background pods bound to the nodes at the start, node by node, and
-	// the PodDisruptionBudgets over some of them (scenario.Background).
+	// Background pods bound to the nodes at the start (scenario.Background):
+	// the pods block's node by node, then the GPU pods node by node, then
+	// the noisy pods; and the PodDisruptionBudgets over some of them.
 	Background []BackgroundPod
 	PDBs       []PDB
 }
@@ -130,6 +133,12 @@ func (s *Scenario) Expand(seed uint64) (*Plan, error) {
 	p.Jobs = jobs
 	p.Reclaims = s.reclaims(seed, p.Nodes)
 	p.Background, p.PDBs = s.backgroundPods(seed, p.Nodes)
+	gpuPods, err := s.gpuPods(seed, p.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	p.Background = append(p.Background, gpuPods...)
+	p.Background = append(p.Background, s.noisyPods(seed, p.Nodes, gpuPods)...)
 	return p, nil
 }
 

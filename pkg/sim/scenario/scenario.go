@@ -14,6 +14,11 @@
 // `cluster.dra` (type DRA) serves the GPUs of some or all nodes by dynamic
 // resource allocation, ResourceSlices and a DeviceClass that backs
 // nvidia.com/gpu, instead of the nodes' allocatable.
+//
+// A busy cluster (busy.go): `background.gpuPods` holds most GPUs from the
+// start, `background.noisyPods` puts CPU-heavy pods on some idle nodes, and
+// `workload.antiAffinity` gives workers required pod anti-affinity against
+// those pods and other jobs' pods.
 package scenario
 
 import (
@@ -75,6 +80,9 @@ type Workload struct {
 	// them, as several Job controllers racing would) or "grouped" (job by
 	// job, in submission order).
 	PodOrder string `json:"podOrder,omitempty"`
+	// AntiAffinity gives every GPU worker required pod anti-affinity (see
+	// AntiAffinity); absent, workers have none.
+	AntiAffinity *AntiAffinity `json:"antiAffinity,omitempty"`
 }
 
 // Wave is a list of jobs submitted together.
@@ -299,6 +307,11 @@ func (s *Scenario) Validate() error {
 	}
 	if c.DRA != nil {
 		if err := c.DRA.validate(c); err != nil {
+			return err
+		}
+	}
+	if a := s.Workload.AntiAffinity; a != nil {
+		if err := a.validate(s.Background); err != nil {
 			return err
 		}
 	}
