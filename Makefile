@@ -10,7 +10,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION)-muster.$(s
 BINARIES ?= muster-scheduler tfconfig-controller muster-sim
 GO_TEST_FLAGS ?=
 
-.PHONY: help build test test-unit test-integration fuzz verify generate demo bench bench-api clean
+.PHONY: help build test test-unit test-integration test-upstream fuzz verify generate demo bench bench-api clean
 
 help: ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -21,13 +21,40 @@ build: ## Build the binaries into bin/.
 	go build -ldflags "$(LDFLAGS)" -o bin/muster-sim ./cmd/muster-sim
 	go build -ldflags "$(LDFLAGS)" -o bin/kubectl-muster ./cmd/kubectl-muster
 
-test: test-unit test-integration ## Run all tests (unit, then integration against an in-process control plane).
+test: test-unit test-integration test-upstream ## Run all tests (unit, integration against an in-process control plane, then upstream's scheduler_perf workloads sized for integration).
 
 test-unit: ## Unit tests (everything but test/integration).
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/integration)
 
 test-integration: ## Integration tests: real etcd, kube-apiserver, Job controller and the muster scheduler, in process.
 	go test $(GO_TEST_FLAGS) -timeout 30m ./test/integration/...
+
+# Upstream's scheduler_perf workloads at 2 to 1000 nodes, run by muster alone as
+# correctness tests through test/perf (the runner of make bench-perf): pods
+# alone, with churn, native gangs, topology-aware gangs, gang preemption with
+# and without PodGroups, disruption modes and a 1000-node preemption of pods
+# alone. A run fails when upstream's harness finds a pod left unscheduled, or
+# test/perf's placement check a PodGroup bound in part (or across racks for
+# tas). etcd is built once into ~/.cache/muster-perf.
+UPSTREAM_WORKLOADS := misc/SchedulingBasic/500Nodes,misc/SchedulingWithMixedChurn/1000Nodes,\
+podgroup/gangscheduling/GangScheduling/100Nodes_10Gangs,podgroup/basicscheduling/BasicScheduling/100Nodes_10Groups,\
+podgroup/tas/TopologyAwareScheduling/100Nodes_10Gangs,\
+workload_preemption/GangPreemptionBasic/2Nodes_1PreemptorGang_2Pods_Evicting_10InitPods,\
+workload_preemption/GangPreemptionPodGroups/2Nodes_1PreemptorGang_2Pods_Evicting_2LowPriorityGangs,\
+workload_preemption/GangPreemptionPodGroups/100Nodes_10PreemptorGangs_10Pods_Evicting_50LowPriorityGangs,\
+default_preemption/PreemptionPodGroupDisruptionMode/FastTest_PodGroupDisruptionMode_All,\
+default_preemption/PreemptionPodGroupDisruptionMode/FastTest_PodGroupDisruptionMode_Single,\
+default_preemption/PreemptionBasic/1000Nodes
+test-upstream: ## Upstream's scheduler_perf workloads sized for integration (2-1000 nodes), run by muster: every pod scheduled, no PodGroup bound in part (log in out/test-upstream.log).
+	etcd_dir=$$(hack/build-etcd.sh) && \
+	go test -tags perf -c -o bin/perf.test ./test/perf/ && \
+	rm -rf out/test-upstream && mkdir -p out/test-upstream && \
+	PATH="$$etcd_dir:$$PATH" bin/perf.test -test.run '^$$' -test.bench '^BenchmarkPerf$$' -test.benchtime 1x -test.timeout 30m \
+		-perf-schedulers=muster -perf-workloads='$(UPSTREAM_WORKLOADS)' \
+		-data-items-dir=$(CURDIR)/out/test-upstream >out/test-upstream.log 2>&1; \
+	rc=$$?; grep -E '^(--- FAIL|FAIL|PASS|ok|placement)|^ +[a-z_]+\.go:[0-9]+: .*([Ff]ail|[Ee]rror|timed out|partly bound)' out/test-upstream.log | cut -c1-300; \
+	grep -E '^Benchmark' out/test-upstream.log | awk '{print $$1, $$3, $$4}'; \
+	test $$rc = 0 || { echo "test-upstream failed (exit $$rc): see out/test-upstream.log" >&2; exit $$rc; }
 
 .PHONY: e2e
 E2E_FLAGS ?=
