@@ -63,15 +63,13 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 }
 
 // waitingForVictims reports whether a member was turned away only because
-// its plan still waits for the pods it preempted: some have not terminated;
+// its plan still waits for the pods it preempted (victimsPending), or
 // muster's own PreFilter held the member back for them (s, its state; the
-// last one went since); or the cycle's snapshot still shows one on the
-// member's slot (muster's informer can see a victim go before the
-// scheduler's cache does). Any other refusal, muster's own included (the
-// node is being reclaimed), is a refusal.
+// last one went since). Any other refusal, muster's own included (the node
+// is being reclaimed), is a refusal.
 func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot string, s *cycleState, statuses fwk.NodeToStatusReader) (string, bool) {
-	if n := plan.Victims.Len(); n > 0 {
-		return fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, n), true
+	if msg, waiting := p.victimsPending(key, plan); waiting {
+		return msg, true
 	}
 	if s != nil && s.heldForVictims && s.planID == plan.ID {
 		if st := statuses.Get(slot); st != nil {
@@ -79,8 +77,19 @@ func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot str
 		}
 		return fmt.Sprintf("gang %s waits for preempted pods to terminate", key), true
 	}
-	if p.evictedStillCached(plan, slot) {
-		return fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, slot), true
+	return "", false
+}
+
+// victimsPending reports whether plan still waits for the pods it
+// preempted: some have not terminated, or the cycle's snapshot still shows
+// one on a planned node (muster's informer can see a victim go before the
+// scheduler's cache does).
+func (p *Plugin) victimsPending(key gang.Key, plan *gang.ActivePlan) (string, bool) {
+	if n := plan.Victims.Len(); n > 0 {
+		return fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, n), true
+	}
+	if cached := p.slotWithEvictedPod(plan); cached != "" {
+		return fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, cached), true
 	}
 	return "", false
 }

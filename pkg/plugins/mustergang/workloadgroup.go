@@ -193,13 +193,10 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleStat
 }
 
 // planWaits reports whether the plan's members were held back only for the
-// pods it preempted (see waitingForVictims).
+// pods it preempted (victimsPending) or for their DRA devices.
 func (p *Plugin) planWaits(key gang.Key, plan *gang.ActivePlan, pods []*v1.Pod) (string, bool) {
-	if n := plan.Victims.Len(); n > 0 {
-		return fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, n), true
-	}
-	if cached := p.slotWithEvictedPod(plan); cached != "" {
-		return fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, cached), true
+	if msg, waiting := p.victimsPending(key, plan); waiting {
+		return msg, true
 	}
 	for _, pod := range pods {
 		slot, ok := plan.Slots[pod.UID]
