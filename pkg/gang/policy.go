@@ -31,6 +31,10 @@ func (p Policy) Excludes(preemptible bool) bool {
 	return (p == PolicyForbid && preemptible) || (p == PolicyRequire && !preemptible)
 }
 
+// KeepsOff reports whether the policy keeps pods off some nodes (forbid,
+// require): only then does a filter need to know which nodes are spot.
+func (p Policy) KeepsOff() bool { return p == PolicyForbid || p == PolicyRequire }
+
 // Dislikes reports whether the policy would rather not use such a node:
 // avoid dislikes spot nodes, prefer dislikes on-demand ones. Every place that
 // ranks nodes by policy asks this.

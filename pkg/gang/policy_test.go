@@ -21,5 +21,6 @@ func TestPolicyExcludesAndDislikes(t *testing.T) {
 	} {
 		assert.Equal(t, tc.spot, answer{tc.policy.Excludes(true), tc.policy.Dislikes(true)}, "%s on a spot node", tc.policy)
 		assert.Equal(t, tc.onDem, answer{tc.policy.Excludes(false), tc.policy.Dislikes(false)}, "%s on an on-demand node", tc.policy)
+		assert.Equal(t, tc.spot.excludes || tc.onDem.excludes, tc.policy.KeepsOff(), "%s keeps pods off some nodes", tc.policy)
 	}
 }
