@@ -4,6 +4,7 @@
 package demo
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"flag"
@@ -151,7 +152,7 @@ func applyExample(ctx context.Context, cp *controlplane.ControlPlane, ns string)
 		return nil, err
 	}
 	var job *batchv1.Job
-	reader := utilyaml.NewYAMLReader(bufioReader(data))
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for {
 		doc, err := reader.Read()
 		if err == io.EOF {
