@@ -150,21 +150,17 @@ type Plugin struct {
 	short   map[gang.Key]bool
 }
 
-// Factory returns the plugin's factory on clock c (the simulator's virtual
-// clock); New is the plugin on the real clock.
+// Factory returns the plugin's factory on clock c (the real clock, or the
+// simulator's virtual clock; plugins.Registry chooses).
 func Factory(c clock.WithDelayedExecution) frameworkruntime.PluginFactory {
 	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		return newPlugin(ctx, obj, h, c)
 	}
 }
 
-// New builds the plugin: validates args, adds the gang index to the pod
+// newPlugin builds the plugin: validates args, adds the gang index to the pod
 // informer (before informers start), and starts a PodGroup informer when the
 // API server serves the PodGroup CRD.
-func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	return newPlugin(ctx, obj, h, clock.RealClock{})
-}
-
 func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.WithDelayedExecution) (fwk.Plugin, error) {
 	args, ok := obj.(*config.MusterGangArgs)
 	if !ok {
