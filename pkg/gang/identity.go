@@ -17,7 +17,8 @@ import (
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 )
 
-// Pod annotations users write (DESIGN.md §2).
+// Pod annotations users write (docs/scheduling.md, sections 1 and 3, and
+// docs/preemptible.md).
 const (
 	AnnotationMinAvailable      = "muster.dev/min-available"
 	AnnotationTopologyRequired  = "muster.dev/topology-required"

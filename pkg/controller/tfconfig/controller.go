@@ -1,4 +1,4 @@
-// Package tfconfig is muster's TF_CONFIG controller (DESIGN.md §5). For every batch/v1 Job and apps/v1
+// Package tfconfig is muster's TF_CONFIG controller (docs/tfconfig.md). For every batch/v1 Job and apps/v1
 // StatefulSet labelled muster.dev/tf-config: "true" it writes the Secret <name>-tf-config, whose key
 // "cluster" lists the DNS address of every TensorFlow task of the workload (or of its group, one
 // workload per role), and creates the headless Service that makes those addresses resolve. Each pod

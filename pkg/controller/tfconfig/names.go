@@ -1,6 +1,6 @@
 package tfconfig
 
-// Names users type on their Jobs and StatefulSets (DESIGN.md §2, §5). Everything is under muster.dev/.
+// Names users type on their Jobs and StatefulSets (docs/tfconfig.md). Everything is under muster.dev/.
 const (
 	// OptInLabel on a batch/v1 Job or an apps/v1 StatefulSet asks the controller for a TF_CONFIG
 	// Secret. The value must be "true".
