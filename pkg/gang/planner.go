@@ -26,8 +26,10 @@ const clusterLevel = "cluster"
 
 // NodeView is what the planner knows of one node. NewNodeView also keeps
 // the node's free GPUs and cordon beside Free: a plan reads them for every
-// node, and reading them from the node's own map and object cost more than
-// the rest of the plan at 15000 nodes (a cache miss each).
+// node, and reading them from the node's own map and object is a cache miss
+// each, which on large clusters cost more than the rest of the plan (the
+// profile is in the message of commit 19969e8; the planner's cost today is
+// in BENCHMARKS.md, "Planning one gang").
 type NodeView struct {
 	Node *v1.Node
 	// Free is allocatable minus everything requested, minus the capacity other
@@ -173,8 +175,10 @@ type scan struct {
 }
 
 // planScratch holds Compute's per-node slices between plans: allocating
-// and collecting them for every plan cost a quarter of a plan at 15000
-// nodes. Nothing Compute returns refers to them.
+// and collecting them for every plan was a large part of a plan's cost on
+// large clusters (BenchmarkCompute before and after: the message of commit
+// 1376d84; today's figures: BENCHMARKS.md, "Planning one gang"). Nothing
+// Compute returns refers to them.
 type planScratch struct {
 	eligible []*NodeView
 	gpu      []int64

@@ -381,11 +381,12 @@ func templateKey(pod *v1.Pod) string {
 // preemptible, reclaiming; views[i] is nodes[i]'s. It also returns the
 // snapshot's generation: the highest of its NodeInfos (every change to a
 // node or its pods raises it). Computing a view for every node in every plan
-// cost more than the plan itself at 5000 nodes, so each node's view is kept
-// until its NodeInfo changes, and a pass over an unchanged snapshot reads
-// only the NodeInfos' generations: the returned slice is the one the last
-// call returned, with only the changed nodes' views rewritten. The planner
-// never writes a NodeView's Free (views share it).
+// cost more than the plan itself on large clusters (commit 4d7ad62; views and
+// plan together are BenchmarkPlanGang in BENCHMARKS.md, "Planning one gang"),
+// so each node's view is kept until its NodeInfo changes, and a pass over an
+// unchanged snapshot reads only the NodeInfos' generations: the returned
+// slice is the one the last call returned, with only the changed nodes' views
+// rewritten. The planner never writes a NodeView's Free (views share it).
 //
 // The nodes' free DRA GPUs (dra, nil when none) are part of each view; a
 // change of them rewrites the node's view, and of the generation returned.
