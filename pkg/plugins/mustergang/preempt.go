@@ -34,6 +34,8 @@ type victimUnit struct {
 	gang.VictimUnit
 	key  gang.Key // the victim gang; zero for a lone pod
 	pods []*v1.Pod
+	// requests[i] is what pods[i] frees (its requests, its claims' GPUs).
+	requests []gang.Resources
 	// nodes are the positions (in the snapshot's node list) of its pods.
 	nodes []int
 }
@@ -180,10 +182,12 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 		s.Near = func(feasible []int) []int { return onPlannedNodes(plan, nodes, units, feasible) }
 		return s.Choose(func(indexes []int) bool {
 			var pods []*v1.Pod
+			var freed []gang.Resources
 			for _, i := range indexes {
 				pods = append(pods, units[i].pods...)
+				freed = append(freed, units[i].requests...)
 			}
-			planned, check, err := p.computePlan(ctx, gr, views, pods)
+			planned, check, err := p.computePlan(ctx, gr, views, pods, freed)
 			noteRefused(check)
 			if err != nil {
 				return false
@@ -207,7 +211,7 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 		// refused a member.
 		if len(units) == 0 {
 			// No dry run asked the filters yet: ask once, without victims.
-			_, check, _ := p.computePlan(ctx, gr, views, nil)
+			_, check, _ := p.computePlan(ctx, gr, views, nil, nil)
 			noteRefused(check)
 		}
 		blocked := p.blockedNodes(nodes, views, gr, policy, refused)
@@ -315,7 +319,8 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 		loneHere := lone(i)
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()
-			gpus := p.dra.withClaimGPUs(gang.RequestOf(pi.CalculateResource()), pod, nil).Scalars[gpu]
+			request := p.dra.withClaimGPUs(gang.RequestOf(pi.CalculateResource()), pod, nil)
+			gpus := request.Scalars[gpu]
 			k, inGang := p.victimKey(pod)
 			if !inGang && gpus == 0 && !loneHere {
 				continue
@@ -338,6 +343,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 				byName[name] = u
 			}
 			u.pods = append(u.pods, pod)
+			u.requests = append(u.requests, request)
 			u.nodes = append(u.nodes, i)
 			u.Pods++
 			u.GPUs += gpus

@@ -238,8 +238,10 @@ func (p *Plugin) requestOf(pod *v1.Pod) gang.Resources {
 
 // computePlan plans the gang over the node views with what other gangs'
 // plans hold taken out and victims gone (none, outside preemption), each
-// choice confirmed by the profile's filters.
-func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.NodeView, victims []*v1.Pod) (*gang.Plan, *filterCheck, error) {
+// choice confirmed by the profile's filters. freed[i], when given, is what
+// victims[i] frees (requestOf it, which a victim search would otherwise
+// compute for every victim of every set it tries).
+func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.NodeView, victims []*v1.Pod, freed []gang.Resources) (*gang.Plan, *filterCheck, error) {
 	check, err := p.newFilterCheck(ctx, gr.info.key, gr.candidates, victims)
 	if err != nil {
 		return nil, nil, err
@@ -252,10 +254,14 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 		if adjust == nil {
 			adjust = map[string]gang.Resources{}
 		}
-		for _, v := range victims {
+		for i, v := range victims {
 			// Freed by the victims: a negative holding.
 			a := adjust[v.Spec.NodeName].Clone()
-			a.Sub(p.requestOf(v))
+			if freed != nil {
+				a.Sub(freed[i])
+			} else {
+				a.Sub(p.requestOf(v))
+			}
 			adjust[v.Spec.NodeName] = a
 		}
 	}
@@ -292,7 +298,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		p.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion())
 	}
 	start := p.now()
-	plan, check, err := p.computePlan(ctx, gr, views, nil)
+	plan, check, err := p.computePlan(ctx, gr, views, nil, nil)
 	planDuration.Observe(p.now().Sub(start).Seconds())
 	if err != nil {
 		msg := err.Error()
