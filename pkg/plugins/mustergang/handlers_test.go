@@ -1,0 +1,60 @@
+package mustergang
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// TestOwnerChangeWakesItsGang: a Job's change reaches its pending members
+// through the plugin's own Job informer, and only a change that can alter
+// the quorum (spec, finished members) wakes them.
+func TestOwnerChangeWakesItsGang(t *testing.T) {
+	// Gang g's pods and Job are put straight into the stores: the informers'
+	// initial list (which may be delivered at any time) wakes nothing of g.
+	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8)}, nil, []*v1.Pod{worker("g", 0, 1, ""), worker("g", 1, 1, "")})
+	job := gangJob("g", 2)
+	job.Generation = 1
+	with := func(change func(*batchv1.Job)) *batchv1.Job {
+		j := job.DeepCopy()
+		change(j)
+		return j
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new *batchv1.Job
+		wake     bool
+	}{
+		{"own Job added", nil, job, true},
+		{"parallelism raised", job, with(func(j *batchv1.Job) { j.Generation = 2; j.Spec.Parallelism = ptr.To[int32](3) }), true},
+		{"status write that changes no count", job, with(func(j *batchv1.Job) { j.Status.Active = 2 }), false},
+		{"a member succeeded", job, with(func(j *batchv1.Job) { j.Status.Succeeded = 1 }), true},
+		{"an index failed for good", job, with(func(j *batchv1.Job) { j.Status.FailedIndexes = ptr.To("1") }), true},
+		{"another Job added", nil, gangJob("other", 2), false},
+		{"same name, another namespace", nil, with(func(j *batchv1.Job) { j.Namespace = "elsewhere" }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.queue.mu.Lock()
+			f.queue.activated = nil
+			f.queue.mu.Unlock()
+			handler := f.plugin.ownerHandler(gang.KindJob)
+			if tc.old == nil {
+				handler.OnAdd(tc.new, false)
+			} else {
+				handler.OnUpdate(tc.old, tc.new)
+			}
+			f.queue.mu.Lock()
+			defer f.queue.mu.Unlock()
+			if tc.wake {
+				assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.queue.activated)
+			} else {
+				assert.Empty(t, f.queue.activated)
+			}
+		})
+	}
+}

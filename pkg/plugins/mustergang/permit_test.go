@@ -1,0 +1,78 @@
+package mustergang
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/metrics/testutil"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+func TestUnreserveOfWaitingMemberReleasesPlan(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	state, status := f.preFilter(t, a)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	slot := f.plugin.registry.Plan(key).Slots[a.UID]
+	if held := f.plugin.registry.Held(gang.Key{}); len(held) != 2 {
+		t.Errorf("the plan holds %v, want both nodes", held)
+	}
+	f.fw.RunReservePluginsReserve(context.Background(), state, a, slot)
+	// Another plugin's Reserve fails after ours: the framework unreserves.
+	f.fw.RunReservePluginsUnreserve(context.Background(), state, a, slot)
+	if f.plugin.registry.Plan(key) != nil || len(f.plugin.registry.Held(gang.Key{})) != 0 {
+		t.Error("Unreserve left the plan holding capacity")
+	}
+	if until, _ := f.plugin.registry.Backoff(key); !until.After(f.clock.Now()) {
+		t.Error("the gang does not back off")
+	}
+	// muster did not reject a: its own cycle failed on the node, so the
+	// next plan does not put it there again.
+	if !f.plugin.registry.Avoided(key, f.clock.Now())[a.UID][slot] {
+		t.Errorf("the failed pair (%s, %s) is not avoided", a.Name, slot)
+	}
+}
+
+func TestPlanDeadlineReleasesWaitingMembers(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	_, plan := f.planAndWait(t, a)
+	before, err := testutil.GetCounterMetricValue(timeouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b never reaches Permit before the gang's deadline.
+	f.plugin.expirePlan(key, plan.ID)
+	st := f.fw.WaitOnPermit(context.Background(), a)
+	if st.IsSuccess() || !contains(st.Message(), "timed out") {
+		t.Errorf("waiting member ended with %v, want a rejection saying the gang timed out", st)
+	}
+	if f.plugin.registry.Plan(key) != nil || len(f.plugin.registry.Held(gang.Key{})) != 0 {
+		t.Error("the expired plan still holds capacity")
+	}
+	if after, _ := testutil.GetCounterMetricValue(timeouts); after != before+1 {
+		t.Errorf("muster_gang_timeouts_total went from %v to %v, want +1", before, after)
+	}
+}
+
+// A member whose PreFilter state is missing (a bug) is never let through as
+// if it were scheduled alone.
+func TestMissingStateIsAnErrorNotALonePod(t *testing.T) {
+	p := &Plugin{registry: gang.NewRegistry()}
+	state := framework.NewCycleState()
+	pod := worker("j", 0, 8, "")
+	if st, _ := p.Permit(context.Background(), state, pod, "n1"); st.Code() != fwk.Error {
+		t.Errorf("Permit without state = %v, want Error", st)
+	}
+	if st := p.Reserve(context.Background(), state, pod, "n1"); st.Code() != fwk.Error {
+		t.Errorf("Reserve without state = %v, want Error", st)
+	}
+}

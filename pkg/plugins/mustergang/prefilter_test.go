@@ -1,0 +1,195 @@
+package mustergang
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/muster-sched/muster/internal/testobj"
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+func TestPlanUsesFrameworkFiltersAroundRunningSibling(t *testing.T) {
+	// j-0 runs on n1; its replacement j-2 (for a failed j-1) is pending. The
+	// planner's best fit is n1 (4 GPUs free, the least room that fits), but
+	// InterPodAffinity rejects a second worker there: the plan says n2.
+	running := worker("j", 0, 4, "n1")
+	replacement := worker("j", 2, 4, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{running, replacement})
+
+	state, status := f.preFilter(t, replacement)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	key, _ := gang.KeyOf(replacement)
+	plan := f.plugin.registry.Plan(key)
+	if plan == nil || plan.Slots[replacement.UID] != "n2" {
+		t.Fatalf("plan %+v, want the replacement on n2", plan)
+	}
+	if plan.Bound != 1 {
+		t.Errorf("plan counted %d running members, want 1", plan.Bound)
+	}
+	// Filter keeps it there.
+	for _, ni := range f.nodes {
+		st := f.fw.RunFilterPlugins(context.Background(), state, replacement, ni)
+		if got, want := st.IsSuccess(), ni.Node().Name == "n2"; got != want {
+			t.Errorf("Filter on %s: %v", ni.Node().Name, st)
+		}
+	}
+	// Reserve and Permit complete the one-member plan at once.
+	if st := f.fw.RunReservePluginsReserve(context.Background(), state, replacement, "n2"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	if _, st := f.fw.RunPermitPlugins(context.Background(), state, replacement, "n2"); !st.IsSuccess() {
+		t.Fatalf("Permit: %v", st)
+	}
+	if f.plugin.registry.Plan(key) != nil {
+		t.Error("the completed plan still holds capacity")
+	}
+}
+
+func TestNoPlanWhenFiltersRejectEveryNode(t *testing.T) {
+	// Both nodes run a worker of the job; the replacement fits by GPUs on
+	// either, but anti-affinity rejects both: no plan, nothing held, and the
+	// message carries the framework's reason.
+	pods := []*v1.Pod{worker("j", 0, 4, "n1"), worker("j", 1, 4, "n2"), worker("j", 3, 4, "")}
+	f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, pods)
+	_, status := f.preFilter(t, pods[2])
+	if status.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Fatalf("PreFilter: %v, want UnschedulableAndUnresolvable", status)
+	}
+	for _, want := range []string{"gang ns/j", "filters rejected", "anti-affinity"} {
+		if !contains(status.Message(), want) {
+			t.Errorf("message %q does not contain %q", status.Message(), want)
+		}
+	}
+	key, _ := gang.KeyOf(pods[2])
+	if f.plugin.registry.Plan(key) != nil || len(f.plugin.registry.Held(gang.Key{})) != 0 {
+		t.Error("a gang without a plan holds capacity")
+	}
+}
+
+func TestDryRunSkipsMusterGang(t *testing.T) {
+	p := &Plugin{}
+	state := framework.NewCycleState()
+	state.Write(dryRunKey, dryRunMarker{})
+	if _, st := p.PreFilter(context.Background(), state, worker("j", 0, 1, ""), nil); !st.IsSkip() {
+		t.Errorf("PreFilter in a dry run = %v, want Skip", st)
+	}
+}
+
+// TestNodeViewsFollowNodeInfoChanges: a node's view is reused while its
+// NodeInfo is unchanged and recomputed when a pod lands on it; the snapshot
+// generation is the highest NodeInfo's; capacity held for other gangs is
+// subtracted from the right node without touching the kept views, and
+// each subtraction starts from the views, not from the last one.
+func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil)
+	n1, n2 := framework.NewNodeInfo(), framework.NewNodeInfo()
+	n1.SetNode(gpuNode("n1", 8))
+	n2.SetNode(gpuNode("n2", 8))
+	nodes := []fwk.NodeInfo{n1, n2}
+	gpus := func(views []gang.NodeView) []int64 {
+		var out []int64
+		for _, v := range views {
+			out = append(out, v.Free.Scalars[configv1.DefaultGPUResourceName])
+		}
+		return out
+	}
+
+	views, generation := f.plugin.nodeViews(nodes, nil)
+	assert.Equal(t, []int64{8, 8}, gpus(views))
+	assert.Equal(t, max(n1.GetGeneration(), n2.GetGeneration()), generation)
+
+	held := map[string]gang.Resources{"n2": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 3}}}
+	assert.Equal(t, []int64{8, 5}, gpus(f.plugin.subtractHeld(views, held)), "held capacity subtracted from its node")
+	views, _ = f.plugin.nodeViews(nodes, nil)
+	assert.Equal(t, []int64{8, 8}, gpus(views), "the kept views were not changed by the subtraction")
+	other := map[string]gang.Resources{"n1": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 2}}}
+	assert.Equal(t, []int64{6, 8}, gpus(f.plugin.subtractHeld(views, other)), "the last subtraction is undone before the next")
+
+	n2.AddPod(worker("other", 0, 2, "n2"))
+	views, generation = f.plugin.nodeViews(nodes, nil)
+	assert.Equal(t, []int64{8, 6}, gpus(views), "a pod added to the node is seen")
+	assert.Equal(t, n2.GetGeneration(), generation, "the changed node raises the generation")
+
+	// The list reordered (a node left and came back): positions follow.
+	views, _ = f.plugin.nodeViews([]fwk.NodeInfo{n2, n1}, nil)
+	assert.Equal(t, []int64{3, 8}, gpus(f.plugin.subtractHeld(views, held)), "held found at the node's new position")
+}
+
+// TestMembersThatDisagreeArePlannedNever: members of one gang asking for
+// different placement (a TFJob's templates each carry annotations) are
+// reported GangInvalid and hold nothing, whichever member comes first.
+func TestMembersThatDisagreeArePlannedNever(t *testing.T) {
+	a, b := worker("j", 0, 1, ""), worker("j", 1, 1, "")
+	b.Annotations = map[string]string{gang.AnnotationPreemptible: "forbid"}
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	for _, first := range []*v1.Pod{a, b} {
+		_, status := f.preFilter(t, first)
+		assert.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "member %s", first.Name)
+		assert.Contains(t, status.Message(), "ask for different placement")
+		assert.Nil(t, f.plugin.registry.Plan(key))
+		assert.Empty(t, f.plugin.registry.Held(gang.Key{}))
+		outcome, _ := f.plugin.registry.LastNotice(key)
+		assert.Equal(t, gang.OutcomeInvalid, outcome)
+	}
+}
+
+func TestMemberWithUnparsableAffinityMakesTheGangInvalid(t *testing.T) {
+	// j-1's anti-affinity selector cannot be parsed, so the framework can
+	// never place it. j-0's cycle plans the gang: it is reported invalid,
+	// naming j-1, and holds nothing.
+	a, b := worker("j", 0, 1, ""), worker("j", 1, 1, "")
+	b.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector = &metav1.LabelSelector{
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}},
+	}
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	_, status := f.preFilter(t, a)
+	assert.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code())
+	assert.Contains(t, status.Message(), "member j-1")
+	assert.Nil(t, f.plugin.registry.Plan(key))
+	assert.Empty(t, f.plugin.registry.Held(gang.Key{}))
+	outcome, _ := f.plugin.registry.LastNotice(key)
+	assert.Equal(t, gang.OutcomeInvalid, outcome)
+}
+
+func TestMemberRequestIsWhatTheNodeCounts(t *testing.T) {
+	// A plan subtracts each member's request from the node's free
+	// resources; the framework adds the pod's CalculateResource to the
+	// node's requested ones. They must be the same amount, including for a
+	// running pod whose resize is still in progress (the larger of spec and
+	// status counts), as preemption frees.
+	resizing := worker("j", 1, 2, "n1")
+	resizing.Status.ContainerStatuses = []v1.ContainerStatus{{
+		Name:               "w",
+		AllocatedResources: v1.ResourceList{v1.ResourceCPU: resource.MustParse("3")},
+		Resources: &v1.ResourceRequirements{Requests: v1.ResourceList{
+			v1.ResourceCPU: resource.MustParse("3"),
+		}},
+	}}
+	withInit := worker("j", 2, 1, "")
+	withInit.Spec.InitContainers = []v1.Container{testobj.MakeContainer("init").Request(v1.ResourceCPU, resource.MustParse("4")).Obj()}
+	withInit.Spec.Overhead = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
+
+	for name, pod := range map[string]*v1.Pod{"worker": worker("j", 0, 8, ""), "resizing": resizing, "init and overhead": withInit} {
+		t.Run(name, func(t *testing.T) {
+			ni := framework.NewNodeInfo()
+			ni.SetNode(gpuNode("n1", 8))
+			before := gang.FreeOnNode(ni)
+			ni.AddPod(pod)
+			counted := before
+			counted.Sub(gang.FreeOnNode(ni))
+			assert.Equal(t, counted, (&Plugin{}).requestOf(pod))
+		})
+	}
+}
