@@ -90,7 +90,7 @@ func (h *harness) deleteReactor(action k8stesting.Action) (bool, runtime.Object,
 // preemptions (started when their victims are counted, done when the
 // goroutine's execution is counted).
 func (h *harness) evictionsInFlight() (float64, error) {
-	if h.opts.Scheduler == Muster {
+	if isMuster(h.opts.Scheduler) {
 		return testutil.GetGaugeMetricValue(schedmetrics.Goroutines.WithLabelValues(mustergang.EvictionOperation))
 	}
 	// Read the series themselves: gathering the whole registry, as the

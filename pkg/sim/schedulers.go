@@ -30,6 +30,12 @@ const (
 	// Muster is cmd/scheduler: the shipped scheduler-config.yaml with the
 	// MusterGang plugin.
 	Muster = "muster"
+	// MusterNative is Muster with the GenericWorkload and
+	// TopologyAwareWorkloadScheduling feature gates on, gang-scheduling the
+	// same native scheduling.k8s.io/v1beta1 PodGroups as NativeGang (one per
+	// job, no topology constraint, pods naming it in spec.schedulingGroup):
+	// the core runs its pod-group cycle and MusterGang plans each group.
+	MusterNative = "muster-native"
 	// Default is kube-scheduler's default profile (no gang scheduling).
 	Default = "default"
 	// DefaultMostAllocated is the default profile with NodeResourcesFit
@@ -52,13 +58,18 @@ const (
 )
 
 // Schedulers lists every known scheduler in report order.
-var Schedulers = []string{Muster, Default, DefaultMostAllocated, NativeGang, NativeGangTAS, None}
+var Schedulers = []string{Muster, MusterNative, Default, DefaultMostAllocated, NativeGang, NativeGangTAS, None}
 
 // StandardSchedulers are the ones compared unless told otherwise.
 var StandardSchedulers = []string{Muster, Default, DefaultMostAllocated, NativeGang, NativeGangTAS}
 
 // usesPodGroups: the scheduler gang-schedules native PodGroups.
-func usesPodGroups(name string) bool { return name == NativeGang || name == NativeGangTAS }
+func usesPodGroups(name string) bool {
+	return name == NativeGang || name == NativeGangTAS || name == MusterNative
+}
+
+// isMuster: the scheduler is muster's (profile, MusterGang, its clock).
+func isMuster(name string) bool { return name == Muster || name == MusterNative }
 
 // ParseSchedulers reads a comma-separated list and checks every name.
 func ParseSchedulers(list string) ([]string, error) {
@@ -155,7 +166,8 @@ func decodeConfig(data []byte, source string) (*schedulerapi.KubeSchedulerConfig
 // ensureGate sets the feature gates each scheduler runs with: muster's
 // defaults (schedulercmd.SetFeatureDefaults, as cmd/scheduler sets them) for
 // muster, GenericWorkload for native gang scheduling and
-// TopologyAwareWorkloadScheduling as well for its TAS variant. It refuses to
+// TopologyAwareWorkloadScheduling as well for its TAS variant and for
+// muster on native PodGroups (both, and muster's defaults). It refuses to
 // run a scheduler in a process whose gates another one changed: the gates
 // are process-wide and change the default profile (GangScheduling and
 // TopologyPlacement join it), so each scheduler runs in its own process.
@@ -165,7 +177,7 @@ func ensureGate(name string) error {
 		on   bool
 	}{
 		{features.GenericWorkload, usesPodGroups(name)},
-		{features.TopologyAwareWorkloadScheduling, name == NativeGangTAS},
+		{features.TopologyAwareWorkloadScheduling, name == NativeGangTAS || name == MusterNative},
 	} {
 		switch enabled := utilfeature.DefaultFeatureGate.Enabled(g.gate); {
 		case g.on && !enabled:
@@ -176,7 +188,7 @@ func ensureGate(name string) error {
 			return fmt.Errorf("scheduler %s cannot run in a process where %s is on; run it in its own process", name, g.gate)
 		}
 	}
-	if name == Muster {
+	if isMuster(name) {
 		return schedulercmd.SetFeatureDefaults()
 	}
 	return nil
@@ -205,7 +217,7 @@ func buildScheduler(ctx context.Context, name string, client kubernetes.Interfac
 			return nil, err
 		}
 		opts = append(opts, scheduler.WithProfiles(cfg.Profiles...))
-	case Muster:
+	case Muster, MusterNative:
 		cfg, err := MusterConfig()
 		if err != nil {
 			return nil, err
@@ -221,7 +233,9 @@ func buildScheduler(ctx context.Context, name string, client kubernetes.Interfac
 		// The options kube-scheduler's app.Setup passes, which cmd/scheduler
 		// runs; Setup itself cannot be used here, because it builds its own
 		// clients and clock. Without a kubeconfig the plugin skips its
-		// PodGroup informer; the simulator's gangs are Jobs.
+		// informer of scheduler-plugins PodGroups; the simulator's gangs are
+		// Jobs, and for MusterNative scheduling.k8s.io PodGroups, which the
+		// plugin reads from the framework's own PodGroup state.
 		opts = append(opts,
 			scheduler.WithComponentConfigVersion(cfg.TypeMeta.APIVersion),
 			scheduler.WithProfiles(cfg.Profiles...),

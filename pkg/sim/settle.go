@@ -488,14 +488,14 @@ func (h *harness) counterValues() map[string]float64 {
 		out["schedule_attempts_"+result] = v
 		out["schedule_attempts"] += v
 	}
-	switch h.opts.Scheduler {
-	case Muster:
+	if isMuster(h.opts.Scheduler) {
 		out["muster_gangs_scheduled"] = counterTotal("muster_gangs_scheduled_total")
 		out["muster_plans_unplaceable"] = counterTotal("muster_gang_unplaceable_total")
 		for cause, v := range countersBy("muster_gang_rejections_total", "cause", nil) {
 			out["muster_plans_dropped_"+cause] = v
 		}
-	case NativeGang, NativeGangTAS:
+	}
+	if usesPodGroups(h.opts.Scheduler) {
 		for result, v := range countersBy("scheduler_podgroup_schedule_attempts_total", "result", profile) {
 			out["podgroup_attempts_"+result] = v
 		}

@@ -295,7 +295,7 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 	}
 
 	factory := scheduler.NewInformerFactory(h.cs, 0, nil)
-	if opts.ReserveFault != nil && opts.Scheduler != Muster {
+	if opts.ReserveFault != nil && !isMuster(opts.Scheduler) {
 		return nil, fmt.Errorf("ReserveFault is for muster only, not %s", opts.Scheduler)
 	}
 	h.b, err = buildScheduler(ctx, opts.Scheduler, h.cs, factory, h.clock, opts.ReserveFault)
@@ -333,7 +333,7 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 	// across runs in one process (tests, benchmarks): start from here.
 	h.baseline = h.counterValues()
 	h.lastRejects = gangRejections()
-	if h.opts.Scheduler != Muster {
+	if !isMuster(h.opts.Scheduler) {
 		h.preemptionsBefore, _ = h.evictionsInFlight()
 	}
 	h.installBarrier(ctx)
