@@ -57,6 +57,15 @@ type Key struct {
 	Name      string
 }
 
+// Subject names the gang in messages people read: "pod ns/name" for a pod
+// scheduled alone, "gang <key>" for a gang.
+func (k Key) Subject() string {
+	if k.Kind == KindPod {
+		return "pod " + k.Namespace + "/" + k.Name
+	}
+	return "gang " + k.String()
+}
+
 func (k Key) String() string {
 	switch k.Kind {
 	case KindJob:

@@ -70,3 +70,15 @@ func TestNarrowerLevel(t *testing.T) {
 		assert.Equal(t, tc.want, NarrowerLevel(levels, tc.a, tc.b), "NarrowerLevel(%q, %q)", tc.a, tc.b)
 	}
 }
+
+// A pod scheduled alone is named as a pod in messages, a gang as a gang.
+func TestKeySubject(t *testing.T) {
+	lone := LoneKey(testobj.MakePod("ns", "web").Obj())
+	if got := lone.Subject(); got != "pod ns/web" {
+		t.Errorf("pod alone: %q, want %q", got, "pod ns/web")
+	}
+	job := Key{Kind: KindJob, Namespace: "ns", Name: "train"}
+	if got := job.Subject(); got != "gang "+job.String() {
+		t.Errorf("Job gang: %q, want %q", got, "gang "+job.String())
+	}
+}

@@ -85,14 +85,14 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("not eligible for preemption: %s has preemptionPolicy Never", never))
 	}
 	if !p.registry.TryPreemption(key, p.now(), time.Duration(max(p.args.GangBackoffSeconds, 1))*time.Second) {
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s tried preemption recently", key))
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s tried preemption recently", key.Subject()))
 	}
 	found, err := p.searchVictims(ctx, gr, prio, constraints.Policy)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
 	if found.choice.Units == nil {
-		msg := fmt.Sprintf("gang %s: preempting lower-priority pods would not make room either", key)
+		msg := fmt.Sprintf("%s: preempting lower-priority pods would not make room either", key.Subject())
 		logger.V(2).Info("No preemption helps", "gang", key, "candidateUnits", len(found.units), "lowerPriorityUnits", found.lowerPriority, "checks", found.checks)
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
@@ -110,8 +110,8 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	sort.Strings(names)
 	preemptions.Inc()
 	preemptedGPUs.Add(float64(gpus))
-	msg := fmt.Sprintf("gang %s preempts %d pods of %s (%d %s) to run in %s %s",
-		key, len(victims), strings.Join(names, ", "), gpus, p.args.GPUResourceName, plan.Level, plan.Domain)
+	msg := fmt.Sprintf("%s preempts %d pods of %s (%d %s) to run in %s %s",
+		key.Subject(), len(victims), strings.Join(names, ", "), gpus, p.args.GPUResourceName, plan.Level, plan.Domain)
 	if choice.Violations > 0 {
 		msg += fmt.Sprintf(", exceeding PodDisruptionBudgets by %d pods (no choice keeps them)", choice.Violations)
 	}
@@ -415,7 +415,7 @@ func (p *Plugin) budgets(units []*victimUnit, candidates []gang.VictimUnit) []in
 
 // recordVictim tells a victim gang (or the lone pod) why it is evicted.
 func (p *Plugin) recordVictim(ctx context.Context, u *victimUnit, preemptor gang.Key) {
-	msg := fmt.Sprintf("preempted by higher-priority gang %s: %d pods, %d %s", preemptor, u.Pods, u.GPUs, p.args.GPUResourceName)
+	msg := fmt.Sprintf("preempted by higher-priority %s: %d pods, %d %s", preemptor.Subject(), u.Pods, u.GPUs, p.args.GPUResourceName)
 	if u.key != (gang.Key{}) {
 		if ref := p.ownerRef(u.key); ref != nil {
 			p.handle.EventRecorder().Eventf(ref, nil, v1.EventTypeWarning, ReasonPreempted, "Preempting", "%s", msg)
@@ -473,7 +473,7 @@ func (p *Plugin) evictOne(ctx context.Context, client kubernetes.Interface, v *v
 		WithType(v1.DisruptionTarget).
 		WithStatus(v1.ConditionTrue).
 		WithReason(v1.PodReasonPreemptionByScheduler).
-		WithMessage(fmt.Sprintf("%s: preempting to accommodate gang %s", preemptor.Spec.SchedulerName, key)).
+		WithMessage(fmt.Sprintf("%s: preempting to accommodate %s", preemptor.Spec.SchedulerName, key.Subject())).
 		WithLastTransitionTime(metav1.Now())
 	apply := applyv1.Pod(v.Name, v.Namespace).WithStatus(applyv1.PodStatus().WithConditions(condition))
 	if _, err := client.CoreV1().Pods(v.Namespace).ApplyStatus(ctx, apply, metav1.ApplyOptions{FieldManager: "muster-scheduler", Force: true}); err != nil {
