@@ -118,8 +118,9 @@ func (h *victimHeap) Pop() interface{} {
 // each unit alone, and among many small units (priority-0 CPU pods on every
 // node) its reprieve would run out of checks with nearly all of them
 // chosen. Then, when Near is set, the search runs first over the units
-// Near says the plan with everything gone needs: the best set beside that
-// plan, as DefaultPreemption looks beside one node.
+// Near says the plan with everything gone needs (everything no budget
+// covers, when that is enough): the best set beside that plan, as
+// DefaultPreemption looks beside one node.
 func (s VictimSearch) Choose(feasible func(units []int) bool) VictimChoice {
 	var out VictimChoice
 	if len(s.Units) == 0 || s.MaxChecks < 1 {
@@ -169,6 +170,20 @@ func (s VictimSearch) Choose(feasible func(units []int) bool) VictimChoice {
 	}
 	exactChecks := max(s.MaxChecks/2, 1)
 	if s.Near != nil && len(s.Units) > exactChecks {
+		// The plan to look beside is the one with every unit gone that no
+		// budget covers, when that plan exists: one with every unit gone
+		// may sit where each set breaks a budget.
+		if everything.violations > 0 {
+			var unbudgeted []int
+			for pos, u := range order {
+				if len(s.Units[u].Budgets) == 0 {
+					unbudgeted = append(unbudgeted, pos)
+				}
+			}
+			if set := s.newSet(order, unbudgeted); len(unbudgeted) > 0 && set.freed >= s.MinFreedGPUs {
+				check(set)
+			}
+		}
 		if near := s.Near(lastFeasible); len(near) < len(s.Units) {
 			c := s.beside(near, s.MaxChecks-out.Checks, feasible)
 			out.Checks += c.Checks

@@ -263,3 +263,44 @@ func TestChooseVictimsReprievesBesideThePlan(t *testing.T) {
 		t.Errorf("without Near chose %d units; the test no longer shows what Near is for", len(c.Units))
 	}
 }
+
+// Beside the plan, the search does not settle for breaking a budget where
+// another place breaks none: the pods of the first 20 nodes (where a plan
+// with everything gone goes) are covered by a budget that allows nothing.
+func TestChooseVictimsBesideAPlanThatKeepsBudgets(t *testing.T) {
+	const nodes, perNode, needed = 200, 4, 3
+	var units []VictimUnit
+	for i := range nodes * perNode {
+		u := VictimUnit{Name: fmt.Sprintf("pod-%04d", i), Pods: 1}
+		if i/perNode < 20 {
+			u.Budgets = map[int]int32{0: 1}
+		}
+		units = append(units, u)
+	}
+	nodeOf := func(u int) int { return u / perNode }
+	planned := func(set []int) int {
+		gone := map[int]int{}
+		for _, u := range set {
+			gone[nodeOf(u)]++
+		}
+		for n := range nodes {
+			if gone[n] >= needed {
+				return n
+			}
+		}
+		return -1
+	}
+	near := func(set []int) []int {
+		var out []int
+		for _, u := range set {
+			if nodeOf(u) == planned(set) {
+				out = append(out, u)
+			}
+		}
+		return out
+	}
+	c := VictimSearch{Units: units, Allowed: []int32{0}, MaxChecks: 256, Near: near}.Choose(func(set []int) bool { return planned(set) >= 0 })
+	if len(c.Units) != needed || c.Violations != 0 || planned(c.Units) < 20 {
+		t.Errorf("chose %d units breaking budgets %d times; want %d of one node no budget covers", len(c.Units), c.Violations, needed)
+	}
+}
