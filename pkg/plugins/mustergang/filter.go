@@ -22,15 +22,13 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if s.slot != "" && node.Name != s.slot {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s planned this member on node %s", s.key, s.slot))
 	}
-	// Reclaim notices are taints, and the node's class is looked up only
-	// where it can matter: a lookup on every node for every pod was most of
-	// MusterGang's CPU on pods alone (bench/results/perf/basicscheduling-profile.txt).
-	if len(node.Spec.Taints) > 0 && p.reclaiming(node) {
+	if p.reclaiming(node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node is being reclaimed")
 	}
 	if s.slot != "" {
 		return nil // the plan already applied policy and capacity
 	}
+	// Only a policy that keeps pods off some nodes needs the node's class.
 	if s.policy.KeepsOff() && s.policy.Excludes(p.preemptible(node)) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("preemptible policy %s", s.policy))
 	}

@@ -238,9 +238,9 @@ func (p *Plugin) requestOf(pod *v1.Pod) gang.Resources {
 
 // computePlan plans the gang over the node views with what other gangs'
 // plans hold taken out and victims gone (none, outside preemption), each
-// choice confirmed by the profile's filters. freed[i], when given, is what
-// victims[i] frees (requestOf it, which a victim search would otherwise
-// compute for every victim of every set it tries).
+// choice confirmed by the profile's filters. freed[i] is what victims[i]
+// frees (its requestOf, which the victim search computes once per search,
+// not once per set it tries).
 func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.NodeView, victims []*v1.Pod, freed []gang.Resources) (*gang.Plan, *filterCheck, error) {
 	check, err := p.newFilterCheck(ctx, gr.info.key, gr.candidates, victims)
 	if err != nil {
@@ -257,11 +257,7 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 		for i, v := range victims {
 			// Freed by the victims: a negative holding.
 			a := adjust[v.Spec.NodeName].Clone()
-			if freed != nil {
-				a.Sub(freed[i])
-			} else {
-				a.Sub(p.requestOf(v))
-			}
+			a.Sub(freed[i])
 			adjust[v.Spec.NodeName] = a
 		}
 	}
