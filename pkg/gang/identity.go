@@ -13,6 +13,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 )
@@ -98,14 +99,49 @@ func KeyOf(pod *v1.Pod) (Key, bool) {
 // apps/v1 StatefulSet, if it has one.
 func ControllerKey(pod *v1.Pod) (Key, bool) {
 	ref := metav1.GetControllerOf(pod)
-	switch {
-	case ref == nil:
-	case ref.Kind == "Job" && ref.APIVersion == batchv1.SchemeGroupVersion.String():
-		return Key{Kind: KindJob, Namespace: pod.Namespace, Name: ref.Name}, true
-	case ref.Kind == "StatefulSet" && ref.APIVersion == appsv1.SchemeGroupVersion.String():
-		return Key{Kind: KindStatefulSet, Namespace: pod.Namespace, Name: ref.Name}, true
+	if ref == nil {
+		return Key{}, false
 	}
-	return Key{}, false
+	kind, ok := OwnerKind(ref.APIVersion, ref.Kind)
+	// OwnerKind accepts any version of the group; a pod joins a gang only
+	// through an owner in the version muster reads the workload in, as it
+	// always has (FuzzKeyOf holds KeyOf to that).
+	if !ok || ref.APIVersion != kind.GroupVersionKind().GroupVersion().String() {
+		return Key{}, false
+	}
+	return Key{Kind: kind, Namespace: pod.Namespace, Name: ref.Name}, true
+}
+
+// workloadTypes are the workloads whose pods form a gang through their
+// controller owner reference, as the API types muster reads them as.
+var workloadTypes = map[Kind]schema.GroupVersionKind{
+	KindJob:         batchv1.SchemeGroupVersion.WithKind("Job"),
+	KindStatefulSet: appsv1.SchemeGroupVersion.WithKind("StatefulSet"),
+}
+
+// GroupVersionKind is the API type of a workload kind: batch/v1 Job for
+// KindJob, apps/v1 StatefulSet for KindStatefulSet; the zero value for the
+// kinds no workload object stands behind.
+func (k Kind) GroupVersionKind() schema.GroupVersionKind {
+	return workloadTypes[k]
+}
+
+// OwnerKind is the kind of workload an owner reference (its apiVersion and
+// kind) points at: KindJob for a batch Job, KindStatefulSet for an apps
+// StatefulSet; ok is false for any other owner. The version is not compared:
+// an owner reference names an object, and the object is the same in every
+// version its group serves.
+func OwnerKind(apiVersion, kind string) (Kind, bool) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return "", false
+	}
+	for k, gvk := range workloadTypes {
+		if gv.Group == gvk.Group && kind == gvk.Kind {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 // StatefulSetQuorum is the gang size of a StatefulSet: spec.replicas (at

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 // Role is a TensorFlow task type, the key of a job in TF_CONFIG's cluster.
@@ -53,7 +55,7 @@ type TaskSet struct {
 	Replicas  int32
 }
 
-func (s TaskSet) isStatefulSet() bool { return s.Kind == string(kindStatefulSet) }
+func (s TaskSet) isStatefulSet() bool { return s.Kind == string(gang.KindStatefulSet) }
 
 // owner names the workload in messages.
 func (s TaskSet) owner() string {

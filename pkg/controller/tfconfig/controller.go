@@ -36,6 +36,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 const (
@@ -75,9 +77,9 @@ type Controller struct {
 	// the cluster. It starts empty: a Secret left by a workload deleted while no controller ran is the
 	// garbage collector's, through the owner reference.
 	appliedMu sync.Mutex
-	applied   map[ownerKey]appliedSecret
+	applied   map[gang.Key]appliedSecret
 
-	queue   workqueue.TypedRateLimitingInterface[ownerKey]
+	queue   workqueue.TypedRateLimitingInterface[gang.Key]
 	started atomic.Bool
 	synced  atomic.Bool
 }
@@ -113,10 +115,10 @@ func NewController(client kubernetes.Interface, opts ...Option) *Controller {
 		client:          client,
 		resync:          DefaultResyncPeriod,
 		conflictRecheck: DefaultConflictRecheck,
-		applied:         map[ownerKey]appliedSecret{},
+		applied:         map[gang.Key]appliedSecret{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[ownerKey](),
-			workqueue.TypedRateLimitingQueueConfig[ownerKey]{Name: "tfconfig"}),
+			workqueue.DefaultTypedControllerRateLimiter[gang.Key](),
+			workqueue.TypedRateLimitingQueueConfig[gang.Key]{Name: "tfconfig"}),
 	}
 	for _, o := range opts {
 		o(c)
@@ -261,7 +263,7 @@ func (c *Controller) processNextItem(ctx context.Context) bool {
 	if ctx.Err() != nil { // stopping: the error is the cancellation
 		return true
 	}
-	utilruntime.HandleErrorWithContext(ctx, err, "Reconciling TF_CONFIG failed, will retry", "workload", key)
+	utilruntime.HandleErrorWithContext(ctx, err, "Reconciling TF_CONFIG failed, will retry", "workload", itemName(key))
 	c.queue.AddRateLimited(key)
 	return true
 }
@@ -313,7 +315,7 @@ func (c *Controller) onWorkloadDeleted(obj any) {
 		if k == w.kind() {
 			continue
 		}
-		key := ownerKey{k, w.GetNamespace(), w.GetName()}
+		key := gang.Key{Kind: k, Namespace: w.GetNamespace(), Name: w.GetName()}
 		if _, err := c.lookup(key); err == nil {
 			c.queue.Add(key)
 		}
@@ -357,53 +359,53 @@ func (c *Controller) onService(obj any) {
 	if name := svc.Labels[JobLabel]; name != "" {
 		kinds := workloadKinds
 		if ref := metav1.GetControllerOf(svc); ref != nil {
-			if k, ok := kindOfRef(ref); ok {
-				kinds = []workloadKind{k}
+			if k, ok := gang.OwnerKind(ref.APIVersion, ref.Kind); ok {
+				kinds = []gang.Kind{k}
 			}
 		}
 		for _, k := range kinds {
-			c.queue.Add(ownerKey{k, svc.Namespace, name})
+			c.queue.Add(gang.Key{Kind: k, Namespace: svc.Namespace, Name: name})
 		}
 	}
 	c.enqueueIndexed(serviceIndex, svc.Namespace+"/"+svc.Name)
 }
 
 // lookup returns the workload of key from the informer cache.
-func (c *Controller) lookup(key ownerKey) (workload, error) {
-	switch key.kind {
-	case kindJob:
-		job, err := c.jobs.Jobs(key.namespace).Get(key.name)
+func (c *Controller) lookup(key gang.Key) (workload, error) {
+	switch key.Kind {
+	case gang.KindJob:
+		job, err := c.jobs.Jobs(key.Namespace).Get(key.Name)
 		if err != nil {
 			return nil, err
 		}
 		return jobWorkload{job}, nil
-	case kindStatefulSet:
-		set, err := c.sets.StatefulSets(key.namespace).Get(key.name)
+	case gang.KindStatefulSet:
+		set, err := c.sets.StatefulSets(key.Namespace).Get(key.Name)
 		if err != nil {
 			return nil, err
 		}
 		return statefulSetWorkload{set}, nil
 	}
-	return nil, fmt.Errorf("unknown workload kind %q", key.kind)
+	return nil, fmt.Errorf("unknown workload kind %q", key.Kind)
 }
 
 // lookupLive reads the workload of key from the API server.
-func (c *Controller) lookupLive(ctx context.Context, key ownerKey) (workload, error) {
-	switch key.kind {
-	case kindJob:
-		job, err := c.client.BatchV1().Jobs(key.namespace).Get(ctx, key.name, metav1.GetOptions{})
+func (c *Controller) lookupLive(ctx context.Context, key gang.Key) (workload, error) {
+	switch key.Kind {
+	case gang.KindJob:
+		job, err := c.client.BatchV1().Jobs(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 		if err != nil {
 			return nil, err
 		}
 		return jobWorkload{job}, nil
-	case kindStatefulSet:
-		set, err := c.client.AppsV1().StatefulSets(key.namespace).Get(ctx, key.name, metav1.GetOptions{})
+	case gang.KindStatefulSet:
+		set, err := c.client.AppsV1().StatefulSets(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 		if err != nil {
 			return nil, err
 		}
 		return statefulSetWorkload{set}, nil
 	}
-	return nil, fmt.Errorf("unknown workload kind %q", key.kind)
+	return nil, fmt.Errorf("unknown workload kind %q", key.Kind)
 }
 
 // groupMembers returns the cached workloads of both kinds in the group.
@@ -431,12 +433,12 @@ func (c *Controller) namesakeFirst(w workload) workload {
 		if k == w.kind() {
 			continue
 		}
-		other, err := c.lookup(ownerKey{k, w.GetNamespace(), w.GetName()})
+		other, err := c.lookup(gang.Key{Kind: k, Namespace: w.GetNamespace(), Name: w.GetName()})
 		if err != nil || !optedIn(other) {
 			continue
 		}
 		a, b := other.GetCreationTimestamp(), w.GetCreationTimestamp()
-		if a.Before(&b) || (a.Equal(&b) && other.kind() == kindJob) {
+		if a.Before(&b) || (a.Equal(&b) && other.kind() == gang.KindJob) {
 			return other
 		}
 	}
@@ -444,8 +446,8 @@ func (c *Controller) namesakeFirst(w workload) workload {
 }
 
 // sync reconciles one workload and returns the result label for the metrics.
-func (c *Controller) sync(ctx context.Context, key ownerKey) (string, error) {
-	logger := klog.FromContext(ctx).WithValues("workload", klog.KRef(key.namespace, key.name), "kind", key.kind)
+func (c *Controller) sync(ctx context.Context, key gang.Key) (string, error) {
+	logger := klog.FromContext(ctx).WithValues("workload", klog.KRef(key.Namespace, key.Name), "kind", key.Kind)
 	ctx = klog.NewContext(ctx, logger)
 
 	w, err := c.lookup(key)
@@ -469,7 +471,7 @@ func (c *Controller) sync(ctx context.Context, key ownerKey) (string, error) {
 
 	var members []workload
 	if g := groupOf(w); g != "" {
-		if members, err = c.groupMembers(key.namespace, g); err != nil {
+		if members, err = c.groupMembers(key.Namespace, g); err != nil {
 			return resultError, err
 		}
 	}
@@ -595,7 +597,7 @@ func (c *Controller) reportForeignSecret(w workload, name, why string) {
 }
 
 // rememberSecret records what was applied for key and returns what was recorded before.
-func (c *Controller) rememberSecret(key ownerKey, s appliedSecret) (appliedSecret, bool) {
+func (c *Controller) rememberSecret(key gang.Key, s appliedSecret) (appliedSecret, bool) {
 	c.appliedMu.Lock()
 	defer c.appliedMu.Unlock()
 	before, known := c.applied[key]
@@ -603,14 +605,14 @@ func (c *Controller) rememberSecret(key ownerKey, s appliedSecret) (appliedSecre
 	return before, known
 }
 
-func (c *Controller) appliedSecretOf(key ownerKey) (appliedSecret, bool) {
+func (c *Controller) appliedSecretOf(key gang.Key) (appliedSecret, bool) {
 	c.appliedMu.Lock()
 	defer c.appliedMu.Unlock()
 	s, ok := c.applied[key]
 	return s, ok
 }
 
-func (c *Controller) forgetSecret(key ownerKey) {
+func (c *Controller) forgetSecret(key gang.Key) {
 	c.appliedMu.Lock()
 	defer c.appliedMu.Unlock()
 	delete(c.applied, key)
@@ -681,10 +683,10 @@ func (c *Controller) ensureService(ctx context.Context, w workload, ts TaskSet) 
 // its dependents behind, and so does a cluster without a garbage collector. The Secret is deleted by
 // name with the UID this controller applied, so a Secret someone else has since put under that name is
 // never touched.
-func (c *Controller) cleanup(ctx context.Context, key ownerKey) (string, error) {
+func (c *Controller) cleanup(ctx context.Context, key gang.Key) (string, error) {
 	logger := klog.FromContext(ctx)
 	secret, haveSecret := c.appliedSecretOf(key)
-	services, err := c.services.Services(key.namespace).List(labels.SelectorFromSet(labels.Set{JobLabel: key.name}))
+	services, err := c.services.Services(key.Namespace).List(labels.SelectorFromSet(labels.Set{JobLabel: key.Name}))
 	if err != nil {
 		return resultError, err
 	}
@@ -694,7 +696,7 @@ func (c *Controller) cleanup(ctx context.Context, key ownerKey) (string, error) 
 			continue
 		}
 		// A Service without a controller may be adopted by a namesake of the other kind that is served.
-		if metav1.GetControllerOf(s) == nil && c.servesName(key.namespace, key.name) {
+		if metav1.GetControllerOf(s) == nil && c.servesName(key.Namespace, key.Name) {
 			continue
 		}
 		victims = append(victims, s)
@@ -708,7 +710,7 @@ func (c *Controller) cleanup(ctx context.Context, key ownerKey) (string, error) 
 	live, err := c.lookupLive(ctx, key)
 	switch {
 	case err == nil && optedIn(live):
-		return resultError, fmt.Errorf("%s %s/%s exists but is not in the cache yet", key.kind, key.namespace, key.name)
+		return resultError, fmt.Errorf("%s %s/%s exists but is not in the cache yet", key.Kind, key.Namespace, key.Name)
 	case err != nil && !apierrors.IsNotFound(err):
 		return resultError, err
 	}
@@ -716,10 +718,10 @@ func (c *Controller) cleanup(ctx context.Context, key ownerKey) (string, error) 
 	// NotFound: already gone. Conflict: another object under that name now, which is left alone.
 	gone := func(err error) bool { return err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) }
 	if haveSecret {
-		name := SecretName(key.name)
-		err := c.client.CoreV1().Secrets(key.namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &secret.uid}})
+		name := SecretName(key.Name)
+		err := c.client.CoreV1().Secrets(key.Namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &secret.uid}})
 		if !gone(err) {
-			return resultError, fmt.Errorf("deleting Secret %s/%s: %w", key.namespace, name, err)
+			return resultError, fmt.Errorf("deleting Secret %s/%s: %w", key.Namespace, name, err)
 		}
 		c.forgetSecret(key)
 		if err == nil {
@@ -729,9 +731,9 @@ func (c *Controller) cleanup(ctx context.Context, key ownerKey) (string, error) 
 	}
 	for _, s := range victims {
 		uid := s.UID
-		err := c.client.CoreV1().Services(key.namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		err := c.client.CoreV1().Services(key.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		if !gone(err) {
-			return resultError, fmt.Errorf("deleting Service %s/%s: %w", key.namespace, s.Name, err)
+			return resultError, fmt.Errorf("deleting Service %s/%s: %w", key.Namespace, s.Name, err)
 		}
 		if err == nil {
 			serviceWritesTotal.WithLabelValues("delete").Inc()
@@ -744,7 +746,7 @@ func (c *Controller) cleanup(ctx context.Context, key ownerKey) (string, error) 
 // servesName reports whether an opted-in workload of any kind named name is in the cache.
 func (c *Controller) servesName(namespace, name string) bool {
 	for _, k := range workloadKinds {
-		if w, err := c.lookup(ownerKey{k, namespace, name}); err == nil && optedIn(w) {
+		if w, err := c.lookup(gang.Key{Kind: k, Namespace: namespace, Name: name}); err == nil && optedIn(w) {
 			return true
 		}
 	}

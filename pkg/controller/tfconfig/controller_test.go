@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/muster-sched/muster/internal/testobj"
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 // fixture drives Controller.sync directly against a fake clientset, with the informer caches filled
@@ -144,22 +145,22 @@ func must(t *testing.T, err error) {
 // sync reconciles the Job ns/name; see syncKey.
 func (f *fixture) sync(ns, name string) (string, []string) {
 	f.t.Helper()
-	return f.syncKey(ownerKey{kindJob, ns, name})
+	return f.syncKey(gang.Key{Kind: gang.KindJob, Namespace: ns, Name: name})
 }
 
 // syncSet reconciles the StatefulSet ns/name; see syncKey.
 func (f *fixture) syncSet(ns, name string) (string, []string) {
 	f.t.Helper()
-	return f.syncKey(ownerKey{kindStatefulSet, ns, name})
+	return f.syncKey(gang.Key{Kind: gang.KindStatefulSet, Namespace: ns, Name: name})
 }
 
 // syncKey reconciles one workload, fails the test on an error, and refreshes the caches. It returns the
 // result and the API writes made, as "verb resource name" ("apply" for a server-side apply).
-func (f *fixture) syncKey(key ownerKey) (string, []string) {
+func (f *fixture) syncKey(key gang.Key) (string, []string) {
 	f.t.Helper()
 	result, err := f.c.sync(f.ctx, key)
 	if err != nil {
-		f.t.Fatalf("sync %s: %v", key, err)
+		f.t.Fatalf("sync %s: %v", itemName(key), err)
 	}
 	writes := writesOf(f.client.Actions())
 	f.refreshCaches()
@@ -604,7 +605,7 @@ func TestSyncForeignSecret(t *testing.T) {
 				t.Errorf("conflict recheck should be delayed, queue has %d items now", f.c.queue.Len())
 			}
 			// Not the controller's, so never deleted with the Job.
-			if _, ok := f.c.appliedSecretOf(ownerKey{kindJob, "ns", "mnist"}); ok {
+			if _, ok := f.c.appliedSecretOf(gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "mnist"}); ok {
 				t.Errorf("the controller remembers the foreign Secret as its own")
 			}
 
@@ -881,7 +882,7 @@ func TestSyncCleanup(t *testing.T) {
 		f := synced(t)
 		// The cache lost the Job but the API server has it: nothing may be deleted.
 		must(t, f.c.jobIndexer.Replace(nil, ""))
-		result, err := f.c.sync(f.ctx, ownerKey{kindJob, ns, "mnist"})
+		result, err := f.c.sync(f.ctx, gang.Key{Kind: gang.KindJob, Namespace: ns, Name: "mnist"})
 		if err == nil || result != resultError {
 			t.Errorf("sync = %s, %v; want an error so the key is retried", result, err)
 		}
@@ -908,13 +909,13 @@ func TestSyncNamesakes(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		job, set    metav1.Time
-		winner      ownerKey
-		loser       ownerKey
+		winner      gang.Key
+		loser       gang.Key
 		loserReason string
 	}{
-		{"Job first", early, late, ownerKey{kindJob, ns, "tf"}, ownerKey{kindStatefulSet, ns, "tf"}, "Job tf was created first"},
-		{"StatefulSet first", late, early, ownerKey{kindStatefulSet, ns, "tf"}, ownerKey{kindJob, ns, "tf"}, "StatefulSet tf was created first"},
-		{"same second: the Job", early, early, ownerKey{kindJob, ns, "tf"}, ownerKey{kindStatefulSet, ns, "tf"}, "Job tf was created first"},
+		{"Job first", early, late, gang.Key{Kind: gang.KindJob, Namespace: ns, Name: "tf"}, gang.Key{Kind: gang.KindStatefulSet, Namespace: ns, Name: "tf"}, "Job tf was created first"},
+		{"StatefulSet first", late, early, gang.Key{Kind: gang.KindStatefulSet, Namespace: ns, Name: "tf"}, gang.Key{Kind: gang.KindJob, Namespace: ns, Name: "tf"}, "StatefulSet tf was created first"},
+		{"same second: the Job", early, early, gang.Key{Kind: gang.KindJob, Namespace: ns, Name: "tf"}, gang.Key{Kind: gang.KindStatefulSet, Namespace: ns, Name: "tf"}, "Job tf was created first"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := makeJob(ns, "tf", 2).Subdomain("tf-job").Created(tc.job.Time).Obj()
@@ -929,12 +930,12 @@ func TestSyncNamesakes(t *testing.T) {
 			if result, _ := f.syncKey(tc.winner); result != resultSynced {
 				t.Errorf("winner: result %s, want synced", result)
 			}
-			if ref := metav1.GetControllerOf(f.secret(ns, "tf-tf-config")); ref == nil || ref.Kind != string(tc.winner.kind) {
-				t.Errorf("Secret controller = %+v, want the %s", ref, tc.winner.kind)
+			if ref := metav1.GetControllerOf(f.secret(ns, "tf-tf-config")); ref == nil || ref.Kind != string(tc.winner.Kind) {
+				t.Errorf("Secret controller = %+v, want the %s", ref, tc.winner.Kind)
 			}
 
 			// The winner goes: its Secret is deleted, and the loser's next reconcile takes the name.
-			if tc.winner.kind == kindJob {
+			if tc.winner.Kind == gang.KindJob {
 				must(t, f.client.BatchV1().Jobs(ns).Delete(f.ctx, "tf", metav1.DeleteOptions{}))
 			} else {
 				must(t, f.client.AppsV1().StatefulSets(ns).Delete(f.ctx, "tf", metav1.DeleteOptions{}))
@@ -944,8 +945,8 @@ func TestSyncNamesakes(t *testing.T) {
 			if result, _ := f.syncKey(tc.loser); result != resultSynced {
 				t.Errorf("loser after the winner left: result %s, want synced", result)
 			}
-			if ref := metav1.GetControllerOf(f.secret(ns, "tf-tf-config")); ref == nil || ref.Kind != string(tc.loser.kind) {
-				t.Errorf("Secret controller = %+v, want the %s", ref, tc.loser.kind)
+			if ref := metav1.GetControllerOf(f.secret(ns, "tf-tf-config")); ref == nil || ref.Kind != string(tc.loser.Kind) {
+				t.Errorf("Secret controller = %+v, want the %s", ref, tc.loser.Kind)
 			}
 		})
 	}
@@ -984,12 +985,12 @@ func TestSyncGroup(t *testing.T) {
 		// Parameter servers as a StatefulSet, which outlives the Jobs that train against it.
 		psSet := makeSet(ns, "p", 2).Label(GroupLabel, "g").Annotation(RoleAnnotation, string(RolePS)).ContainerPorts(tfjobPort(2223, "")).ServiceName("p")
 		f := newFixture(t, chief.Obj(), psSet.Obj(), worker.Obj())
-		for _, key := range []ownerKey{{kindJob, ns, "c"}, {kindStatefulSet, ns, "p"}, {kindJob, ns, "w"}} {
+		for _, key := range []gang.Key{{Kind: gang.KindJob, Namespace: ns, Name: "c"}, {Kind: gang.KindStatefulSet, Namespace: ns, Name: "p"}, {Kind: gang.KindJob, Namespace: ns, Name: "w"}} {
 			if result, _ := f.syncKey(key); result != resultSynced {
-				t.Errorf("%s: result %s, want synced; events %v", key, result, f.drainEvents())
+				t.Errorf("%s: result %s, want synced; events %v", itemName(key), result, f.drainEvents())
 			}
-			if got := string(f.secret(ns, key.name+"-tf-config").Data[ClusterKey]); got != want {
-				t.Errorf("%s: cluster = %s, want %s", key, got, want)
+			if got := string(f.secret(ns, key.Name+"-tf-config").Data[ClusterKey]); got != want {
+				t.Errorf("%s: cluster = %s, want %s", itemName(key), got, want)
 			}
 		}
 		if sel := f.service(ns, "p").Spec.Selector; sel["app"] != "p" {
@@ -997,10 +998,10 @@ func TestSyncGroup(t *testing.T) {
 		}
 		// Scaling the StatefulSet changes every member's Secret.
 		f.updateSet(psSet.Scale(3).Obj())
-		for _, key := range []ownerKey{{kindJob, ns, "c"}, {kindStatefulSet, ns, "p"}} {
+		for _, key := range []gang.Key{{Kind: gang.KindJob, Namespace: ns, Name: "c"}, {Kind: gang.KindStatefulSet, Namespace: ns, Name: "p"}} {
 			f.syncKey(key)
-			if got := string(f.secret(ns, key.name+"-tf-config").Data[ClusterKey]); !strings.Contains(got, "p-2.p.ns.svc:2223") {
-				t.Errorf("%s after scaling ps to 3: cluster = %s", key, got)
+			if got := string(f.secret(ns, key.Name+"-tf-config").Data[ClusterKey]); !strings.Contains(got, "p-2.p.ns.svc:2223") {
+				t.Errorf("%s after scaling ps to 3: cluster = %s", itemName(key), got)
 			}
 		}
 	})
@@ -1079,7 +1080,7 @@ func TestWorkloadEventFilter(t *testing.T) {
 			k, _ := f.c.queue.Get()
 			f.c.queue.Done(k)
 			f.c.queue.Forget(k)
-			keys = append(keys, k.String())
+			keys = append(keys, itemName(k))
 		}
 		slices.Sort(keys)
 		return keys

@@ -17,13 +17,15 @@ import (
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	applymetav1 "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 // controllerRef points at the workload. blockOwnerDeletion stays false: setting it needs update on
 // jobs/finalizers or statefulsets/finalizers wherever OwnerReferencesPermissionEnforcement is on, and
 // the controller deletes what it owns itself when the workload goes.
 func controllerRef(w workload) metav1.OwnerReference {
-	ref := metav1.NewControllerRef(w, w.kind().groupVersionKind())
+	ref := metav1.NewControllerRef(w, w.kind().GroupVersionKind())
 	ref.BlockOwnerDeletion = ptr.To(false)
 	return *ref
 }
@@ -152,17 +154,17 @@ func desiredPorts(port int32) []corev1.ServicePort {
 // Service the controller's: the label, which the shipped admission policy requires of every Service
 // the controller creates, updates or deletes. A Service without it is never modified, even one the
 // workload controls.
-func labelledFor(obj metav1.Object, key ownerKey) bool {
-	if obj.GetLabels()[JobLabel] != key.name {
+func labelledFor(obj metav1.Object, key gang.Key) bool {
+	if obj.GetLabels()[JobLabel] != key.Name {
 		return false
 	}
 	ref := metav1.GetControllerOf(obj)
 	return ref == nil || refersTo(ref, key)
 }
 
-func refersTo(ref *metav1.OwnerReference, key ownerKey) bool {
-	kind, ok := kindOfRef(ref)
-	return ok && kind == key.kind && ref.Name == key.name
+func refersTo(ref *metav1.OwnerReference, key gang.Key) bool {
+	kind, ok := gang.OwnerKind(ref.APIVersion, ref.Kind)
+	return ok && kind == key.Kind && ref.Name == key.Name
 }
 
 // metaUpToDate reports whether obj already has the labels and controller reference it should have.

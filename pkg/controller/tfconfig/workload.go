@@ -8,8 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 // workload is what the controller serves: an opted-in batch/v1 Job or apps/v1 StatefulSet. What
@@ -22,7 +23,7 @@ type workload interface {
 	metav1.Object
 	// object is the Job or StatefulSet itself, for Events (the recorder looks its kind up by type).
 	object() runtime.Object
-	kind() workloadKind
+	kind() gang.Kind
 	// serviceName is the headless Service that gives the pods their DNS names: a Job's pod template
 	// subdomain, a StatefulSet's spec.serviceName.
 	serviceName() string
@@ -35,48 +36,17 @@ type workload interface {
 	taskSet() (TaskSet, error)
 }
 
-// workloadKind is the kind of a workload, as in its owner references.
-type workloadKind string
+// workloadKinds are the kinds of workload the controller serves, in the order it looks them up.
+var workloadKinds = []gang.Kind{gang.KindJob, gang.KindStatefulSet}
 
-const (
-	kindJob         workloadKind = "Job"
-	kindStatefulSet workloadKind = "StatefulSet"
-)
-
-var workloadKinds = []workloadKind{kindJob, kindStatefulSet}
-
-func (k workloadKind) groupVersionKind() schema.GroupVersionKind {
-	if k == kindStatefulSet {
-		return appsv1.SchemeGroupVersion.WithKind(string(k))
-	}
-	return batchv1.SchemeGroupVersion.WithKind(string(k))
-}
-
-// kindOfRef returns the workload kind an owner reference points at, if it is one.
-func kindOfRef(ref *metav1.OwnerReference) (workloadKind, bool) {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil {
-		return "", false
-	}
-	for _, k := range workloadKinds {
-		if gvk := k.groupVersionKind(); gv.Group == gvk.Group && ref.Kind == gvk.Kind {
-			return k, true
-		}
-	}
-	return "", false
-}
-
-// ownerKey is a work item: one workload. The kind is part of it because a Job and a StatefulSet may
+// keyOf is the work item of a workload. The kind is part of it because a Job and a StatefulSet may
 // have the same name.
-type ownerKey struct {
-	kind      workloadKind
-	namespace string
-	name      string
+func keyOf(w workload) gang.Key {
+	return gang.Key{Kind: w.kind(), Namespace: w.GetNamespace(), Name: w.GetName()}
 }
 
-func keyOf(w workload) ownerKey { return ownerKey{w.kind(), w.GetNamespace(), w.GetName()} }
-
-func (k ownerKey) String() string { return string(k.kind) + "/" + k.namespace + "/" + k.name }
+// itemName names a work item in logs as kind/namespace/name: gang.Key's String leaves a Job's kind out.
+func itemName(k gang.Key) string { return string(k.Kind) + "/" + k.Namespace + "/" + k.Name }
 
 // asWorkload wraps an informer object (or the last state of a deleted one) as a workload.
 func asWorkload(obj any) (workload, bool) {
@@ -96,7 +66,7 @@ func asWorkload(obj any) (workload, bool) {
 type jobWorkload struct{ *batchv1.Job }
 
 func (j jobWorkload) object() runtime.Object { return j.Job }
-func (j jobWorkload) kind() workloadKind     { return kindJob }
+func (j jobWorkload) kind() gang.Kind        { return gang.KindJob }
 func (j jobWorkload) serviceName() string    { return j.Spec.Template.Spec.Subdomain }
 
 // podSelector uses the label the API server puts on every Job's pod template.
@@ -139,7 +109,7 @@ func (j jobWorkload) taskSet() (TaskSet, error) {
 type statefulSetWorkload struct{ *appsv1.StatefulSet }
 
 func (s statefulSetWorkload) object() runtime.Object { return s.StatefulSet }
-func (s statefulSetWorkload) kind() workloadKind     { return kindStatefulSet }
+func (s statefulSetWorkload) kind() gang.Kind        { return gang.KindStatefulSet }
 func (s statefulSetWorkload) serviceName() string    { return s.Spec.ServiceName }
 
 // podSelector is the StatefulSet's own selector (immutable, so the Service never has to follow a
