@@ -22,9 +22,6 @@ const (
 	GPUDriver = "gpu.nvidia.com"
 	// GPUDeviceClassName is the DeviceClass of the driver's GPUs.
 	GPUDeviceClassName = "gpu.nvidia.com"
-	// GPUCliqueAttribute is a string attribute of each GPU: the NVLink
-	// clique it belongs to.
-	GPUCliqueAttribute resourcev1.QualifiedName = "gpu.nvidia.com/clique"
 	// GPURequestName is the request of the claims and templates built here.
 	GPURequestName = "gpu"
 )
@@ -67,23 +64,6 @@ func MakeGPUSlice(node string, gpus int) *ResourceSliceWrapper {
 
 // Obj returns the ResourceSlice.
 func (s *ResourceSliceWrapper) Obj() *resourcev1.ResourceSlice { return &s.ResourceSlice }
-
-// Attribute sets string attribute name to value on every device.
-func (s *ResourceSliceWrapper) Attribute(name resourcev1.QualifiedName, value string) *ResourceSliceWrapper {
-	for i := range s.Spec.Devices {
-		d := &s.Spec.Devices[i]
-		if d.Attributes == nil {
-			d.Attributes = map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{}
-		}
-		d.Attributes[name] = resourcev1.DeviceAttribute{StringValue: ptr.To(value)}
-	}
-	return s
-}
-
-// Clique sets every device's GPUCliqueAttribute.
-func (s *ResourceSliceWrapper) Clique(clique string) *ResourceSliceWrapper {
-	return s.Attribute(GPUCliqueAttribute, clique)
-}
 
 // GPUSlice is MakeGPUSlice(node, gpus).Obj().
 func GPUSlice(node string, gpus int) *resourcev1.ResourceSlice { return MakeGPUSlice(node, gpus).Obj() }
@@ -144,13 +124,6 @@ func addPodClaim(spec *corev1.PodSpec, claim corev1.PodResourceClaim) {
 // every container the pod has so far.
 func (p *PodWrapper) ResourceClaim(name, claim string) *PodWrapper {
 	ClaimFromPodSpec(&p.Spec, name, claim)
-	return p
-}
-
-// ResourceClaimTemplate gives the pod its own claim name made from
-// ResourceClaimTemplate template, used by every container the pod has so far.
-func (p *PodWrapper) ResourceClaimTemplate(name, template string) *PodWrapper {
-	ClaimTemplateFromPodSpec(&p.Spec, name, template)
 	return p
 }
 
