@@ -5,7 +5,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 // TestOutcomeEventType: users are warned exactly about the outcomes that
@@ -22,17 +25,25 @@ func TestOutcomeEventType(t *testing.T) {
 	}
 }
 
-// TestFailingChoosesByOutcome: the gangs retried when capacity frees up are
-// those whose latest outcome is that they found no room, and have no plan.
-func TestFailingChoosesByOutcome(t *testing.T) {
-	r := NewRegistry()
-	noRoom, waiting := Key{Kind: KindJob, Namespace: "ns", Name: "a"}, Key{Kind: KindJob, Namespace: "ns", Name: "b"}
+// TestCapacityFreedRetriesTheUnplaceable: the gangs retried when a plan's
+// capacity frees up are those whose last plan found no room (phase
+// Unplaceable), not those waiting for members; each outcome is announced
+// once.
+func TestCapacityFreedRetriesTheUnplaceable(t *testing.T) {
+	r := NewManager()
+	noRoom, waiting, planned := Key{Kind: KindJob, Namespace: "ns", Name: "a"}, Key{Kind: KindJob, Namespace: "ns", Name: "b"}, Key{Kind: KindJob, Namespace: "ns", Name: "c"}
 	seen := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	assert.True(t, r.Notice(noRoom, OutcomeUnschedulable, "no room", seen))
-	assert.False(t, r.Notice(noRoom, OutcomeUnschedulable, "no room", seen), "the same notice twice is announced once")
-	r.Notice(waiting, OutcomeWaitingForMembers, "1 of 2", seen)
-	assert.Equal(t, []Key{noRoom}, r.Failing(OutcomeUnschedulable))
+	assert.NotNil(t, r.Unplaceable(noRoom, "no room", seen, nil).Notice)
+	assert.Nil(t, r.Unplaceable(noRoom, "no room", seen, nil).Notice, "the same notice twice is announced once")
+	r.Waiting(waiting, "1 of 2", seen)
+	plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"c0": "n1"}}, Reserved: sets.New[types.UID](), Created: seen, Deadline: seen.Add(time.Minute)}
+	_, ok := r.Install(planned, plan, "c0", "planned", seen)
+	require.True(t, ok)
+	e := r.Drop(planned, plan.ID, DropRejected, "broken", seen, time.Second)
+	assert.Equal(t, []Wake{{Key: noRoom, Reason: WakeCapacityFreed, AllProfiles: true}}, e.Wake)
 	outcome, msg := r.LastNotice(noRoom)
 	assert.Equal(t, OutcomeUnschedulable, outcome)
 	assert.Equal(t, "no room", msg)
+	assert.Equal(t, PhaseUnplaceable, r.Phase(noRoom))
+	assert.Equal(t, PhaseWaitingForMembers, r.Phase(waiting))
 }

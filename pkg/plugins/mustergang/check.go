@@ -97,7 +97,7 @@ func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, members []*fr
 	c := &filterCheck{
 		ctx: ctx, fw: fw, key: key,
 		pods:         make(map[types.UID]*framework.PodInfo, len(members)),
-		avoid:        p.registry.Avoided(key, p.now()),
+		avoid:        p.gangs.Avoided(key, p.now()),
 		base:         map[types.UID]*memberBase{},
 		nodes:        p.handle.SnapshotSharedLister().NodeInfos(),
 		rejections:   map[string]string{},

@@ -175,7 +175,7 @@ func TestDRAExtendedResourceGPUsArePlanned(t *testing.T) {
 		require.False(t, status.IsSuccess())
 		assert.Contains(t, status.Message(), "nvidia.com/gpu")
 		key, _ := gang.KeyOf(pods[0])
-		assert.Nil(t, f.plugin.registry.Plan(key), "no plan, nothing held")
+		assert.Nil(t, f.plugin.gangs.Plan(key), "no plan, nothing held")
 	})
 	t.Run("four nodes", func(t *testing.T) {
 		nodes := []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1"), draNode("n3", "r1"), draNode("n4", "r1")}
@@ -184,7 +184,7 @@ func TestDRAExtendedResourceGPUsArePlanned(t *testing.T) {
 		_, status := f.preFilter(t, pods[0])
 		require.True(t, status.IsSuccess(), status.Message())
 		key, _ := gang.KeyOf(pods[0])
-		assert.Equal(t, map[string]int{"n1": 1, "n2": 1, "n3": 1, "n4": 1}, slotsByNode(f.plugin.registry.Plan(key)))
+		assert.Equal(t, map[string]int{"n1": 1, "n2": 1, "n3": 1, "n4": 1}, slotsByNode(f.plugin.gangs.Plan(key)))
 	})
 }
 
@@ -197,7 +197,7 @@ func TestDRAMixedNodesAreOnePool(t *testing.T) {
 	_, status := f.preFilter(t, pods[0])
 	require.True(t, status.IsSuccess(), status.Message())
 	key, _ := gang.KeyOf(pods[0])
-	assert.Equal(t, map[string]int{"dra": 1, "dp": 1}, slotsByNode(f.plugin.registry.Plan(key)))
+	assert.Equal(t, map[string]int{"dra": 1, "dp": 1}, slotsByNode(f.plugin.gangs.Plan(key)))
 }
 
 func TestDRAClaimsPerWorker(t *testing.T) {
@@ -222,14 +222,14 @@ func TestDRAClaimsPerWorker(t *testing.T) {
 		_, status := f.preFilter(t, pods[0])
 		require.False(t, status.IsSuccess(), "four one-device claims on three devices")
 		key, _ := gang.KeyOf(pods[0])
-		assert.Nil(t, f.plugin.registry.Plan(key))
+		assert.Nil(t, f.plugin.gangs.Plan(key))
 	})
 	t.Run("four devices", func(t *testing.T) {
 		f, pods := setup(t, gpuSlice("n1", "a"), gpuSlice("n2", "a"), gpuSlice("n3", "a"), gpuSlice("n4", "a"))
 		_, status := f.preFilter(t, pods[0])
 		require.True(t, status.IsSuccess(), status.Message())
 		key, _ := gang.KeyOf(pods[0])
-		assert.Equal(t, map[string]int{"n1": 1, "n2": 1, "n3": 1, "n4": 1}, slotsByNode(f.plugin.registry.Plan(key)))
+		assert.Equal(t, map[string]int{"n1": 1, "n2": 1, "n3": 1, "n4": 1}, slotsByNode(f.plugin.gangs.Plan(key)))
 	})
 }
 
@@ -251,7 +251,7 @@ func TestDRATrialSeesEarlierMembersDevices(t *testing.T) {
 	_, status := f.preFilter(t, pods[0])
 	require.True(t, status.IsSuccess(), status.Message())
 	key, _ := gang.KeyOf(pods[0])
-	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, slotsByNode(f.plugin.registry.Plan(key)))
+	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, slotsByNode(f.plugin.gangs.Plan(key)))
 }
 
 func TestDRAClaimAskingForMoreThanAnyNodeHas(t *testing.T) {
@@ -322,7 +322,7 @@ func TestDRATopologyFromDeviceAttribute(t *testing.T) {
 	_, status := f.preFilter(t, pods[0])
 	require.True(t, status.IsSuccess(), status.Message())
 	key, _ := gang.KeyOf(pods[0])
-	plan := f.plugin.registry.Plan(key)
+	plan := f.plugin.gangs.Plan(key)
 	assert.Equal(t, map[string]int{"n2": 1, "n3": 1}, slotsByNode(plan))
 	assert.Equal(t, "B", plan.Domain)
 }
@@ -409,12 +409,12 @@ func TestDRAClassChangedWhileGangWaits(t *testing.T) {
 	_, status := f.preFilter(t, pods[0])
 	require.False(t, status.IsSuccess(), "the class selects no device")
 	assert.Contains(t, status.Message(), "0 free nvidia.com/gpu")
-	assert.Nil(t, f.plugin.registry.Plan(key))
+	assert.Nil(t, f.plugin.gangs.Plan(key))
 
 	setSelector(`device.driver == "gpu.nvidia.com"`)
 	_, status = f.preFilter(t, pods[0])
 	require.True(t, status.IsSuccess(), status.Message())
-	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, slotsByNode(f.plugin.registry.Plan(key)))
+	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, slotsByNode(f.plugin.gangs.Plan(key)))
 }
 
 // flakyClaims reports a concurrent modification the first times the
@@ -486,7 +486,7 @@ func TestDRAClaimSharedByMembersCountsOnce(t *testing.T) {
 	_, status := f.preFilter(t, a)
 	require.True(t, status.IsSuccess(), status.Message())
 	key, _ := gang.KeyOf(a)
-	plan := f.plugin.registry.Plan(key)
+	plan := f.plugin.gangs.Plan(key)
 	assert.Equal(t, 1, len(slotsByNode(plan)), "both on the node of the claim's device: %v", plan.Slots)
 	var gpus int64
 	for _, r := range plan.Requests {
@@ -509,5 +509,5 @@ func TestDRASharedClaimKeepsMembersWhereItsDevicesAre(t *testing.T) {
 	_, status := f.preFilter(t, a)
 	require.False(t, status.IsSuccess(), "planned: %v", status.Message())
 	key, _ := gang.KeyOf(a)
-	assert.Nil(t, f.plugin.registry.Plan(key))
+	assert.Nil(t, f.plugin.gangs.Plan(key))
 }

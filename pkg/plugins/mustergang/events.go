@@ -5,67 +5,101 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
-	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
-// notice explains the gang's state once per change: a log line, the PodGroup
-// status and, for outcomes that are Events (Outcome.IsEvent), an Event on the
+// carryOut does what a transition of the gang manager asks, in the order
+// of gang.Effects. owner is the object Events about the gang go on when the
+// caller has it; nil looks it up.
+func (p *Plugin) carryOut(ctx context.Context, e gang.Effects, owner runtime.Object) {
+	logger := klog.FromContext(ctx)
+	if e.StopDeadline != 0 {
+		p.timers.cancel(planDeadline(e.StopDeadline))
+	}
+	if d := e.Dropped; d != nil {
+		rejections.WithLabelValues(d.Cause.String()).Inc()
+		if d.Cause == gang.DropTimeout {
+			timeouts.Inc()
+		}
+		logger.V(2).Info("Gang plan dropped", "gang", d.Key, "cause", d.Cause.String(), "reason", d.Reason, "backoff", d.Backoff)
+	}
+	if r := e.Reject; r != nil {
+		p.rejectWaiting(r.Key, r.Members, r.Message)
+	}
+	for _, uid := range e.Allow {
+		if wp := p.handle.GetWaitingPod(uid); wp != nil {
+			wp.Allow(Name)
+		}
+	}
+	if e.Notice != nil {
+		p.publish(ctx, *e.Notice, owner)
+	}
+	for _, w := range e.Wake {
+		p.wake(logger, w.Key, w.Reason, p.wakeTargets(w))
+	}
+	for _, t := range e.Timers {
+		p.setTimer(t)
+	}
+}
+
+// wakeTargets are the pods a wake asks for.
+func (p *Plugin) wakeTargets(w gang.Wake) []*v1.Pod {
+	switch {
+	case w.Plan != nil:
+		return p.unreservedSiblings(w.Key, w.Plan, w.Except)
+	case w.AllProfiles:
+		return p.source.pendingInAnyProfile(w.Key)
+	}
+	return p.source.members(w.Key).pending
+}
+
+// setTimer sets a timer a transition asked for.
+func (p *Plugin) setTimer(t gang.Timer) {
+	switch t.Kind {
+	case gang.TimerPlanDeadline:
+		p.timers.once(planDeadline(t.PlanID), t.After, func() { p.expirePlan(t.Key, t.PlanID) })
+	case gang.TimerBackoffEnded:
+		p.timers.after(t.After, func() { p.wake(p.logger, t.Key, gang.WakeBackoffEnded, p.source.members(t.Key).pending) })
+	case gang.TimerAvoidEnded:
+		p.timers.after(t.After, func() { p.wake(p.logger, t.Key, gang.WakeAvoidEnded, p.source.members(t.Key).pending) })
+	}
+}
+
+// expirePlan ends plan id of gang key if it did not complete before its
+// deadline.
+func (p *Plugin) expirePlan(key gang.Key, id int64) {
+	p.carryOut(p.handlerCtx(), p.gangs.Expire(key, id, p.now(), p.backoffBase()), nil)
+}
+
+// backoffBase is the first backoff of a gang whose plan was dropped.
+func (p *Plugin) backoffBase() time.Duration {
+	return time.Duration(p.args.GangBackoffSeconds) * time.Second
+}
+
+// drop drops the gang's plan planID (0: whatever plan it has) for cause.
+func (p *Plugin) drop(ctx context.Context, key gang.Key, planID int64, cause gang.DropCause, reason string) {
+	p.carryOut(ctx, p.gangs.Drop(key, planID, cause, reason, p.now(), p.backoffBase()), nil)
+}
+
+// publish announces a gang's new outcome: a log line, the PodGroup status
+// and, for outcomes that are Events (Outcome.IsEvent), an Event on the
 // gang's owner.
-func (p *Plugin) notice(ctx context.Context, info *gangInfo, outcome gang.Outcome, message string) bool {
-	return p.noticeAt(ctx, info, outcome, message, p.now())
-}
-
-// noticeAt is notice at a time the caller knows (a timer's callback must not
-// read a fake clock that is running it).
-func (p *Plugin) noticeAt(ctx context.Context, info *gangInfo, outcome gang.Outcome, message string, now time.Time) bool {
-	if !p.registry.Notice(info.key, outcome, message, now) {
-		return false
-	}
-	klog.FromContext(ctx).V(2).Info("Gang notice", "gang", info.key, "reason", outcome.Reason(), "message", message)
-	if info.owner != nil && outcome.IsEvent() {
-		p.handle.EventRecorder().Eventf(info.owner, nil, outcome.EventType(), outcome.Reason(), "Scheduling", "%s", message)
-	}
-	p.status.enqueue(info.key)
-	return true
-}
-
-// noticeKey is notice for callers that only have the gang's key.
-func (p *Plugin) noticeKey(ctx context.Context, key gang.Key, outcome gang.Outcome, message string) {
-	info := &gangInfo{key: key}
-	if ref := p.ownerRef(key); ref != nil {
-		info.owner = ref // never a typed nil: the recorder would dereference it
-	}
-	p.notice(ctx, info, outcome, message)
-}
-
-func (p *Plugin) ownerRef(key gang.Key) *v1.ObjectReference {
-	switch key.Kind {
-	case gang.KindJob:
-		if job, err := p.jobs.Jobs(key.Namespace).Get(key.Name); err == nil {
-			return jobRef(job)
-		}
-	case gang.KindStatefulSet:
-		if sts, err := p.sets.StatefulSets(key.Namespace).Get(key.Name); err == nil {
-			return statefulSetRef(sts)
-		}
-	case gang.KindWorkloadPodGroup:
-		if pg, err := p.workloadGroup(key); err == nil {
-			return workloadGroupRef(pg)
-		}
-	case gang.KindPodGroup:
-		if p.podGroups == nil {
-			return nil
-		}
-		if obj, err := p.podGroups.ByNamespace(key.Namespace).Get(key.Name); err == nil {
-			if pg, err := v1alpha1.FromUnstructured(obj); err == nil {
-				return podGroupRef(pg)
+func (p *Plugin) publish(ctx context.Context, n gang.Notice, owner runtime.Object) {
+	klog.FromContext(ctx).V(2).Info("Gang notice", "gang", n.Key, "reason", n.Outcome.Reason(), "message", n.Message)
+	if n.Outcome.IsEvent() {
+		if owner == nil {
+			if ref := p.source.ownerRef(n.Key); ref != nil {
+				owner = ref // never a typed nil: the recorder would dereference it
 			}
 		}
+		if owner != nil {
+			p.handle.EventRecorder().Eventf(owner, nil, n.Outcome.EventType(), n.Outcome.Reason(), "Scheduling", "%s", n.Message)
+		}
 	}
-	return nil
+	p.status.enqueue(n.Key)
 }
 
 // podEvent records the outcome on the pod itself, for what users must see

@@ -21,7 +21,7 @@ func TestPlacedGangGetsOneEvent(t *testing.T) {
 	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil, []*v1.Pod{a, b})
 	_, plan := f.planAndWait(t, a)
 	key, _ := gang.KeyOf(a)
-	outcome, _ := f.plugin.registry.LastNotice(key)
+	outcome, _ := f.plugin.gangs.LastNotice(key)
 	assert.Equal(t, gang.OutcomePlanned, outcome, "the plan is the gang's outcome")
 	assert.Empty(t, f.takeEvents(), "a plan is an Event")
 

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/muster-sched/muster/pkg/gang"
@@ -22,14 +23,15 @@ import (
 // only when the gang's notice changes (at most once per plan outcome, the
 // same moment as its Event), and writes only the newest record of a gang.
 type failedPlanWriter struct {
-	p      *Plugin
+	client func() kubernetes.Interface
+	source *gangSource // the PodGroup client
 	mu     sync.Mutex
 	latest map[gang.Key]*gang.FailedPlan
 	queue  workqueue.TypedRateLimitingInterface[gang.Key]
 }
 
-func newFailedPlanWriter(p *Plugin) *failedPlanWriter {
-	return &failedPlanWriter{p: p, latest: map[gang.Key]*gang.FailedPlan{},
+func newFailedPlanWriter(client func() kubernetes.Interface, source *gangSource) *failedPlanWriter {
+	return &failedPlanWriter{client: client, source: source, latest: map[gang.Key]*gang.FailedPlan{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[gang.Key](),
 			workqueue.TypedRateLimitingQueueConfig[gang.Key]{Name: "muster-failed-plan"})}
 }
@@ -69,7 +71,7 @@ func (w *failedPlanWriter) sync(ctx context.Context, key gang.Key) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	opts := metav1.PatchOptions{FieldManager: "muster-scheduler"}
-	client := w.p.handle.ClientSet()
+	client := w.client()
 	switch key.Kind {
 	case gang.KindJob:
 		_, err = client.BatchV1().Jobs(key.Namespace).Patch(ctx, key.Name, types.MergePatchType, patch, opts)
@@ -78,10 +80,10 @@ func (w *failedPlanWriter) sync(ctx context.Context, key gang.Key) error {
 	case gang.KindWorkloadPodGroup:
 		_, err = client.SchedulingV1beta1().PodGroups(key.Namespace).Patch(ctx, key.Name, types.MergePatchType, patch, opts)
 	case gang.KindPodGroup:
-		if w.p.pgClient == nil {
+		if w.source.pgClient == nil {
 			return nil
 		}
-		err = w.p.pgClient.Patch(ctx, key.Namespace, key.Name, types.MergePatchType, patch, opts)
+		err = w.source.pgClient.Patch(ctx, key.Namespace, key.Name, types.MergePatchType, patch, opts)
 	default:
 		return fmt.Errorf("gang %s: no object to record a failed plan on", key)
 	}

@@ -22,14 +22,14 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if s.slot != "" && node.Name != s.slot {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s planned this member on node %s", s.key, s.slot))
 	}
-	if p.reclaiming(node) {
+	if p.nodes.reclaiming(node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node is being reclaimed")
 	}
 	if s.slot != "" {
 		return nil // the plan already applied policy and capacity
 	}
 	// Only a policy that keeps pods off some nodes needs the node's class.
-	if s.policy.KeepsOff() && s.policy.Excludes(p.preemptible(node)) {
+	if s.policy.KeepsOff() && s.policy.Excludes(p.nodes.preemptible(node)) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("preemptible policy %s", s.policy))
 	}
 	if h, ok := s.held[node.Name]; ok {

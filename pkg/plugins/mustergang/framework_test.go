@@ -288,7 +288,7 @@ func (f *testFramework) planAndWait(t *testing.T, a *v1.Pod) (fwk.CycleState, *g
 		t.Fatalf("PreFilter: %v", status)
 	}
 	key, _ := gang.KeyOf(a)
-	plan := f.plugin.registry.Plan(key)
+	plan := f.plugin.gangs.Plan(key)
 	slot := plan.Slots[a.UID]
 	if st := f.fw.RunReservePluginsReserve(context.Background(), state, a, slot); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
@@ -331,7 +331,7 @@ func TestNoPreemptionOfEqualPriorityOrWhenNever(t *testing.T) {
 			state, _ := f.preFilter(t, pod)
 			f.fw.RunPostFilterPlugins(context.Background(), state, pod, framework.NewDefaultNodeToStatus())
 			key, _ := gang.KeyOf(pod)
-			if f.plugin.registry.Plan(key) != nil {
+			if f.plugin.gangs.Plan(key) != nil {
 				t.Error("preempted")
 			}
 		})
@@ -377,7 +377,7 @@ func TestCordonIsDecidedOnce(t *testing.T) {
 	}
 	f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
 	key, _ := gang.KeyOf(high)
-	if plan := f.plugin.registry.Plan(key); plan != nil {
+	if plan := f.plugin.gangs.Plan(key); plan != nil {
 		t.Errorf("plan %+v: preempted on a cordoned node", plan)
 	}
 }

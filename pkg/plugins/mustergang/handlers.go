@@ -33,12 +33,12 @@ func (p *Plugin) onPodAdd(obj interface{}) {
 	if !ok || pod.Spec.NodeName != "" || pod.Spec.SchedulerName != p.handle.ProfileName() {
 		return
 	}
-	info, ok, err := p.resolve(pod)
+	info, ok, err := p.source.resolve(pod)
 	if !ok || err != nil {
 		return
 	}
-	if set := p.members(info.key); set.total >= info.quorum {
-		p.wake(p.logger, info.key, wakeQuorumReached, set.pending)
+	if set := p.source.members(info.key); set.total >= info.quorum {
+		p.wake(p.logger, info.key, gang.WakeQuorumReached, set.pending)
 	}
 }
 
@@ -52,13 +52,13 @@ func (p *Plugin) onPodChange(obj interface{}) {
 	key, ok := gang.KeyOf(pod)
 	if !ok {
 		if pod.Spec.NodeName != "" {
-			p.registry.Forget(gang.LoneKey(pod)) // a lone pod's state ends with its binding
+			p.gangs.Forget(gang.LoneKey(pod)) // a lone pod's state ends with its binding
 		}
 		return
 	}
-	p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
+	p.gangs.FirstSeen(key, pod.CreationTimestamp.Time)
 	if pod.Spec.NodeName != "" {
-		p.registry.Settled(key, pod.UID)
+		p.gangs.MemberBound(key, pod.UID, pod.CreationTimestamp.Time)
 	}
 	p.status.enqueue(key)
 }
@@ -73,8 +73,8 @@ func (p *Plugin) recordFinished(key gang.Key, pod *v1.Pod) {
 	if err != nil || current.UID != pod.UID || current.Status.Phase != v1.PodSucceeded {
 		return
 	}
-	if p.registry.Succeed(key, pod.UID, pod.CreationTimestamp.Time) {
-		p.wake(p.logger, key, wakeMemberSucceeded, p.members(key).pending)
+	if p.gangs.Succeed(key, pod.UID, pod.CreationTimestamp.Time) {
+		p.wake(p.logger, key, gang.WakeMemberSucceeded, p.source.members(key).pending)
 		p.status.enqueue(key)
 	}
 }
@@ -90,12 +90,8 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 	if !ok {
 		return
 	}
-	if preemptor, ready := p.registry.VictimGone(pod.UID, p.handle.ProfileName()); ready {
-		// The last victim is gone: the preemptor's members go ahead.
-		if plan := p.registry.Plan(preemptor); plan != nil {
-			p.wake(p.logger, preemptor, wakeVictimsGone, p.unreservedSiblings(preemptor, plan, ""))
-		}
-	}
+	ctx := p.handlerCtx()
+	p.carryOut(ctx, p.gangs.VictimGone(pod.UID, p.handle.ProfileName()), nil)
 	if pod.Spec.SchedulerName != p.handle.ProfileName() {
 		return
 	}
@@ -103,28 +99,19 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 	if !ok {
 		// A pod scheduled alone that preempted: its hold goes with it.
 		lone := gang.LoneKey(pod)
-		if plan := p.registry.Plan(lone); plan != nil {
-			if _, planned := plan.Slots[pod.UID]; planned {
-				p.failPlan(p.handlerCtx(), lone, plan.ID, dropMemberDeleted, fmt.Sprintf("pod %s was deleted or finished", pod.Name))
-			}
-		}
-		p.registry.Forget(lone)
+		p.carryOut(ctx, p.gangs.MemberGone(lone, pod.UID, pod.Name, p.now(), p.backoffBase()), nil)
+		p.gangs.Forget(lone)
 		return
 	}
-	p.registry.Settled(key, pod.UID)
 	if key.Kind == gang.KindPodGroup && pod.Spec.NodeName != "" && pod.DeletionTimestamp == nil {
 		// A bound member left the informer (which holds live pods only)
 		// without being deleted first: it may have finished. (A Job's
 		// quorum follows the Job's status instead.)
 		go p.recordFinished(key, pod)
 	}
-	if plan := p.registry.Plan(key); plan != nil {
-		if _, planned := plan.Slots[pod.UID]; planned {
-			p.failPlan(p.handlerCtx(), key, plan.ID, dropMemberDeleted, fmt.Sprintf("member %s was deleted or finished", pod.Name))
-		}
-	}
-	if !p.gangHasPods(key) {
-		p.registry.Forget(key)
+	p.carryOut(ctx, p.gangs.MemberGone(key, pod.UID, pod.Name, p.now(), p.backoffBase()), nil)
+	if !p.source.gangHasPods(key) {
+		p.gangs.Forget(key)
 	}
 	p.status.enqueue(key)
 }
@@ -138,7 +125,7 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 // before the scheduler's snapshot shows the change. Each profile drops its
 // own plans.
 func (p *Plugin) onNodeChange(node *v1.Node, deleted bool) {
-	for _, np := range p.registry.PlansOn(node.Name) {
+	for _, np := range p.gangs.PlansOn(node.Name) {
 		if np.Profile != p.handle.ProfileName() {
 			continue
 		}
@@ -146,11 +133,8 @@ func (p *Plugin) onNodeChange(node *v1.Node, deleted bool) {
 		if why == "" {
 			continue
 		}
-		// Every member of the gang avoids the node, not only those planned
-		// there: the snapshot the next plan reads may still show it.
-		p.avoid(np.Key, node.Name, np.Gang...)
-		p.after(avoidFor, func() { p.wake(p.logger, np.Key, wakeAvoidEnded, p.members(np.Key).pending) })
-		p.failPlan(p.handlerCtx(), np.Key, np.PlanID, dropNodeChanged, fmt.Sprintf("planned node %s %s", node.Name, why))
+		now := p.now()
+		p.carryOut(p.handlerCtx(), p.gangs.NodeChanged(np.Key, np.PlanID, node.Name, why, now, now.Add(avoidFor)), nil)
 	}
 }
 
@@ -168,14 +152,14 @@ func (p *Plugin) brokenPlacement(node *v1.Node, deleted bool, np gang.NodePlan) 
 		return "was deleted"
 	case node.Spec.Unschedulable:
 		return "was cordoned"
-	case p.reclaiming(node):
+	case p.nodes.reclaiming(node):
 		return "is being reclaimed"
 	}
 	planned := map[types.UID]bool{}
 	for _, uid := range np.Members {
 		planned[uid] = true
 	}
-	for _, m := range p.members(np.Key).pending {
+	for _, m := range p.source.members(np.Key).pending {
 		if planned[m.UID] && !gang.ConstraintsOf(p.logger, m).Match(node) {
 			return fmt.Sprintf("no longer fits member %s (a taint it does not tolerate, or its node selector or affinity)", m.Name)
 		}
@@ -200,7 +184,7 @@ func (p *Plugin) nodeHandler() cache.ResourceEventHandler {
 				obj = d.Obj
 			}
 			if node, ok := obj.(*v1.Node); ok {
-				p.classes.forget(node.Name)
+				p.nodes.forget(node.Name)
 				p.onNodeChange(node, true)
 			}
 		},
@@ -228,10 +212,10 @@ func (p *Plugin) startPodGroupInformer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.pgClient = v1alpha1.NewClient(dyn)
+	p.source.pgClient = v1alpha1.NewClient(dyn)
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	informer := factory.ForResource(v1alpha1.Resource)
-	p.podGroups = informer.Lister()
+	p.source.podGroups = informer.Lister()
 	if _, err := informer.Informer().AddEventHandler(p.ownerHandler(gang.KindPodGroup)); err != nil {
 		return err
 	}
@@ -268,11 +252,11 @@ func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
 			return
 		}
 		key := gang.Key{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
-		p.wake(p.logger, key, wakeOwnerChanged, p.members(key).pending)
+		p.wake(p.logger, key, gang.WakeOwnerChanged, p.source.members(key).pending)
 		// Kubernetes PodGroups of the basic policy take their quorum from
 		// the Job or StatefulSet that made them (resolve).
-		for _, group := range p.groupsControlledBy(key) {
-			p.wake(p.logger, group, wakeOwnerChanged, p.members(group).pending)
+		for _, group := range p.source.groupsControlledBy(key) {
+			p.wake(p.logger, group, gang.WakeOwnerChanged, p.source.members(group).pending)
 		}
 		p.status.enqueue(key)
 	}

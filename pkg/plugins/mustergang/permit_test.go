@@ -20,22 +20,22 @@ func TestUnreserveOfWaitingMemberReleasesPlan(t *testing.T) {
 	if !status.IsSuccess() {
 		t.Fatalf("PreFilter: %v", status)
 	}
-	slot := f.plugin.registry.Plan(key).Slots[a.UID]
-	if held := f.plugin.registry.Held(gang.Key{}); len(held) != 2 {
+	slot := f.plugin.gangs.Plan(key).Slots[a.UID]
+	if held := f.plugin.gangs.Held(); len(held) != 2 {
 		t.Errorf("the plan holds %v, want both nodes", held)
 	}
 	f.fw.RunReservePluginsReserve(context.Background(), state, a, slot)
 	// Another plugin's Reserve fails after ours: the framework unreserves.
 	f.fw.RunReservePluginsUnreserve(context.Background(), state, a, slot)
-	if f.plugin.registry.Plan(key) != nil || len(f.plugin.registry.Held(gang.Key{})) != 0 {
+	if f.plugin.gangs.Plan(key) != nil || len(f.plugin.gangs.Held()) != 0 {
 		t.Error("Unreserve left the plan holding capacity")
 	}
-	if until, _ := f.plugin.registry.Backoff(key); !until.After(f.clock.Now()) {
+	if until, _ := f.plugin.gangs.Backoff(key); !until.After(f.clock.Now()) {
 		t.Error("the gang does not back off")
 	}
 	// muster did not reject a: its own cycle failed on the node, so the
 	// next plan does not put it there again.
-	if !f.plugin.registry.Avoided(key, f.clock.Now())[a.UID][slot] {
+	if !f.plugin.gangs.Avoided(key, f.clock.Now())[a.UID][slot] {
 		t.Errorf("the failed pair (%s, %s) is not avoided", a.Name, slot)
 	}
 }
@@ -55,7 +55,7 @@ func TestPlanDeadlineReleasesWaitingMembers(t *testing.T) {
 	if st.IsSuccess() || !contains(st.Message(), "timed out") {
 		t.Errorf("waiting member ended with %v, want a rejection saying the gang timed out", st)
 	}
-	if f.plugin.registry.Plan(key) != nil || len(f.plugin.registry.Held(gang.Key{})) != 0 {
+	if f.plugin.gangs.Plan(key) != nil || len(f.plugin.gangs.Held()) != 0 {
 		t.Error("the expired plan still holds capacity")
 	}
 	if after, _ := testutil.GetCounterMetricValue(timeouts); after != before+1 {
@@ -66,7 +66,7 @@ func TestPlanDeadlineReleasesWaitingMembers(t *testing.T) {
 // A member whose PreFilter state is missing (a bug) is never let through as
 // if it were scheduled alone.
 func TestMissingStateIsAnErrorNotALonePod(t *testing.T) {
-	p := &Plugin{registry: gang.NewRegistry()}
+	p := &Plugin{gangs: gang.NewManager()}
 	state := framework.NewCycleState()
 	pod := worker("j", 0, 8, "")
 	if st, _ := p.Permit(context.Background(), state, pod, "n1"); st.Code() != fwk.Error {

@@ -31,13 +31,13 @@ func BenchmarkPlanGang(b *testing.B) {
 		if _, status := f.preFilter(b, pods[0]); !status.IsSuccess() {
 			b.Fatalf("PreFilter: %v", status)
 		}
-		f.plugin.registry.Forget(key)
+		f.plugin.gangs.Forget(key)
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, status := f.preFilter(b, pods[0]); !status.IsSuccess() {
 				b.Fatalf("PreFilter: %v", status)
 			}
-			f.plugin.registry.Forget(key)
+			f.plugin.gangs.Forget(key)
 		}
 	})
 }
@@ -57,8 +57,8 @@ func BenchmarkFilterCheck(b *testing.B) {
 		if _, status := f.preFilter(b, pods[0]); !status.IsSuccess() {
 			b.Fatalf("PreFilter: %v", status)
 		}
-		slots := f.plugin.registry.Plan(key).Slots
-		f.plugin.registry.Forget(key)
+		slots := f.plugin.gangs.Plan(key).Slots
+		f.plugin.gangs.Forget(key)
 		ctx := context.Background()
 		b.ReportAllocs()
 		for b.Loop() {

@@ -44,14 +44,14 @@ func queued(t *testing.T, pod *v1.Pod) fwk.QueuedEntityInfo {
 }
 
 func TestLessKeepsGangsTogetherInFirstSeenOrder(t *testing.T) {
-	p := &Plugin{registry: gang.NewRegistry()}
+	p := &Plugin{gangs: gang.NewManager()}
 	// Gang "a" was seen first (its first member at t0+1), gang "b" at t0+2
 	// (even though b's second member is older than a's second member).
 	a0, a1 := jobPod("a", 0, 1, 0), jobPod("a", 1, 10, 0)
 	b0, b1 := jobPod("b", 0, 2, 0), jobPod("b", 1, 3, 0)
 	for _, pod := range []*v1.Pod{a0, b0} {
 		key, _ := gang.KeyOf(pod)
-		p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
+		p.gangs.FirstSeen(key, pod.CreationTimestamp.Time)
 	}
 	lone := lonePod("lone", 5, 0)
 	urgent := jobPod("urgent", 0, 100, 10)
@@ -71,7 +71,7 @@ func TestLessKeepsGangsTogetherInFirstSeenOrder(t *testing.T) {
 	// The key is stable: the registry's first-seen time does not move when
 	// another member is seen later.
 	key, _ := gang.KeyOf(a1)
-	if got := p.registry.FirstSeen(key, a1.CreationTimestamp.Time); !got.Equal(a0.CreationTimestamp.Time) {
+	if got := p.gangs.FirstSeen(key, a1.CreationTimestamp.Time); !got.Equal(a0.CreationTimestamp.Time) {
 		t.Errorf("first-seen of gang a moved to %v", got)
 	}
 }
@@ -107,7 +107,7 @@ func podGroupWithSucceeded(n int64) *unstructured.Unstructured {
 }
 
 func TestQueueingHints(t *testing.T) {
-	p := &Plugin{registry: gang.NewRegistry()}
+	p := &Plugin{gangs: gang.NewManager()}
 	logger := klog.Background()
 	member := jobPod("a", 0, 1, 0)
 	sibling := jobPod("a", 1, 2, 0)
@@ -184,7 +184,7 @@ func TestQueueingHints(t *testing.T) {
 // plugin's own informers (TestOwnerChangeWakesItsGang); a registration for
 // them would make the framework start a second, dynamic informer per kind.
 func TestEventsToRegisterArePodsAndNodesOnly(t *testing.T) {
-	p := &Plugin{registry: gang.NewRegistry()}
+	p := &Plugin{gangs: gang.NewManager()}
 	events, err := p.EventsToRegister(t.Context())
 	require.NoError(t, err)
 	resources := map[fwk.EventResource]bool{}

@@ -19,12 +19,13 @@ import (
 // scheduling path: gangs are queued by key (changes within statusDelay
 // coalesce) and written by one worker, only when the status differs.
 type statusWriter struct {
-	p     *Plugin
-	queue workqueue.TypedRateLimitingInterface[gang.Key]
+	source *gangSource
+	gangs  *gang.Manager
+	queue  workqueue.TypedRateLimitingInterface[gang.Key]
 }
 
-func newStatusWriter(p *Plugin) *statusWriter {
-	return &statusWriter{p: p, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+func newStatusWriter(source *gangSource, gangs *gang.Manager) *statusWriter {
+	return &statusWriter{source: source, gangs: gangs, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[gang.Key](),
 		workqueue.TypedRateLimitingQueueConfig[gang.Key]{Name: "muster-podgroup-status"})}
 }
@@ -35,7 +36,7 @@ func newStatusWriter(p *Plugin) *statusWriter {
 const statusDelay = 500 * time.Millisecond
 
 func (w *statusWriter) enqueue(key gang.Key) {
-	if key.Kind == gang.KindPodGroup && w.p.pgClient != nil {
+	if key.Kind == gang.KindPodGroup && w.source.pgClient != nil {
 		w.queue.AddAfter(key, statusDelay)
 	}
 }
@@ -45,8 +46,8 @@ func (w *statusWriter) run(ctx context.Context) {
 }
 
 func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
-	p := w.p
-	obj, err := p.podGroups.ByNamespace(key.Namespace).Get(key.Name)
+	src := w.source
+	obj, err := src.podGroups.ByNamespace(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -59,21 +60,21 @@ func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
 	}
 	status := *pg.DeepCopy()
 	desired := &status.Status
-	set := p.members(key)
+	set := src.members(key)
 	bound, total := set.bound(), set.total
-	desired.Succeeded = max(pg.Status.Succeeded, int32(p.registry.Succeeded(key)))
+	desired.Succeeded = max(pg.Status.Succeeded, int32(w.gangs.Succeeded(key)))
 	if total == 0 && (pg.Status.Phase == v1alpha1.PodGroupRunning || pg.Status.Phase == v1alpha1.PodGroupScheduled) {
 		return nil // finished members leave the informer; keep the last state
 	}
 	running := 0
-	objs, _ := p.pods.ByIndex(p.gangIndex, key.String())
+	objs, _ := src.pods.ByIndex(src.gangIndex, key.String())
 	for _, o := range objs {
 		if o.(*v1.Pod).Status.Phase == v1.PodRunning {
 			running++
 		}
 	}
 	desired.Scheduled, desired.Running = int32(bound), int32(running)
-	plan := p.registry.Plan(key)
+	plan := w.gangs.Plan(key)
 	switch min := int(pg.Spec.MinMember); {
 	case min > 0 && running >= min:
 		desired.Phase = v1alpha1.PodGroupRunning
@@ -87,7 +88,7 @@ func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
 	if plan != nil && desired.ScheduleStartTime == nil {
 		desired.ScheduleStartTime = &metav1.Time{Time: plan.Created}
 	}
-	outcome, message := p.registry.LastNotice(key)
+	outcome, message := w.gangs.LastNotice(key)
 	cond := metav1.Condition{Type: "Scheduled", Status: metav1.ConditionFalse, Reason: outcome.Reason(), Message: message, ObservedGeneration: pg.Generation}
 	if desired.Phase == v1alpha1.PodGroupScheduled || desired.Phase == v1alpha1.PodGroupRunning {
 		cond.Status = metav1.ConditionTrue
@@ -104,6 +105,6 @@ func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = p.pgClient.UpdateStatus(ctx, &status)
+	_, err = src.pgClient.UpdateStatus(ctx, &status)
 	return err
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -23,7 +22,7 @@ import (
 // pod's nomination, so a stale one never lingers.
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	clear := framework.NewPostFilterResultWithNominatedNode("")
-	key, plan := p.registry.PlanOf(pod.UID)
+	key, plan := p.gangs.PlanOf(pod.UID)
 	if plan == nil {
 		// No plan: the gang (or the lone pod) does not fit. Preemption may
 		// make room; otherwise any stale nomination is cleared.
@@ -44,10 +43,11 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if st := statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
 		why = st.Message()
 	}
+	// A Filter refused the member where muster's PreFilter steered it: the
+	// next plans avoid that pair.
+	avoid := err == nil && s.slot == slot
 	switch {
-	case err == nil && s.slot == slot:
-		// muster's PreFilter steered the member there and a Filter said no.
-		p.avoid(key, slot, pod.UID)
+	case avoid:
 	case err != nil && !errors.Is(err, fwk.ErrNotFound):
 		// A state of the wrong type is a bug: report it, and do not guess
 		// where the member was steered.
@@ -58,7 +58,8 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		why = "rejected before muster's PreFilter ran: " + why
 	}
 	reason := fmt.Sprintf("member %s cannot go to its planned node %s: %s", pod.Name, slot, why)
-	p.failPlan(ctx, key, plan.ID, dropPlanBroken, reason)
+	now := p.now()
+	p.carryOut(ctx, p.gangs.PlanBroken(key, plan.ID, pod.UID, slot, reason, avoid, now, now.Add(avoidFor), p.backoffBase()), nil)
 	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, reason))
 }
 
@@ -127,9 +128,9 @@ func (p *Plugin) wakeAfterCacheLag(key gang.Key, plan *gang.ActivePlan) {
 		return
 	}
 	planID := plan.ID
-	p.after(cacheLag, func() {
-		if plan := p.registry.Plan(key); plan != nil && plan.ID == planID {
-			p.wake(p.logger, key, wakeVictimsGone, p.unreservedSiblings(key, plan, ""))
+	p.timers.after(cacheLag, func() {
+		if plan := p.gangs.Plan(key); plan != nil && plan.ID == planID {
+			p.wake(p.logger, key, gang.WakeVictimsGone, p.unreservedSiblings(key, plan, ""))
 		}
 	})
 }
@@ -155,13 +156,3 @@ func (p *Plugin) evictedStillCached(plan *gang.ActivePlan, node string) bool {
 // avoidFor is how long a (member, node) pair the framework rejected in a
 // real cycle is kept out of new plans.
 const avoidFor = time.Minute
-
-// avoid keeps the members uids of gang key off node in the plans made in
-// the next avoidFor, and wakes the gang when that ends.
-func (p *Plugin) avoid(key gang.Key, node string, uids ...types.UID) {
-	until := p.now().Add(avoidFor)
-	for _, uid := range uids {
-		p.registry.Avoid(key, uid, node, until)
-	}
-	p.after(avoidFor, func() { p.wake(p.logger, key, wakeAvoidEnded, p.members(key).pending) })
-}

@@ -37,7 +37,7 @@ func TestRejectedMemberDropsPlanAndNextPlanAvoidsThePair(t *testing.T) {
 	if st.IsSuccess() || result == nil || result.NominatingInfo == nil || result.NominatedNodeName != "" {
 		t.Errorf("PostFilter = %+v, %v; want Unschedulable clearing the nomination", result, st)
 	}
-	if f.plugin.registry.Plan(key) != nil {
+	if f.plugin.gangs.Plan(key) != nil {
 		t.Fatal("the broken plan was not dropped")
 	}
 	// Unreserve of the waiting member (rejected by the drop) is idempotent.
@@ -48,7 +48,7 @@ func TestRejectedMemberDropsPlanAndNextPlanAvoidsThePair(t *testing.T) {
 	if _, status := f.preFilter(t, a); !status.IsSuccess() {
 		t.Fatalf("PreFilter after backoff: %v", status)
 	}
-	next := f.plugin.registry.Plan(key)
+	next := f.plugin.gangs.Plan(key)
 	if next == nil || next.Slots[b.UID] == slotB {
 		t.Errorf("next plan %+v puts %s on %s again", next, b.Name, slotB)
 	}
@@ -71,7 +71,7 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 		t.Fatalf("PreFilter on a full cluster: %v", status)
 	}
 	result, status := f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
-	plan := f.plugin.registry.Plan(key)
+	plan := f.plugin.gangs.Plan(key)
 	if plan == nil || plan.Victims.Len() != 2 {
 		t.Fatalf("plan %+v after PostFilter (%v), want one waiting for the whole low gang (2 pods)", plan, status)
 	}
@@ -79,7 +79,7 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 		t.Errorf("PostFilter result %+v, want the preemptor nominated to its slot %s", result, plan.Slots[high.UID])
 	}
 	// The slot is held: a pod scheduled alone may not take it.
-	if held := f.plugin.registry.Held(gang.Key{}); len(held) != 1 {
+	if held := f.plugin.gangs.Held(); len(held) != 1 {
 		t.Errorf("held %v, want the preemptor's slot", held)
 	}
 	// Until the victims are gone, the member waits.
@@ -89,7 +89,7 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 	}
 	f.plugin.onPodDelete(low0)
 	f.plugin.onPodDelete(low1)
-	if plan := f.plugin.registry.Plan(key); plan == nil || plan.Victims.Len() != 0 {
+	if plan := f.plugin.gangs.Plan(key); plan == nil || plan.Victims.Len() != 0 {
 		t.Fatalf("plan %+v after the victims went", plan)
 	}
 	if !slicesContain(f.queue.activated, "ns/j-0") {
@@ -103,7 +103,7 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 	slot := plan.Slots[high.UID]
 	heldBack := framework.NewDefaultNodeToStatus()
 	heldBack.SetAbsentNodesStatus(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "gang ns/j preempted pods to make room and waits for them; 1 of them still terminating").WithPlugin(Name))
-	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), heldState, high, heldBack); f.plugin.registry.Plan(key) == nil ||
+	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), heldState, high, heldBack); f.plugin.gangs.Plan(key) == nil ||
 		result == nil || result.NominatedNodeName != slot {
 		t.Errorf("PostFilter after muster's own wait dropped the plan or the nomination (result %+v)", result)
 	}
@@ -115,7 +115,7 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 		t.Fatalf("PreFilter while the snapshot still shows the victims: %v", status)
 	}
 	f.takeActivated()
-	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), cachedState, high, framework.NewDefaultNodeToStatus()); f.plugin.registry.Plan(key) == nil ||
+	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), cachedState, high, framework.NewDefaultNodeToStatus()); f.plugin.gangs.Plan(key) == nil ||
 		result == nil || result.NominatedNodeName != slot {
 		t.Errorf("PostFilter while the cache lags dropped the plan or the nomination (result %+v)", result)
 	}
@@ -143,7 +143,7 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 	}
 	stale := framework.NewDefaultNodeToStatus()
 	stale.Set(slot, fwk.NewStatus(fwk.Unschedulable, "Insufficient nvidia.com/gpu").WithPlugin("NodeResourcesFit"))
-	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), steered, high, stale); f.plugin.registry.Plan(key) != nil || result == nil || result.NominatedNodeName != "" {
+	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), steered, high, stale); f.plugin.gangs.Plan(key) != nil || result == nil || result.NominatedNodeName != "" {
 		t.Errorf("a real refusal at the slot once the victims are gone kept the plan (result %+v)", result)
 	}
 }

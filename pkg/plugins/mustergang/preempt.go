@@ -32,7 +32,7 @@ const maxPreemptionDryRuns = 256
 // victimUnit is a whole gang's bound members, or one lone pod.
 type victimUnit struct {
 	gang.VictimUnit
-	key  gang.Key // the victim gang; zero for a lone pod
+	key  gang.Key // the victim gang, or the lone pod's gang.LoneKey
 	pods []*v1.Pod
 	// requests[i] is what pods[i] frees (its requests, its claims' GPUs).
 	requests []gang.Resources
@@ -58,22 +58,22 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if !p.args.GangPreemption {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption is off")
 	}
-	constraints, err := gang.ConstraintsFromPod(pod, p.levels)
+	constraints, err := gang.ConstraintsFromPod(pod, p.nodes.levels)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
-	info, inGang, err := p.resolve(pod)
+	info, inGang, err := p.source.resolve(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	if !inGang {
 		info = &gangInfo{key: gang.LoneKey(pod), quorum: 1, timeout: time.Duration(p.args.DefaultScheduleTimeoutSeconds) * time.Second, owner: pod}
-	} else if outcome, _ := p.registry.LastNotice(info.key); outcome != gang.OutcomeUnschedulable {
+	} else if p.gangs.Phase(info.key) != gang.PhaseUnplaceable {
 		// Waiting for members, backing off, invalid: eviction cannot help.
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang is not waiting for capacity")
 	}
 	key := info.key
-	if p.registry.Plan(key) != nil {
+	if p.gangs.Plan(key) != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang has a plan")
 	}
 	gr, status := p.prepareGang(ctx, pod, info, constraints)
@@ -84,7 +84,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if never != "" {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("not eligible for preemption: %s has preemptionPolicy Never", never))
 	}
-	if !p.registry.TryPreemption(key, p.now(), time.Duration(max(p.args.GangBackoffSeconds, 1))*time.Second) {
+	if !p.gangs.TryPreemption(key, p.now(), time.Duration(max(p.args.GangBackoffSeconds, 1))*time.Second) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s tried preemption recently", key.Subject()))
 	}
 	found, err := p.searchVictims(ctx, gr, prio, constraints.Policy)
@@ -97,10 +97,6 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	plan, victims, units, choice, checks := found.plan, found.victims, found.units, found.choice, found.checks
-	active, status := p.installPlan(ctx, pod, gr, plan, victims)
-	if status != nil {
-		return nil, status
-	}
 	var gpus int64
 	var names []string
 	for _, i := range choice.Units {
@@ -108,15 +104,18 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		names = append(names, units[i].Name)
 	}
 	sort.Strings(names)
-	preemptions.Inc()
-	preemptedGPUs.Add(float64(gpus))
 	msg := fmt.Sprintf("%s preempts %d pods of %s (%d %s) to run in %s %s",
 		key.Subject(), len(victims), strings.Join(names, ", "), gpus, p.args.GPUResourceName, plan.Level, plan.Domain)
 	if choice.Violations > 0 {
 		msg += fmt.Sprintf(", exceeding PodDisruptionBudgets by %d pods (no choice keeps them)", choice.Violations)
 	}
+	active, status := p.installPlan(ctx, pod, gr, plan, victims, msg)
+	if status != nil {
+		return nil, status
+	}
+	preemptions.Inc()
+	preemptedGPUs.Add(float64(gpus))
 	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(victims), "gpus", gpus, "budgetViolations", choice.Violations, "checks", checks)
-	p.noticeKey(ctx, key, gang.OutcomePreempting, msg)
 	if !inGang {
 		p.podEvent(pod, gang.OutcomePreempting, msg)
 	}
@@ -157,10 +156,10 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 	if err != nil {
 		return nil, err
 	}
-	views, _ := p.nodeViews(nodes, dra)
+	views, _ := p.nodes.views(nodes, dra)
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	needGPUs := gang.NeededGPUs(gr.req)
-	lackGPUs := needGPUs - gang.FreeGPUs(p.subtractHeld(views, p.registry.Held(gr.info.key)), policy, gpu)
+	lackGPUs := needGPUs - gang.FreeGPUs(p.nodes.subtractHeld(views, p.gangs.HeldForOthers(gr.info.key)), policy, gpu)
 	// A lone pod that asks for no GPU is grouped only where it can matter.
 	all := p.victimUnits(nodes, views, gr.info.key, prio, policy, func(int) bool { return needGPUs == 0 })
 
@@ -257,13 +256,13 @@ func onPlannedNodes(plan *gang.Plan, nodes []fwk.NodeInfo, units []*victimUnit, 
 // member's, so no member evicts what another could not. never names a
 // member whose preemptionPolicy is Never (then the gang evicts nothing).
 func (p *Plugin) preemptorPriority(pod *v1.Pod, members []*framework.PodInfo) (prio int32, never string) {
-	prio = p.priorityOf(pod)
+	prio = p.source.priorityOf(pod)
 	pods := []*v1.Pod{pod}
 	for _, m := range members {
 		pods = append(pods, m.Pod)
 	}
 	for _, m := range pods {
-		prio = min(prio, p.priorityOf(m))
+		prio = min(prio, p.source.priorityOf(m))
 		if m.Spec.PreemptionPolicy != nil && *m.Spec.PreemptionPolicy == v1.PreemptNever && never == "" {
 			never = m.Name
 		}
@@ -321,19 +320,19 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 			pod := pi.GetPod()
 			request := p.dra.withClaimGPUs(gang.RequestOf(pi.CalculateResource()), pod, nil)
 			gpus := request.Scalars[gpu]
-			k, inGang := p.victimKey(pod)
+			k, inGang := p.source.victimKey(pod)
 			if !inGang && gpus == 0 && !loneHere {
 				continue
 			}
-			name, key := "pod "+pod.Namespace+"/"+pod.Name, gang.Key{}
+			name, key := "pod "+pod.Namespace+"/"+pod.Name, gang.LoneKey(pod)
 			if inGang {
 				name, key = "gang "+k.String(), k
 			}
 			if key == preemptor {
 				continue
 			}
-			podPrio := p.priorityOf(pod)
-			if podPrio >= prio || pod.DeletionTimestamp != nil || p.registry.IsVictim(pod.UID) {
+			podPrio := p.source.priorityOf(pod)
+			if podPrio >= prio || pod.DeletionTimestamp != nil || p.gangs.IsVictim(pod.UID) {
 				protected[name] = true // the whole unit, never a part of it
 				continue
 			}
@@ -365,7 +364,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 	for name, u := range byName {
 		// A gang with a plan in progress has members waiting at Permit;
 		// it is not a victim while it is being placed.
-		if !useful[name] || protected[name] || (u.key != gang.Key{} && p.registry.Plan(u.key) != nil) {
+		if !useful[name] || protected[name] || p.gangs.Plan(u.key) != nil {
 			continue
 		}
 		units = append(units, u)
@@ -416,8 +415,8 @@ func (p *Plugin) budgets(units []*victimUnit, candidates []gang.VictimUnit) []in
 // recordVictim tells a victim gang (or the lone pod) why it is evicted.
 func (p *Plugin) recordVictim(ctx context.Context, u *victimUnit, preemptor gang.Key) {
 	msg := fmt.Sprintf("preempted by higher-priority %s: %d pods, %d %s", preemptor.Subject(), u.Pods, u.GPUs, p.args.GPUResourceName)
-	if u.key != (gang.Key{}) {
-		if ref := p.ownerRef(u.key); ref != nil {
+	if u.key.Kind != gang.KindPod {
+		if ref := p.source.ownerRef(u.key); ref != nil {
 			p.handle.EventRecorder().Eventf(ref, nil, v1.EventTypeWarning, ReasonPreempted, "Preempting", "%s", msg)
 		}
 		return
@@ -439,7 +438,7 @@ func (p *Plugin) evict(ctx context.Context, victims []*v1.Pod, preemptor *v1.Pod
 	logger := klog.FromContext(ctx)
 	client := p.handle.ClientSet()
 	planActive := func() bool {
-		plan := p.registry.Plan(key)
+		plan := p.gangs.Plan(key)
 		return plan != nil && plan.ID == planID
 	}
 	for _, v := range victims {
@@ -457,7 +456,7 @@ func (p *Plugin) evict(ctx context.Context, victims []*v1.Pod, preemptor *v1.Pod
 			}
 			logger.Error(err, "Could not preempt victim; retrying", "victim", klog.KObj(v), "gang", key)
 			select {
-			case <-p.clock.After(backoff.Step()):
+			case <-p.timers.clock.After(backoff.Step()):
 			case <-ctx.Done():
 				return
 			}

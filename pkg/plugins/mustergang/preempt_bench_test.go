@@ -38,11 +38,11 @@ func BenchmarkVictimSearch(b *testing.B) {
 			}
 			f := newTestFramework(b, 2, nodes, append(pods, high...))
 			ctx := context.Background()
-			info, _, err := f.plugin.resolve(high[0])
+			info, _, err := f.plugin.source.resolve(high[0])
 			if err != nil {
 				b.Fatal(err)
 			}
-			c, err := gang.ConstraintsFromPod(high[0], f.plugin.levels)
+			c, err := gang.ConstraintsFromPod(high[0], f.plugin.nodes.levels)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -85,7 +85,7 @@ func BenchmarkLonePodVictimSearch(b *testing.B) {
 	f := newTestFramework(b, 1, nodes, append(pods, high))
 	ctx := context.Background()
 	info := &gangInfo{key: gang.LoneKey(high), quorum: 1, owner: high}
-	c, err := gang.ConstraintsFromPod(high, f.plugin.levels)
+	c, err := gang.ConstraintsFromPod(high, f.plugin.nodes.levels)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func (f *testFramework) preemptFor(t *testing.T, pod *v1.Pod) *gang.ActivePlan {
 	}
 	f.fw.RunPostFilterPlugins(context.Background(), state, pod, framework.NewDefaultNodeToStatus())
 	key, _ := gang.KeyOf(pod)
-	return f.plugin.registry.Plan(key)
+	return f.plugin.gangs.Plan(key)
 }
 
 func victimNames(plan *gang.ActivePlan, pods []*v1.Pod) sets.Set[string] {
@@ -160,8 +160,8 @@ func TestEvictionRetriesUntilEveryVictimIsGone(t *testing.T) {
 	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
 	plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{"j-0": "n1"}}, Reserved: sets.New[types.UID](),
 		Victims: sets.New[types.UID]("low-0", "low-1"), Deadline: f.clock.Now().Add(time.Minute)}
-	if !f.plugin.registry.SetPlan(key, plan, t0) {
-		t.Fatal("SetPlan")
+	if _, ok := f.plugin.gangs.Install(key, plan, "", "preempting", t0); !ok {
+		t.Fatal("Install")
 	}
 	done := make(chan struct{})
 	go func() {
@@ -225,22 +225,22 @@ func TestNodeChangeDropsAWaitingPlan(t *testing.T) {
 			}
 			f.plugin.onNodeChange(changed, tc.deleted)
 			if tc.want == "" {
-				if f.plugin.registry.Plan(key) == nil {
+				if f.plugin.gangs.Plan(key) == nil {
 					t.Fatal("a change that breaks nothing dropped the plan")
 				}
 				return
 			}
-			if f.plugin.registry.Plan(key) != nil {
+			if f.plugin.gangs.Plan(key) != nil {
 				t.Fatal("the plan survived")
 			}
 			if st := f.fw.WaitOnPermit(context.Background(), a); st.IsSuccess() || !contains(st.Message(), tc.want) {
 				t.Errorf("waiting member ended with %v, want a rejection saying the node %s", st, tc.want)
 			}
-			avoided := f.plugin.registry.Avoided(key, f.clock.Now())
+			avoided := f.plugin.gangs.Avoided(key, f.clock.Now())
 			if !avoided[a.UID][slot] || !avoided[b.UID][slot] {
 				t.Errorf("avoided %v, want both members off %s", avoided, slot)
 			}
-			if until, _ := f.plugin.registry.Backoff(key); until.After(f.clock.Now()) {
+			if until, _ := f.plugin.gangs.Backoff(key); until.After(f.clock.Now()) {
 				t.Errorf("the gang backs off until %v; a node change is not its fault", until)
 			}
 		})
@@ -258,14 +258,14 @@ func TestReclaimRefusalIsNotAWaitForVictims(t *testing.T) {
 	if !status.IsSuccess() {
 		t.Fatalf("PreFilter: %v", status)
 	}
-	slot := f.plugin.registry.Plan(key).Slots[a.UID]
+	slot := f.plugin.gangs.Plan(key).Slots[a.UID]
 	statuses := framework.NewDefaultNodeToStatus()
 	statuses.Set(slot, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node is being reclaimed").WithPlugin(Name))
 	f.fw.RunPostFilterPlugins(context.Background(), state, a, statuses)
-	if f.plugin.registry.Plan(key) != nil {
+	if f.plugin.gangs.Plan(key) != nil {
 		t.Fatal("the plan stayed on a reclaiming node")
 	}
-	if !f.plugin.registry.Avoided(key, f.clock.Now())[a.UID][slot] {
+	if !f.plugin.gangs.Avoided(key, f.clock.Now())[a.UID][slot] {
 		t.Error("the refused pair is not avoided")
 	}
 }
@@ -293,7 +293,7 @@ func TestLonePodPreemptsBesideItsNode(t *testing.T) {
 	// A pod alone passes PreFilter; every node's Filter refuses it.
 	state, _ := f.preFilter(t, high)
 	f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
-	plan := f.plugin.registry.Plan(gang.LoneKey(high))
+	plan := f.plugin.gangs.Plan(gang.LoneKey(high))
 	if plan == nil {
 		t.Fatal("no preemption")
 	}

@@ -26,14 +26,14 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if _, err := cs.Read(dryRunKey); err == nil {
 		return nil, fwk.NewStatus(fwk.Skip) // a planning dry run asks the other plugins only
 	}
-	constraints, err := gang.ConstraintsFromPod(pod, p.levels)
-	info, inGang, resolveErr := p.resolve(pod)
+	constraints, err := gang.ConstraintsFromPod(pod, p.nodes.levels)
+	info, inGang, resolveErr := p.source.resolve(pod)
 	if err == nil {
 		err = resolveErr
 	}
 	if err != nil {
 		if info != nil {
-			p.notice(ctx, info, gang.OutcomeInvalid, err.Error())
+			p.carryOut(ctx, p.gangs.Invalid(info.key, gang.OutcomeInvalid, err.Error(), p.now()), info.owner)
 		} else {
 			p.podEvent(pod, gang.OutcomeInvalid, err.Error())
 		}
@@ -41,9 +41,9 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 	if !inGang {
 		// A pod scheduled alone has a plan only when it preempted.
-		plan := p.registry.Plan(gang.LoneKey(pod))
+		plan := p.gangs.Plan(gang.LoneKey(pod))
 		if plan == nil {
-			st := &cycleState{policy: constraints.Policy, held: p.registry.Held(gang.Key{})}
+			st := &cycleState{policy: constraints.Policy, held: p.gangs.Held()}
 			if len(st.held) > 0 {
 				// Filter reads the request only on nodes with held capacity;
 				// summing it costs the framework's PodRequests twice.
@@ -60,16 +60,15 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 	key := info.key
 	if info.noGang != "" {
-		p.notice(ctx, info, gang.OutcomeNotPossible, info.noGang)
+		p.carryOut(ctx, p.gangs.Invalid(key, gang.OutcomeNotPossible, info.noGang, p.now()), info.owner)
 		p.podEvent(pod, gang.OutcomeNotPossible, info.noGang)
 	}
-	p.registry.FirstSeen(key, pod.CreationTimestamp.Time)
-	if until, why := p.registry.Backoff(key); p.now().Before(until) {
+	admission := p.gangs.Admit(key, pod.CreationTimestamp.Time)
+	if until := admission.BackoffUntil; p.now().Before(until) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("gang %s backs off until %s after: %s", key, until.Format(time.RFC3339), why))
+			fmt.Sprintf("gang %s backs off until %s after: %s", key, until.Format(time.RFC3339), admission.Why))
 	}
-
-	plan := p.registry.Plan(key)
+	plan := admission.Plan
 	if plan == nil {
 		var status *fwk.Status
 		if plan, status = p.planGang(ctx, pod, info, constraints, nodes); status != nil {
@@ -165,17 +164,17 @@ type gangRequest struct {
 // place, around the members already bound.
 func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints) (*gangRequest, *fwk.Status) {
 	key := info.key
-	set := p.members(key)
+	set := p.source.members(key)
 	if set.total < info.quorum {
 		msg := shortMessage(key, set.total, info.quorum)
-		p.notice(ctx, info, gang.OutcomeWaitingForMembers, msg)
+		p.carryOut(ctx, p.gangs.Waiting(key, msg, p.now()), info.owner)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	needed := info.quorum - set.bound()
 	if needed > len(set.pending) {
 		msg := fmt.Sprintf("gang %s needs %d more members but only %d can be scheduled; %d are held by scheduling gates",
 			key, needed, len(set.pending), set.total-set.bound()-len(set.pending))
-		p.notice(ctx, info, gang.OutcomeWaitingForMembers, msg)
+		p.carryOut(ctx, p.gangs.Waiting(key, msg, p.now()), info.owner)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	candidates := set.pending
@@ -184,18 +183,18 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		// place this pod, still around the members that run.
 		candidates, needed = []*v1.Pod{pod}, 1
 	}
-	if msg := disagreement(key, pod, c, candidates, p.levels); msg != "" {
-		p.notice(ctx, info, gang.OutcomeInvalid, msg)
+	if msg := disagreement(key, pod, c, candidates, p.nodes.levels); msg != "" {
+		p.carryOut(ctx, p.gangs.Invalid(key, gang.OutcomeInvalid, msg, p.now()), info.owner)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	// The owner's own topology requirement narrows the members' wishes.
-	c.Required = gang.NarrowerLevel(p.levels, c.Required, info.required)
+	c.Required = gang.NarrowerLevel(p.nodes.levels, c.Required, info.required)
 	gr := &gangRequest{info: info, set: set, alone: len(candidates) == 1, req: gang.Request{
 		Gang:       key.String(),
 		Needed:     needed,
 		GPU:        v1.ResourceName(p.args.GPUResourceName),
-		Levels:     p.levels,
-		Topology:   p.topology,
+		Levels:     p.nodes.levels,
+		Topology:   p.nodes.topology,
 		Required:   c.Required,
 		Preferred:  c.Preferred,
 		Policy:     c.Policy,
@@ -207,7 +206,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		pi, err := framework.NewPodInfo(m)
 		if err != nil {
 			msg := fmt.Sprintf("gang %s: member %s: %v", key, m.Name, err)
-			p.notice(ctx, info, gang.OutcomeInvalid, msg)
+			p.carryOut(ctx, p.gangs.Invalid(key, gang.OutcomeInvalid, msg, p.now()), info.owner)
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 		}
 		gr.candidates = append(gr.candidates, pi)
@@ -248,7 +247,7 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 	}
 	req := gr.req
 	req.Check = check
-	adjust := p.registry.Held(gr.info.key)
+	adjust := p.gangs.HeldForOthers(gr.info.key)
 	if len(victims) > 0 {
 		adjust = maps.Clone(adjust)
 		if adjust == nil {
@@ -261,7 +260,7 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 			adjust[v.Spec.NodeName] = a
 		}
 	}
-	plan, err := gang.Compute(req, p.subtractHeld(views, adjust))
+	plan, err := gang.Compute(req, p.nodes.subtractHeld(views, adjust))
 	return plan, check, err
 }
 
@@ -279,10 +278,10 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	views, generation := p.nodeViews(nodes, dra)
-	epoch := gang.Epoch{Snapshot: generation, Releases: p.registry.Releases()}
+	views, generation := p.nodes.views(nodes, dra)
+	epoch := gang.Epoch{Snapshot: generation, Releases: p.gangs.Releases()}
 	if !gr.alone {
-		if msg, ok := p.registry.Unplaceable(info.key, epoch, len(gr.candidates), gr.req.Needed, p.now()); ok {
+		if msg, ok := p.gangs.FailedPlan(info.key, epoch, len(gr.candidates), gr.req.Needed, p.now()); ok {
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 		}
 	}
@@ -291,7 +290,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 	released := p.rejectWaiting(info.key, nil, fmt.Sprintf("gang %s is being planned again", info.key))
 
 	if p.dra.enabled() && len(p.dra.attributes) > 0 {
-		p.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion())
+		p.nodes.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion())
 	}
 	start := p.now()
 	plan, check, err := p.computePlan(ctx, gr, views, nil, nil)
@@ -307,29 +306,32 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		// Reused only when the planner's own screening decided: what the
 		// filters see (volumes, claims, pod labels) changes without the
 		// snapshot's generation, and members released here change it next.
+		var reuse *gang.FailedAttempt
 		if !gr.alone && len(check.rejected) == 0 && released == 0 {
-			p.registry.SetUnplaceable(info.key, epoch, len(gr.candidates), gr.req.Needed, msg, p.now(), reuseFailedPlan)
+			reuse = &gang.FailedAttempt{Epoch: epoch, Pending: len(gr.candidates), Needed: gr.req.Needed, Valid: reuseFailedPlan}
 		}
-		if p.notice(ctx, info, gang.OutcomeUnschedulable, msg) {
+		effects := p.gangs.Unplaceable(info.key, msg, p.now(), reuse)
+		if effects.Notice != nil {
 			// Counted on the views the plan saw: other gangs' holdings
 			// taken out, as computePlan did.
-			held := p.subtractHeld(views, p.registry.Held(info.key))
+			held := p.nodes.subtractHeld(views, p.gangs.HeldForOthers(info.key))
 			var closest string
 			if u := (*gang.Unplaceable)(nil); errors.As(err, &u) {
 				closest = u.Closest
 			}
 			p.failedPlans.record(info.key, &gang.FailedPlan{Time: p.now(), Nodes: gang.TallyNodes(gr.req, held, check.refuser(), closest), Message: msg})
 		}
+		p.carryOut(ctx, effects, info.owner)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	klog.FromContext(ctx).V(4).Info("Plan checked with the framework's filters", "gang", info.key, "filterChecks", check.checks)
-	return p.installPlan(ctx, pod, gr, plan, nil)
+	return p.installPlan(ctx, pod, gr, plan, nil, "")
 }
 
 // installPlan makes plan the gang's active plan, holding its slots in the
 // ledger, and wakes the planned siblings (unless victims must go first).
-func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, plan *gang.Plan, victims []*v1.Pod) (*gang.ActivePlan, *fwk.Status) {
-	logger := klog.FromContext(ctx)
+// preempting announces a plan with victims.
+func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, plan *gang.Plan, victims []*v1.Pod, preempting string) (*gang.ActivePlan, *fwk.Status) {
 	info, key := gr.info, gr.info.key
 	now := p.now()
 	active := &gang.ActivePlan{
@@ -337,6 +339,7 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 		Requests: map[types.UID]gang.Resources{},
 		Reserved: sets.New[types.UID](),
 		Victims:  sets.New[types.UID](),
+		Profile:  p.handle.ProfileName(),
 		Created:  now,
 		Deadline: now.Add(info.timeout),
 		Quorum:   info.quorum,
@@ -351,22 +354,21 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 		active.Victims.Insert(v.UID)
 	}
 	active.Evicted = active.Victims.Clone()
-	active.Profile = p.handle.ProfileName()
-	if !p.registry.SetPlan(key, active, pod.CreationTimestamp.Time) {
+	msg := preempting
+	if len(victims) == 0 {
+		msg = fmt.Sprintf("gang %s: %d members planned on %d nodes in %s %s (%d preemptible)",
+			key, len(plan.Slots), plan.Nodes, plan.Level, plan.Domain, plan.PreemptibleNodes)
+		if gr.set.bound() > 0 {
+			msg += fmt.Sprintf(", joining %d running members", gr.set.bound())
+		}
+	}
+	effects, ok := p.gangs.Install(key, active, pod.UID, msg, pod.CreationTimestamp.Time)
+	if !ok {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s was planned concurrently; retrying", key))
 	}
-	p.watchDeadline(key, active.ID, info.timeout)
-	logger.V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
+	klog.FromContext(ctx).V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
 		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "victims", len(victims))
-	msg := fmt.Sprintf("gang %s: %d members planned on %d nodes in %s %s (%d preemptible)",
-		key, len(plan.Slots), plan.Nodes, plan.Level, plan.Domain, plan.PreemptibleNodes)
-	if gr.set.bound() > 0 {
-		msg += fmt.Sprintf(", joining %d running members", gr.set.bound())
-	}
-	if len(victims) == 0 {
-		p.notice(ctx, info, gang.OutcomePlanned, msg)
-		p.wake(logger, key, wakePlanMade, p.unreservedSiblings(key, active, pod.UID))
-	}
+	p.carryOut(ctx, effects, nil)
 	return active, nil
 }
 
@@ -377,102 +379,6 @@ func templateKey(pod *v1.Pod) string {
 		return string(pod.UID) // cannot happen for API objects; never share then
 	}
 	return string(data)
-}
-
-// nodeViews is what the planner knows of the nodes: free resources,
-// preemptible, reclaiming; views[i] is nodes[i]'s. It also returns the
-// snapshot's generation: the highest of its NodeInfos (every change to a
-// node or its pods raises it). Computing a view for every node in every plan
-// cost more than the plan itself on large clusters (commit 4d7ad62; views and
-// plan together are BenchmarkPlanGang in BENCHMARKS.md, "Planning one gang"),
-// so each node's view is kept until its NodeInfo changes, and a pass over an
-// unchanged snapshot reads only the NodeInfos' generations: the returned
-// slice is the one the last call returned, with only the changed nodes' views
-// rewritten. The planner never writes a NodeView's Free (views share it).
-//
-// The nodes' free DRA GPUs (dra, nil when none) are part of each view; a
-// change of them rewrites the node's view, and of the generation returned.
-func (p *Plugin) nodeViews(nodes []fwk.NodeInfo, dra *draState) ([]gang.NodeView, int64) {
-	p.viewsMu.Lock()
-	defer p.viewsMu.Unlock()
-	if len(p.views) > 2*len(nodes)+1024 {
-		p.views = make(map[string]cachedView, len(nodes)) // forget nodes that left
-	}
-	// The snapshot updates its NodeInfos in place and keeps their order, so
-	// most nodes are found at the same position as in the last call.
-	last := p.lastViews
-	if len(last) != len(nodes) || len(p.viewBuf) != len(nodes) {
-		last = nil
-		p.lastViews = make([]cachedView, len(nodes))
-		p.viewBuf = make([]gang.NodeView, len(nodes))
-		p.heldBuf, p.heldTaken = make([]gang.NodeView, len(nodes)), nil
-	}
-	views := p.viewBuf
-	var generation int64
-	gpu := v1.ResourceName(p.args.GPUResourceName)
-	for i, ni := range nodes {
-		gen := ni.GetGeneration()
-		generation = max(generation, gen)
-		var draFree int64
-		if ni.Node() != nil {
-			draFree = dra.freeOn(ni.Node().Name)
-		}
-		if last != nil && last[i].info == ni && last[i].generation == gen && last[i].draFree == draFree {
-			continue // views[i] still holds its view
-		}
-		node := ni.Node()
-		if node == nil {
-			// Not in a scheduler's snapshot; keep views[i] nodes[i]'s.
-			views[i] = gang.NodeView{Node: &v1.Node{}, Reclaiming: true}
-			p.heldBuf[i] = views[i]
-			p.lastViews[i] = cachedView{pos: -1}
-			continue
-		}
-		c, ok := p.views[node.Name]
-		if !ok || c.generation != gen || c.view.Node != node || c.draFree != draFree {
-			free := gang.FreeOnNode(ni)
-			nodeGPUs(&free, ni, gpu, draFree)
-			c = cachedView{generation: gen, draFree: draFree, view: gang.NewNodeView(node, free, gpu,
-				p.preemptible(node), p.reclaiming(node))}
-		}
-		c.info, c.pos = ni, i
-		p.views[node.Name] = c
-		p.lastViews[i] = c
-		views[i], p.heldBuf[i] = c.view, c.view
-	}
-	if dra != nil {
-		generation ^= dra.version << 1
-	}
-	return views, generation
-}
-
-// subtractHeld returns views (nodeViews' answer) with held taken out of the
-// nodes' free resources (a negative holding adds), in a copy: the views are
-// kept between plans. The copy is kept too, equal to views but at the
-// positions the last call took from, which are restored first; so a call
-// costs as many nodes as are held, not the whole cluster. It finds a held
-// node by its position in the last nodes list instead of reading the name
-// of every node.
-func (p *Plugin) subtractHeld(views []gang.NodeView, held map[string]gang.Resources) []gang.NodeView {
-	if len(held) == 0 {
-		return views
-	}
-	p.viewsMu.Lock()
-	defer p.viewsMu.Unlock()
-	out := p.heldBuf
-	for _, pos := range p.heldTaken {
-		out[pos] = views[pos]
-	}
-	p.heldTaken = p.heldTaken[:0]
-	for name, h := range held {
-		c, ok := p.views[name]
-		if !ok || c.pos < 0 || c.pos >= len(out) || out[c.pos].Node.Name != name {
-			continue // not in this snapshot: nothing to take from
-		}
-		out[c.pos].Take(h)
-		p.heldTaken = append(p.heldTaken, c.pos)
-	}
-	return out
 }
 
 // PreFilterExtensions is not needed: muster adds no per-pod state that

@@ -29,7 +29,7 @@ func TestPlanUsesFrameworkFiltersAroundRunningSibling(t *testing.T) {
 		t.Fatalf("PreFilter: %v", status)
 	}
 	key, _ := gang.KeyOf(replacement)
-	plan := f.plugin.registry.Plan(key)
+	plan := f.plugin.gangs.Plan(key)
 	if plan == nil || plan.Slots[replacement.UID] != "n2" {
 		t.Fatalf("plan %+v, want the replacement on n2", plan)
 	}
@@ -50,7 +50,7 @@ func TestPlanUsesFrameworkFiltersAroundRunningSibling(t *testing.T) {
 	if _, st := f.fw.RunPermitPlugins(context.Background(), state, replacement, "n2"); !st.IsSuccess() {
 		t.Fatalf("Permit: %v", st)
 	}
-	if f.plugin.registry.Plan(key) != nil {
+	if f.plugin.gangs.Plan(key) != nil {
 		t.Error("the completed plan still holds capacity")
 	}
 }
@@ -71,7 +71,7 @@ func TestNoPlanWhenFiltersRejectEveryNode(t *testing.T) {
 		}
 	}
 	key, _ := gang.KeyOf(pods[2])
-	if f.plugin.registry.Plan(key) != nil || len(f.plugin.registry.Held(gang.Key{})) != 0 {
+	if f.plugin.gangs.Plan(key) != nil || len(f.plugin.gangs.Held()) != 0 {
 		t.Error("a gang without a plan holds capacity")
 	}
 }
@@ -104,25 +104,25 @@ func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
 		return out
 	}
 
-	views, generation := f.plugin.nodeViews(nodes, nil)
+	views, generation := f.plugin.nodes.views(nodes, nil)
 	assert.Equal(t, []int64{8, 8}, gpus(views))
 	assert.Equal(t, max(n1.GetGeneration(), n2.GetGeneration()), generation)
 
 	held := map[string]gang.Resources{"n2": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 3}}}
-	assert.Equal(t, []int64{8, 5}, gpus(f.plugin.subtractHeld(views, held)), "held capacity subtracted from its node")
-	views, _ = f.plugin.nodeViews(nodes, nil)
+	assert.Equal(t, []int64{8, 5}, gpus(f.plugin.nodes.subtractHeld(views, held)), "held capacity subtracted from its node")
+	views, _ = f.plugin.nodes.views(nodes, nil)
 	assert.Equal(t, []int64{8, 8}, gpus(views), "the kept views were not changed by the subtraction")
 	other := map[string]gang.Resources{"n1": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 2}}}
-	assert.Equal(t, []int64{6, 8}, gpus(f.plugin.subtractHeld(views, other)), "the last subtraction is undone before the next")
+	assert.Equal(t, []int64{6, 8}, gpus(f.plugin.nodes.subtractHeld(views, other)), "the last subtraction is undone before the next")
 
 	n2.AddPod(worker("other", 0, 2, "n2"))
-	views, generation = f.plugin.nodeViews(nodes, nil)
+	views, generation = f.plugin.nodes.views(nodes, nil)
 	assert.Equal(t, []int64{8, 6}, gpus(views), "a pod added to the node is seen")
 	assert.Equal(t, n2.GetGeneration(), generation, "the changed node raises the generation")
 
 	// The list reordered (a node left and came back): positions follow.
-	views, _ = f.plugin.nodeViews([]fwk.NodeInfo{n2, n1}, nil)
-	assert.Equal(t, []int64{3, 8}, gpus(f.plugin.subtractHeld(views, held)), "held found at the node's new position")
+	views, _ = f.plugin.nodes.views([]fwk.NodeInfo{n2, n1}, nil)
+	assert.Equal(t, []int64{3, 8}, gpus(f.plugin.nodes.subtractHeld(views, held)), "held found at the node's new position")
 }
 
 // TestMembersThatDisagreeArePlannedNever: members of one gang asking for
@@ -137,9 +137,9 @@ func TestMembersThatDisagreeArePlannedNever(t *testing.T) {
 		_, status := f.preFilter(t, first)
 		assert.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "member %s", first.Name)
 		assert.Contains(t, status.Message(), "ask for different placement")
-		assert.Nil(t, f.plugin.registry.Plan(key))
-		assert.Empty(t, f.plugin.registry.Held(gang.Key{}))
-		outcome, _ := f.plugin.registry.LastNotice(key)
+		assert.Nil(t, f.plugin.gangs.Plan(key))
+		assert.Empty(t, f.plugin.gangs.Held())
+		outcome, _ := f.plugin.gangs.LastNotice(key)
 		assert.Equal(t, gang.OutcomeInvalid, outcome)
 	}
 }
@@ -157,9 +157,9 @@ func TestMemberWithUnparsableAffinityMakesTheGangInvalid(t *testing.T) {
 	_, status := f.preFilter(t, a)
 	assert.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code())
 	assert.Contains(t, status.Message(), "member j-1")
-	assert.Nil(t, f.plugin.registry.Plan(key))
-	assert.Empty(t, f.plugin.registry.Held(gang.Key{}))
-	outcome, _ := f.plugin.registry.LastNotice(key)
+	assert.Nil(t, f.plugin.gangs.Plan(key))
+	assert.Empty(t, f.plugin.gangs.Held())
+	outcome, _ := f.plugin.gangs.LastNotice(key)
 	assert.Equal(t, gang.OutcomeInvalid, outcome)
 }
 

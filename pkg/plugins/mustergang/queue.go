@@ -52,7 +52,7 @@ func queuedPod(e fwk.QueuedEntityInfo) *v1.Pod {
 
 func (p *Plugin) queueKey(pod *v1.Pod) (time.Time, string) {
 	if key, ok := gang.KeyOf(pod); ok {
-		return p.registry.FirstSeen(key, pod.CreationTimestamp.Time), key.String()
+		return p.gangs.FirstSeen(key, pod.CreationTimestamp.Time), key.String()
 	}
 	return pod.CreationTimestamp.Time, pod.Namespace + "/" + pod.Name
 }
@@ -82,7 +82,7 @@ func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint},
 			QueueingHintFn: nodeMayAddRoom},
 	}
-	if p.workloadGroups {
+	if workloadGroups() {
 		// A Kubernetes PodGroup created after its pods, or its minCount
 		// changed (mutable in 1.37), can complete its gang's quorum.
 		events = append(events, fwk.ClusterEventWithHint{
@@ -166,12 +166,12 @@ func (p *Plugin) sameGangDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ inte
 // for PreEnqueue), so the wait is explained by an Event on the Job or
 // PodGroup and by the PodGroup status.
 func (p *Plugin) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
-	info, ok, err := p.resolve(pod)
+	info, ok, err := p.source.resolve(pod)
 	if !ok || err != nil {
 		return nil // scheduled alone, or explained with a condition by PreFilter
 	}
-	p.registry.FirstSeen(info.key, pod.CreationTimestamp.Time)
-	total := p.members(info.key).total
+	p.gangs.FirstSeen(info.key, pod.CreationTimestamp.Time)
+	total := p.source.members(info.key).total
 	if total >= info.quorum {
 		return nil
 	}
@@ -195,21 +195,12 @@ func shortMessage(key gang.Key, total, quorum int) string {
 // it. One check per gang is pending at a time; a member held after a check
 // fired arms the next.
 func (p *Plugin) explainShortLater(info *gangInfo) {
-	p.shortMu.Lock()
-	defer p.shortMu.Unlock()
-	if p.short[info.key] {
-		return
-	}
 	key, quorum, owner, due := info.key, info.quorum, info.owner, p.now().Add(membersGrace)
-	if p.after(membersGrace, func() {
-		p.shortMu.Lock()
-		delete(p.short, key)
-		p.shortMu.Unlock()
-		if total := p.members(key).total; total < quorum {
-			p.noticeAt(p.handlerCtx(), &gangInfo{key: key, quorum: quorum, owner: owner}, gang.OutcomeWaitingForMembers,
-				shortMessage(key, total, quorum), due)
+	p.timers.once(membersCheck(key), membersGrace, func() {
+		if total := p.source.members(key).total; total < quorum {
+			// At the time the check was due: a timer's callback must not
+			// read a fake clock that is running it.
+			p.carryOut(p.handlerCtx(), p.gangs.Waiting(key, shortMessage(key, total, quorum), due), owner)
 		}
-	}) != nil {
-		p.short[info.key] = true
-	}
+	})
 }

@@ -22,9 +22,9 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if s.slot != "" || len(nodes) == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	first := s.policy.Dislikes(p.preemptible(nodes[0].Node()))
+	first := s.policy.Dislikes(p.nodes.preemptible(nodes[0].Node()))
 	for _, ni := range nodes[1:] {
-		if s.policy.Dislikes(p.preemptible(ni.Node())) != first {
+		if s.policy.Dislikes(p.nodes.preemptible(ni.Node())) != first {
 			return nil
 		}
 	}
@@ -43,7 +43,7 @@ func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni f
 	if s.slot != "" {
 		return fwk.MaxNodeScore, nil
 	}
-	if s.policy.Dislikes(p.preemptible(ni.Node())) {
+	if s.policy.Dislikes(p.nodes.preemptible(ni.Node())) {
 		return fwk.MinNodeScore, nil
 	}
 	return fwk.MaxNodeScore, nil

@@ -26,11 +26,11 @@ const signPolicyKey = "muster.dev/preemptible-policy"
 // plan too; its Filter refuses a hinted node that is not its slot, so a
 // stale signature costs one Filter call, never a wrong placement.)
 func (p *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	constraints, err := gang.ConstraintsFromPod(pod, p.levels)
+	constraints, err := gang.ConstraintsFromPod(pod, p.nodes.levels)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
-	if _, inGang, err := p.resolve(pod); err != nil || inGang {
+	if _, inGang, err := p.source.resolve(pod); err != nil || inGang {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "a gang member is placed by its gang's plan")
 	}
 	return []fwk.SignFragment{{Key: signPolicyKey, Value: string(constraints.Policy)}}, nil

@@ -27,5 +27,5 @@ func TestPostFilterReportsUnreadableState(t *testing.T) {
 	_, st := f.plugin.PostFilter(context.Background(), state, b, statuses)
 	assert.Contains(t, st.Message(), "PreFilter state is unreadable")
 	key, _ := gang.KeyOf(a)
-	assert.Nil(t, f.plugin.registry.Plan(key), "the broken plan was kept")
+	assert.Nil(t, f.plugin.gangs.Plan(key), "the broken plan was kept")
 }

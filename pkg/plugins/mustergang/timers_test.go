@@ -28,14 +28,14 @@ func TestPlanDeadlineTimerEndsWithThePlan(t *testing.T) {
 			state, status := f.preFilter(t, b)
 			require.True(t, status.IsSuccess(), "PreFilter: %v", status)
 			key, _ := gang.KeyOf(b)
-			slot := f.plugin.registry.Plan(key).Slots[b.UID]
+			slot := f.plugin.gangs.Plan(key).Slots[b.UID]
 			require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, b, slot).IsSuccess())
 			_, st := f.fw.RunPermitPlugins(context.Background(), state, b, slot)
 			require.True(t, st.IsSuccess(), "the last member's Permit releases the gang: %v", st)
 		}},
 		{"dropped", func(t *testing.T, f *testFramework, b *v1.Pod) {
 			key, _ := gang.KeyOf(b)
-			f.plugin.failPlan(context.Background(), key, 0, dropRejected, "test")
+			f.plugin.drop(context.Background(), key, 0, gang.DropRejected, "test")
 			// The gang's first backoff is the one timer left; it is much
 			// shorter than the plan's deadline.
 			f.clock.Step(time.Duration(f.plugin.args.GangBackoffSeconds) * time.Second)
@@ -48,9 +48,9 @@ func TestPlanDeadlineTimerEndsWithThePlan(t *testing.T) {
 			require.True(t, f.clock.HasWaiters(), "the plan's deadline is pending while a member waits")
 			tc.end(t, f, b)
 			assert.False(t, f.clock.HasWaiters(), "a timer is still pending on the plugin's clock")
-			f.plugin.deadlinesMu.Lock()
-			defer f.plugin.deadlinesMu.Unlock()
-			assert.Empty(t, f.plugin.deadlines)
+			f.plugin.timers.mu.Lock()
+			defer f.plugin.timers.mu.Unlock()
+			assert.Empty(t, f.plugin.timers.named)
 		})
 	}
 }
@@ -67,15 +67,15 @@ func TestShortGangExplainedAfterTheGrace(t *testing.T) {
 		st := f.plugin.PreEnqueue(context.Background(), a)
 		require.Equal(t, fwk.UnschedulableAndUnresolvable, st.Code(), "PreEnqueue: %v", st)
 		assert.Contains(t, st.Message(), "has 2 of 3 members")
-		outcome, _ := f.plugin.registry.LastNotice(key)
+		outcome, _ := f.plugin.gangs.LastNotice(key)
 		assert.Empty(t, outcome, "explained before the grace ended")
 
 		f.plugin.PreEnqueue(context.Background(), b) // a second held member arms no second check
 		f.clock.Step(membersGrace - time.Millisecond)
-		outcome, _ = f.plugin.registry.LastNotice(key)
+		outcome, _ = f.plugin.gangs.LastNotice(key)
 		assert.Empty(t, outcome, "explained before the grace ended")
 		f.clock.Step(time.Millisecond) // the fake clock runs the check within Step
-		outcome, msg := f.plugin.registry.LastNotice(key)
+		outcome, msg := f.plugin.gangs.LastNotice(key)
 		assert.Equal(t, gang.OutcomeWaitingForMembers, outcome, "not explained after the grace")
 		assert.Contains(t, msg, "has 2 of 3 members")
 		assert.False(t, f.clock.HasWaiters(), "a second check is pending")
@@ -85,10 +85,10 @@ func TestShortGangExplainedAfterTheGrace(t *testing.T) {
 		c := worker("g", 2, 1, "")
 		f := newQuietFramework(t, 3, []*v1.Node{gpuNode("n1", 8)}, nil, []*v1.Pod{a, b})
 		require.Equal(t, fwk.UnschedulableAndUnresolvable, f.plugin.PreEnqueue(context.Background(), a).Code())
-		require.NoError(t, f.plugin.pods.Add(c)) // the third member arrives
+		require.NoError(t, f.plugin.source.pods.Add(c)) // the third member arrives
 		f.clock.Step(membersGrace)
 		assert.False(t, f.clock.HasWaiters(), "the check is still pending")
-		outcome, _ := f.plugin.registry.LastNotice(key)
+		outcome, _ := f.plugin.gangs.LastNotice(key)
 		assert.Empty(t, outcome, "a gang that was complete when the grace ended was explained")
 	})
 }

@@ -26,10 +26,10 @@ import (
 // the wake was counted under that reason and no other.
 
 // wakeCounts reads muster_gang_wakes_total for every reason.
-func wakeCounts(t *testing.T) map[wakeReason]float64 {
+func wakeCounts(t *testing.T) map[gang.WakeReason]float64 {
 	t.Helper()
-	out := map[wakeReason]float64{}
-	for r := wakeReason(0); r < numWakeReasons; r++ {
+	out := map[gang.WakeReason]float64{}
+	for _, r := range gang.WakeReasons() {
 		v, err := testutil.GetCounterMetricValue(wakes.WithLabelValues(r.String()))
 		require.NoError(t, err)
 		out[r] = v
@@ -39,9 +39,9 @@ func wakeCounts(t *testing.T) map[wakeReason]float64 {
 
 // wakesSince is how many wakes of each reason were counted since before
 // (reasons without one are left out).
-func wakesSince(t *testing.T, before map[wakeReason]float64) map[wakeReason]float64 {
+func wakesSince(t *testing.T, before map[gang.WakeReason]float64) map[gang.WakeReason]float64 {
 	t.Helper()
-	out := map[wakeReason]float64{}
+	out := map[gang.WakeReason]float64{}
 	for r, v := range wakeCounts(t) {
 		if d := v - before[r]; d != 0 {
 			out[r] = d
@@ -61,8 +61,8 @@ func (f *testFramework) takeActivated() []string {
 }
 
 func TestWakeReasonsHaveDistinctNames(t *testing.T) {
-	seen := map[string]wakeReason{}
-	for r := wakeReason(0); r < numWakeReasons; r++ {
+	seen := map[string]gang.WakeReason{}
+	for _, r := range gang.WakeReasons() {
 		name := r.String()
 		require.NotEmpty(t, name, "reason %d has no name", int(r))
 		require.NotEqual(t, "unknown", name, "reason %d", int(r))
@@ -71,7 +71,7 @@ func TestWakeReasonsHaveDistinctNames(t *testing.T) {
 		}
 		seen[name] = r
 	}
-	assert.Equal(t, "unknown", numWakeReasons.String())
+	assert.Equal(t, "unknown", gang.WakeReason(len(gang.WakeReasons())).String())
 }
 
 // newQuietFramework is newTestFramework over nodes and bound pods, with Job
@@ -90,7 +90,7 @@ func newQuietFramework(t *testing.T, workers int32, nodes []*v1.Node, bound, pen
 	jobs := f.plugin.handle.SharedInformerFactory().Batch().V1().Jobs().Informer().GetIndexer()
 	require.NoError(t, jobs.Add(job))
 	for _, p := range pending {
-		require.NoError(t, f.plugin.pods.Add(p))
+		require.NoError(t, f.plugin.source.pods.Add(p))
 	}
 	return f
 }
@@ -105,15 +105,15 @@ func TestWakeWhenPlannedAndWhenAMemberWaits(t *testing.T) {
 	state, status := f.preFilter(t, a)
 	require.True(t, status.IsSuccess(), "PreFilter: %v", status)
 	assert.Equal(t, []string{"ns/g-1"}, f.takeActivated(), "a plan wakes the other planned member")
-	assert.Equal(t, map[wakeReason]float64{wakePlanMade: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakePlanMade: 1}, wakesSince(t, before))
 
 	key, _ := gang.KeyOf(a)
-	slot := f.plugin.registry.Plan(key).Slots[a.UID]
+	slot := f.plugin.gangs.Plan(key).Slots[a.UID]
 	require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, a, slot).IsSuccess())
 	_, st := f.fw.RunPermitPlugins(context.Background(), state, a, slot)
 	require.Equal(t, fwk.Wait, st.Code(), "Permit: %v", st)
 	assert.Equal(t, []string{"ns/g-1"}, f.takeActivated(), "a member waiting at Permit hurries the unreserved one")
-	assert.Equal(t, map[wakeReason]float64{wakePlanMade: 1, wakeMemberWaiting: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakePlanMade: 1, gang.WakeMemberWaiting: 1}, wakesSince(t, before))
 }
 
 // A dropped plan wakes the gangs that found no room at once, and its own
@@ -123,7 +123,7 @@ func TestWakeWhenAPlanIsDropped(t *testing.T) {
 	waiting := worker("o", 0, 8, "") // another Job's gang, last told there is no room
 	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil, []*v1.Pod{a, b, waiting})
 	other, _ := gang.KeyOf(waiting)
-	f.plugin.registry.Notice(other, gang.OutcomeUnschedulable, "no room", t0)
+	f.plugin.gangs.Unplaceable(other, "no room", t0, nil)
 	state, plan := f.planAndWait(t, a)
 	f.takeActivated()
 	before := wakeCounts(t)
@@ -131,7 +131,7 @@ func TestWakeWhenAPlanIsDropped(t *testing.T) {
 	// Another plugin's Reserve fails after muster's: the plan is dropped.
 	f.fw.RunReservePluginsUnreserve(context.Background(), state, a, plan.Slots[a.UID])
 	assert.Equal(t, []string{"ns/o-0"}, f.takeActivated(), "the gang waiting for capacity is woken at once")
-	assert.Equal(t, map[wakeReason]float64{wakeCapacityFreed: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeCapacityFreed: 1}, wakesSince(t, before))
 
 	backoff := time.Duration(f.plugin.args.GangBackoffSeconds) * time.Second
 	require.Positive(t, backoff)
@@ -139,7 +139,7 @@ func TestWakeWhenAPlanIsDropped(t *testing.T) {
 	assert.Empty(t, f.takeActivated(), "the gang is woken before its backoff ends")
 	f.clock.Step(time.Millisecond)
 	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated(), "the gang's members when its backoff ends")
-	assert.Equal(t, map[wakeReason]float64{wakeCapacityFreed: 1, wakeBackoffEnded: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeCapacityFreed: 1, gang.WakeBackoffEnded: 1}, wakesSince(t, before))
 }
 
 // A member a Filter turned away from its planned node backs the gang off
@@ -162,13 +162,13 @@ func TestWakeWhenBackoffAndAvoidanceEnd(t *testing.T) {
 	backoff := time.Duration(f.plugin.args.GangBackoffSeconds) * time.Second
 	f.clock.Step(backoff)
 	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
-	assert.Equal(t, map[wakeReason]float64{wakeBackoffEnded: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeBackoffEnded: 1}, wakesSince(t, before))
 
 	f.clock.Step(avoidFor - backoff - time.Millisecond)
 	assert.Empty(t, f.takeActivated(), "the gang is woken before the avoidance ends")
 	f.clock.Step(time.Millisecond)
 	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
-	assert.Equal(t, map[wakeReason]float64{wakeBackoffEnded: 1, wakeAvoidEnded: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeBackoffEnded: 1, gang.WakeAvoidEnded: 1}, wakesSince(t, before))
 }
 
 // A plan that preempted wakes its member when the last victim is gone, not
@@ -188,12 +188,12 @@ func TestWakeWhenTheLastVictimIsGone(t *testing.T) {
 	state, _ := f.preFilter(t, high)
 	f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
 	key, _ := gang.KeyOf(high)
-	require.NotNil(t, f.plugin.registry.Plan(key), "no preemption plan")
+	require.NotNil(t, f.plugin.gangs.Plan(key), "no preemption plan")
 	f.plugin.onPodDelete(low0)
 	assert.Empty(t, f.takeActivated(), "woken while a victim is still there")
 	f.plugin.onPodDelete(low1)
 	assert.Equal(t, []string{"ns/g-0"}, f.takeActivated())
-	assert.Equal(t, map[wakeReason]float64{wakeVictimsGone: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeVictimsGone: 1}, wakesSince(t, before))
 }
 
 // The plugin's informers wake a gang when a new member completes its
@@ -205,13 +205,13 @@ func TestWakeFromTheInformers(t *testing.T) {
 
 	f.plugin.onPodAdd(b)
 	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
-	assert.Equal(t, map[wakeReason]float64{wakeQuorumReached: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeQuorumReached: 1}, wakesSince(t, before))
 
-	job, err := f.plugin.jobs.Jobs("ns").Get("g")
+	job, err := f.plugin.source.jobs.Jobs("ns").Get("g")
 	require.NoError(t, err)
 	f.plugin.ownerHandler(gang.KindJob).OnAdd(job, false)
 	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
-	assert.Equal(t, map[wakeReason]float64{wakeQuorumReached: 1, wakeOwnerChanged: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeQuorumReached: 1, gang.WakeOwnerChanged: 1}, wakesSince(t, before))
 }
 
 // A Kubernetes PodGroup of the basic policy takes its quorum from the Job
@@ -226,14 +226,14 @@ func TestWakeABasicGroupWhenItsJobChanges(t *testing.T) {
 	}
 	f := newQuietFramework(t, 3, []*v1.Node{gpuNode("n1", 8)}, nil, pending)
 	before := wakeCounts(t)
-	job, err := f.plugin.jobs.Jobs("ns").Get("g")
+	job, err := f.plugin.source.jobs.Jobs("ns").Get("g")
 	require.NoError(t, err)
 	lowered := job.DeepCopy()
 	lowered.Spec.Parallelism = ptr.To[int32](2)
 	lowered.Generation++
 	f.plugin.ownerHandler(gang.KindJob).OnUpdate(job, lowered)
 	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
-	assert.Equal(t, map[wakeReason]float64{wakeOwnerChanged: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeOwnerChanged: 1}, wakesSince(t, before))
 }
 
 // A member added to a gang still short of its quorum wakes nobody.
@@ -263,7 +263,7 @@ func TestWakeWhenAPodGroupMemberSucceeded(t *testing.T) {
 	assert.Equal(t, []string{"ns/pg-1"}, f.takeActivated())
 	f.plugin.recordFinished(key, done)
 	assert.Empty(t, f.takeActivated(), "the same member counted twice")
-	assert.Equal(t, map[wakeReason]float64{wakeMemberSucceeded: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeMemberSucceeded: 1}, wakesSince(t, before))
 }
 
 // activator is the one part of the framework handle wake uses.
@@ -284,13 +284,13 @@ func TestWakeLogsGangAndReason(t *testing.T) {
 	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
 	before := wakeCounts(t)
 
-	p.wake(logger, key, wakeOwnerChanged, nil)
+	p.wake(logger, key, gang.WakeOwnerChanged, nil)
 	assert.Nil(t, h.activated)
 	assert.Empty(t, wakesSince(t, before))
 
-	p.wake(logger, key, wakeOwnerChanged, []*v1.Pod{worker("j", 0, 1, ""), worker("j", 1, 1, "")})
+	p.wake(logger, key, gang.WakeOwnerChanged, []*v1.Pod{worker("j", 0, 1, ""), worker("j", 1, 1, "")})
 	assert.Len(t, h.activated, 2)
-	assert.Equal(t, map[wakeReason]float64{wakeOwnerChanged: 1}, wakesSince(t, before))
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeOwnerChanged: 1}, wakesSince(t, before))
 	out := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
 	assert.Contains(t, out, "Waking gang members")
 	assert.Contains(t, out, `gang="ns/j"`)
@@ -310,7 +310,7 @@ func TestProfilesShareWakesAndGangState(t *testing.T) {
 	require.NoError(t, f.plugin.handle.SharedInformerFactory().Core().V1().Pods().Informer().
 		AddIndexers(cache.Indexers{gangIndexPrefix + "other": gangIndexFunc("other")}))
 	other, _ := gang.KeyOf(waiting)
-	f.plugin.registry.Notice(other, gang.OutcomeUnschedulable, "no room", t0)
+	f.plugin.gangs.Unplaceable(other, "no room", t0, nil)
 
 	state, plan := f.planAndWait(t, a)
 	f.takeActivated()
@@ -318,8 +318,8 @@ func TestProfilesShareWakesAndGangState(t *testing.T) {
 	assert.Contains(t, f.takeActivated(), "ns/o-0", "the other profile's gang waiting for capacity is woken")
 
 	// This profile's last pod of gang o goes; the other profile's stays.
-	require.NoError(t, f.plugin.pods.Delete(mine))
+	require.NoError(t, f.plugin.source.pods.Delete(mine))
 	f.plugin.onPodDelete(mine)
-	outcome, _ := f.plugin.registry.LastNotice(other)
+	outcome, _ := f.plugin.gangs.LastNotice(other)
 	assert.Equal(t, gang.OutcomeUnschedulable, outcome, "the gang's state was forgotten while the other profile has its pod")
 }

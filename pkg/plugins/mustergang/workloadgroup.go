@@ -38,8 +38,8 @@ import (
 var _ fwk.PodGroupPostFilterPlugin = &Plugin{}
 
 // workloadGroup returns the PodGroup of key from the scheduler's cache.
-func (p *Plugin) workloadGroup(key gang.Key) (*schedulingv1beta1.PodGroup, error) {
-	manager := p.handle.PodGroupManager()
+func (src *gangSource) workloadGroup(key gang.Key) (*schedulingv1beta1.PodGroup, error) {
+	manager := src.handle.PodGroupManager()
 	if manager == nil {
 		return nil, fmt.Errorf("gang %s: the scheduler keeps no PodGroups; run muster with --feature-gates=GenericWorkload=true", key)
 	}
@@ -55,13 +55,13 @@ func (p *Plugin) workloadGroup(key gang.Key) (*schedulingv1beta1.PodGroup, error
 // gang.minCount (lowered by the member's muster.dev/min-available), the
 // topology level its schedulingConstraints require. isGang is false for a
 // group with the basic policy.
-func (p *Plugin) resolveWorkloadGroup(info *gangInfo, pod *v1.Pod) (isGang bool, err error) {
+func (src *gangSource) resolveWorkloadGroup(info *gangInfo, pod *v1.Pod) (isGang bool, err error) {
 	key := info.key
-	pg, err := p.workloadGroup(key)
+	pg, err := src.workloadGroup(key)
 	if err != nil {
 		return true, err
 	}
-	info.owner = workloadGroupRef(pg)
+	info.owner = refOf(pg) // never nil for a PodGroup
 	policy := pg.Spec.SchedulingPolicy
 	if policy.Gang == nil {
 		return false, nil
@@ -79,19 +79,19 @@ func (p *Plugin) resolveWorkloadGroup(info *gangInfo, pod *v1.Pod) (isGang bool,
 	}
 	if c := pg.Spec.SchedulingConstraints; c != nil {
 		for _, t := range c.Topology {
-			level, found := p.levelOfLabel(t.Key)
+			level, found := src.levelOfLabel(t.Key)
 			if !found {
 				return true, fmt.Errorf("gang %s: PodGroup spec.schedulingConstraints.topology key %q is no topology level's nodeLabel (levels: %s); add a level with nodeLabel %s to MusterGang's topologyLevels",
-					key, t.Key, describeLevels(p.levels), t.Key)
+					key, t.Key, describeLevels(src.levels), t.Key)
 			}
-			info.required = gang.NarrowerLevel(p.levels, info.required, level)
+			info.required = gang.NarrowerLevel(src.levels, info.required, level)
 		}
 	}
 	return true, nil
 }
 
-func (p *Plugin) levelOfLabel(label string) (string, bool) {
-	for _, l := range p.levels {
+func (src *gangSource) levelOfLabel(label string) (string, bool) {
+	for _, l := range src.levels {
 		if l.Label == label {
 			return l.Name, true
 		}
@@ -111,21 +111,11 @@ func describeLevels(levels []gang.Level) string {
 	return strings.Join(parts, ", ")
 }
 
-func workloadGroupRef(pg *schedulingv1beta1.PodGroup) *v1.ObjectReference {
-	return &v1.ObjectReference{
-		APIVersion: schedulingv1beta1.SchemeGroupVersion.String(),
-		Kind:       "PodGroup",
-		Namespace:  pg.Namespace,
-		Name:       pg.Name,
-		UID:        pg.UID,
-	}
-}
-
 // priorityOf is the priority pod schedules and is preempted with: its
 // PodGroup's spec.priority when it joins one that has it, else its own.
-func (p *Plugin) priorityOf(pod *v1.Pod) int32 {
+func (src *gangSource) priorityOf(pod *v1.Pod) int32 {
 	if key, ok := gang.KeyOf(pod); ok && key.Kind == gang.KindWorkloadPodGroup {
-		if pg, err := p.workloadGroup(key); err == nil && pg.Spec.Priority != nil {
+		if pg, err := src.workloadGroup(key); err == nil && pg.Spec.Priority != nil {
 			return *pg.Spec.Priority
 		}
 	}
@@ -137,12 +127,12 @@ func (p *Plugin) priorityOf(pod *v1.Pod) int32 {
 // (disruptionMode single, the API's default), which are units of their own
 // like pods scheduled alone. A basic PodGroup's pods are their Job's or
 // StatefulSet's gang, as without the PodGroup.
-func (p *Plugin) victimKey(pod *v1.Pod) (gang.Key, bool) {
+func (src *gangSource) victimKey(pod *v1.Pod) (gang.Key, bool) {
 	key, ok := gang.KeyOf(pod)
 	if !ok || key.Kind != gang.KindWorkloadPodGroup {
 		return key, ok
 	}
-	pg, err := p.workloadGroup(key)
+	pg, err := src.workloadGroup(key)
 	if err != nil {
 		return gang.Key{}, false
 	}
@@ -167,7 +157,7 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleStat
 	}
 	key, plan := gang.Key{}, (*gang.ActivePlan)(nil)
 	for _, pod := range pods {
-		if key, plan = p.registry.PlanOf(pod.UID); plan != nil {
+		if key, plan = p.gangs.PlanOf(pod.UID); plan != nil {
 			break
 		}
 	}
@@ -176,7 +166,7 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleStat
 		if result == nil || result.NominatingInfo == nil || result.NominatedNodeName == "" {
 			return nil, status
 		}
-		_, plan = p.registry.PlanOf(pods[0].UID)
+		_, plan = p.gangs.PlanOf(pods[0].UID)
 		if plan == nil {
 			return nil, status
 		}
@@ -188,7 +178,7 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleStat
 	}
 	reason := fmt.Sprintf("%d members could not go to their planned nodes in the PodGroup's cycle", len(pods))
 	klog.FromContext(ctx).V(2).Info("Plan refused in a pod-group cycle", "gang", key, "members", len(pods))
-	p.failPlan(ctx, key, plan.ID, dropPlanBroken, reason)
+	p.drop(ctx, key, plan.ID, gang.DropPlanBroken, reason)
 	return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, reason))
 }
 

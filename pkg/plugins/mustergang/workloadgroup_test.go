@@ -3,6 +3,7 @@ package mustergang
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,7 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/testobj"
-	"github.com/muster-sched/muster/pkg/apis/config"
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
@@ -59,19 +59,19 @@ func workloadGroup(name string, mutate ...func(*schedulingv1beta1.PodGroup)) *sc
 	return pg
 }
 
-func pluginWithGroups(groups ...*schedulingv1beta1.PodGroup) *Plugin {
+func sourceWithGroups(groups ...*schedulingv1beta1.PodGroup) *gangSource {
 	h := groupsHandle{groups: map[string]*schedulingv1beta1.PodGroup{}}
 	for _, pg := range groups {
 		h.groups[pg.Namespace+"/"+pg.Name] = pg
 	}
-	return &Plugin{handle: h, args: &config.MusterGangArgs{DefaultScheduleTimeoutSeconds: 60},
+	return &gangSource{handle: h, defaultTimeout: time.Minute,
 		levels: []gang.Level{{Name: "node", Label: v1.LabelHostname}, {Name: "rack", Label: "example.com/rack"}, {Name: "zone", Label: v1.LabelTopologyZone}}}
 }
 
 // A basic group of a Job resolves to the Job's gang:
 // TestWorkloadBasicGroupOfJobStaysAGang (integration).
 func TestResolveWorkloadGroup(t *testing.T) {
-	p := pluginWithGroups(
+	p := sourceWithGroups(
 		workloadGroup("gang"),
 		workloadGroup("in-rack", func(pg *schedulingv1beta1.PodGroup) {
 			pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
@@ -128,7 +128,7 @@ func TestResolveWorkloadGroup(t *testing.T) {
 func TestVictimKeyFollowsDisruptionMode(t *testing.T) {
 	job := testobj.MakeJob("ns", "train").UID("job-uid").Obj()
 	all := &schedulingv1beta1.DisruptionMode{All: &schedulingv1beta1.AllDisruptionMode{}}
-	p := pluginWithGroups(
+	p := sourceWithGroups(
 		workloadGroup("whole", func(pg *schedulingv1beta1.PodGroup) { pg.Spec.DisruptionMode = all }),
 		workloadGroup("single"),
 		workloadGroup("basic", func(pg *schedulingv1beta1.PodGroup) {
@@ -159,7 +159,7 @@ func TestVictimKeyFollowsDisruptionMode(t *testing.T) {
 }
 
 func TestPriorityOfIsTheGroupsPriority(t *testing.T) {
-	p := pluginWithGroups(workloadGroup("prio", func(pg *schedulingv1beta1.PodGroup) { pg.Spec.Priority = ptr.To[int32](500) }), workloadGroup("none"))
+	p := sourceWithGroups(workloadGroup("prio", func(pg *schedulingv1beta1.PodGroup) { pg.Spec.Priority = ptr.To[int32](500) }), workloadGroup("none"))
 	assert.Equal(t, int32(500), p.priorityOf(testobj.MakePod("ns", "a").PodGroup("prio").Priority(10).Obj()))
 	assert.Equal(t, int32(10), p.priorityOf(testobj.MakePod("ns", "b").PodGroup("none").Priority(10).Obj()))
 	assert.Equal(t, int32(10), p.priorityOf(testobj.MakePod("ns", "c").Priority(10).Obj()))

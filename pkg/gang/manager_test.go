@@ -8,8 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 )
 
-func TestRegistryLedgerAndLifecycle(t *testing.T) {
-	r := NewRegistry()
+func TestManagerLedgerAndLifecycle(t *testing.T) {
+	r := NewManager()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	a := Key{Kind: KindJob, Namespace: "ns", Name: "a"}
 	b := Key{Kind: KindJob, Namespace: "ns", Name: "b"}
@@ -19,40 +19,40 @@ func TestRegistryLedgerAndLifecycle(t *testing.T) {
 		Reserved: sets.New[types.UID](),
 		Deadline: now.Add(time.Minute),
 	}
-	if !r.SetPlan(a, plan, now) {
-		t.Fatal("SetPlan refused the first plan")
+	if _, ok := r.Install(a, plan, "a0", "planned", now); !ok {
+		t.Fatal("Install refused the first plan")
 	}
-	if r.SetPlan(a, &ActivePlan{Reserved: sets.New[types.UID]()}, now) {
+	if _, ok := r.Install(a, &ActivePlan{Reserved: sets.New[types.UID]()}, "", "again", now); ok {
 		t.Error("a second plan replaced the active one")
 	}
 	// Other gangs see what a's plan holds; a itself does not.
-	if held := r.Held(b); held["n1"].MilliCPU != 1000 || held["n2"].MilliCPU != 2000 {
+	if held := r.HeldForOthers(b); held["n1"].MilliCPU != 1000 || held["n2"].MilliCPU != 2000 {
 		t.Errorf("held for others = %v", held)
 	}
-	if held := r.Held(a); len(held) != 0 {
+	if held := r.HeldForOthers(a); len(held) != 0 {
 		t.Errorf("a's own plan is subtracted from a: %v", held)
 	}
 	if key, p := r.PlanOf("a1"); key != a || p == nil {
 		t.Errorf("PlanOf(a1) = %v, %v", key, p)
 	}
 	// A reserved member is counted by the scheduler cache, not the ledger.
-	if outcome, _ := r.Permit(a, plan.ID, "a0", now); outcome != PermitWait {
+	if outcome, _, _ := r.Arrive(a, plan.ID, "a0", now); outcome != ArrivalWait {
 		t.Errorf("Permit of the first member = %v, want wait", outcome)
 	}
-	if held := r.Held(b); held["n1"].MilliCPU != 0 || held["n2"].MilliCPU != 2000 {
+	if held := r.HeldForOthers(b); held["n1"].MilliCPU != 0 || held["n2"].MilliCPU != 2000 {
 		t.Errorf("held after a0 reserved = %v", held)
 	}
-	if outcome, _ := r.Permit(a, plan.ID, "a1", now); outcome != PermitComplete {
+	if outcome, _, _ := r.Arrive(a, plan.ID, "a1", now); outcome != ArrivalComplete {
 		t.Errorf("Permit of the last member = %v, want complete", outcome)
 	}
-	if len(r.Held(b)) != 0 || r.Plan(a) != nil {
+	if len(r.HeldForOthers(b)) != 0 || r.Plan(a) != nil {
 		t.Error("a completed plan still holds capacity")
 	}
 	// Allowed members are in flight on their nodes until seen bound.
 	if got := r.InFlight(a); got["a0"] != "n1" || got["a1"] != "n2" {
 		t.Errorf("in flight = %v", got)
 	}
-	r.Settled(a, "a0")
+	r.MemberBound(a, "a0", now)
 	if got := r.InFlight(a); len(got) != 1 {
 		t.Errorf("in flight after a0 settled = %v", got)
 	}
@@ -60,17 +60,17 @@ func TestRegistryLedgerAndLifecycle(t *testing.T) {
 	// A failed plan backs off, doubling.
 	for i, want := range []time.Duration{5 * time.Second, 10 * time.Second} {
 		p := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"b0": "n1"}}, Reserved: sets.New[types.UID]()}
-		r.SetPlan(b, p, now)
-		if _, backoff := r.Fail(b, p.ID, "broken", now, 5*time.Second); backoff != want {
-			t.Errorf("failure %d: backoff %v, want %v", i+1, backoff, want)
+		r.Install(b, p, "", "planned", now)
+		if e := r.Drop(b, p.ID, DropRejected, "broken", now, 5*time.Second); e.Dropped == nil || e.Dropped.Backoff != want {
+			t.Errorf("failure %d: dropped %+v, want backoff %v", i+1, e.Dropped, want)
 		}
 	}
-	if dropped, _ := r.Fail(b, 0, "again", now, time.Second); dropped != nil {
-		t.Error("Fail dropped a plan that no longer exists")
+	if e := r.Drop(b, 0, DropRejected, "again", now, time.Second); e.Dropped != nil {
+		t.Error("Drop dropped a plan that no longer exists")
 	}
 
 	// Avoided pairs expire.
-	r.Avoid(b, "b0", "n1", now.Add(time.Minute))
+	r.Avoid(b, "n1", now, now.Add(time.Minute), "b0")
 	if got := r.Avoided(b, now); !got["b0"]["n1"] {
 		t.Errorf("avoided = %v, want b0 on n1", got)
 	}
@@ -84,13 +84,13 @@ func TestRegistryLedgerAndLifecycle(t *testing.T) {
 	}
 }
 
-func TestUnplaceableIsReusedOnlyWhileNothingChanged(t *testing.T) {
-	r := NewRegistry()
+func TestFailedPlanIsReusedOnlyWhileNothingChanged(t *testing.T) {
+	r := NewManager()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	key := Key{Kind: KindJob, Namespace: "ns", Name: "a"}
 	epoch := Epoch{Snapshot: 7, Releases: r.Releases()}
-	r.SetUnplaceable(key, epoch, 4, 4, "no room", now, 2*time.Second)
-	if msg, ok := r.Unplaceable(key, epoch, 4, 4, now.Add(time.Second)); !ok || msg != "no room" {
+	r.Unplaceable(key, "no room", now, &FailedAttempt{Epoch: epoch, Pending: 4, Needed: 4, Valid: 2 * time.Second})
+	if msg, ok := r.FailedPlan(key, epoch, 4, 4, now.Add(time.Second)); !ok || msg != "no room" {
 		t.Errorf("sibling did not reuse the failed plan: %q, %v", msg, ok)
 	}
 	for _, tc := range []struct {
@@ -104,16 +104,16 @@ func TestUnplaceableIsReusedOnlyWhileNothingChanged(t *testing.T) {
 		{"quorum changed", epoch, 4, 3, now},
 		{"too old", epoch, 4, 4, now.Add(2 * time.Second)},
 	} {
-		if _, ok := r.Unplaceable(key, tc.epoch, tc.pending, tc.needed, tc.at); ok {
+		if _, ok := r.FailedPlan(key, tc.epoch, tc.pending, tc.needed, tc.at); ok {
 			t.Errorf("%s: the failed plan was reused", tc.name)
 		}
 	}
 	// A dropped plan frees capacity the snapshot does not show.
 	p := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"b0": "n1"}}, Reserved: sets.New[types.UID]()}
 	other := Key{Kind: KindJob, Namespace: "ns", Name: "b"}
-	r.SetPlan(other, p, now)
-	r.Fail(other, p.ID, "broken", now, time.Second)
-	if _, ok := r.Unplaceable(key, Epoch{Snapshot: 7, Releases: r.Releases()}, 4, 4, now); ok {
+	r.Install(other, p, "", "planned", now)
+	r.Drop(other, p.ID, DropRejected, "broken", now, time.Second)
+	if _, ok := r.FailedPlan(key, Epoch{Snapshot: 7, Releases: r.Releases()}, 4, 4, now); ok {
 		t.Error("the failed plan was reused after another plan released its capacity")
 	}
 }
@@ -121,7 +121,7 @@ func TestUnplaceableIsReusedOnlyWhileNothingChanged(t *testing.T) {
 // TestFailedPlanFreesItsVictims: a victim that a dropped plan still waited
 // for (its deletion failed, say) may be chosen by a later preemption.
 func TestFailedPlanFreesItsVictims(t *testing.T) {
-	r := NewRegistry()
+	r := NewManager()
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	a := Key{Kind: KindJob, Namespace: "ns", Name: "a"}
 	plan := &ActivePlan{
@@ -130,8 +130,8 @@ func TestFailedPlanFreesItsVictims(t *testing.T) {
 		Victims:  sets.New[types.UID]("v1", "v2"),
 		Deadline: now.Add(time.Minute),
 	}
-	if !r.SetPlan(a, plan, now) {
-		t.Fatal("SetPlan refused the plan")
+	if _, ok := r.Install(a, plan, "", "preempting", now); !ok {
+		t.Fatal("Install refused the plan")
 	}
 	if !r.IsVictim("v1") || !r.IsVictim("v2") {
 		t.Fatal("victims not recorded")
@@ -139,8 +139,8 @@ func TestFailedPlanFreesItsVictims(t *testing.T) {
 	if got := r.PlansOn("n1"); len(got) != 1 || got[0].Key != a || len(got[0].Members) != 1 {
 		t.Errorf("PlansOn(n1) = %+v, want a's plan with a0", got)
 	}
-	if dropped, _ := r.Fail(a, plan.ID, "timeout", now, time.Second); dropped == nil {
-		t.Fatal("Fail dropped nothing")
+	if e := r.Drop(a, plan.ID, DropTimeout, "timeout", now, time.Second); e.Dropped == nil {
+		t.Fatal("Drop dropped nothing")
 	}
 	if r.IsVictim("v1") || r.IsVictim("v2") {
 		t.Error("victims of a dropped plan stay protected from later preemption")

@@ -1,0 +1,333 @@
+package mustergang
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	"k8s.io/client-go/tools/cache"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+	"github.com/muster-sched/muster/pkg/gang"
+)
+
+// gangSource answers, from the scheduler's informers, which gang a pod
+// belongs to, what the gang's owner asks (quorum, timeout, topology), which
+// of its pods are live, and which object speaks for it.
+type gangSource struct {
+	handle fwk.Handle    // the framework's own PodGroups (GenericWorkload)
+	gangs  *gang.Manager // members in flight, members that finished
+	levels []gang.Level
+	// defaultTimeout is a plan's deadline unless the PodGroup sets one.
+	defaultTimeout time.Duration
+
+	// pods is the pod informer's store; gangIndex this profile's index of
+	// it by gang (gangIndexFunc).
+	pods      cache.Indexer
+	gangIndex string
+	jobs      batchlisters.JobLister
+	sets      appslisters.StatefulSetLister
+	podGroups cache.GenericLister // nil when the PodGroup CRD is not served
+	pgClient  *v1alpha1.Client
+}
+
+// gangInfo is what a pod's gang asks for, resolved from the PodGroup or Job.
+type gangInfo struct {
+	key     gang.Key
+	quorum  int
+	timeout time.Duration
+	// owner is the object events about the gang are recorded on.
+	owner runtime.Object
+	// noGang explains why the owner's pods can never form a gang; each is
+	// then placed as it comes (quorum 1).
+	noGang string
+	// required is a topology level the owner itself requires (a Kubernetes
+	// PodGroup's schedulingConstraints), beside the members' annotations.
+	required string
+}
+
+// ownerMissing explains a failed lookup of the gang's owner: a missing one by
+// name, any other error as it is.
+func ownerMissing(key gang.Key, kind string, err error) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("gang %s: %s %s not found in namespace %s", key, kind, key.Name, key.Namespace)
+	}
+	return err
+}
+
+// resolve finds the pod's gang and its quorum. ok is false for a pod
+// scheduled alone; err explains a gang that cannot be served yet or at all.
+func (src *gangSource) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
+	key, ok := gang.KeyOf(pod)
+	if !ok {
+		return nil, false, nil
+	}
+	info = &gangInfo{key: key, timeout: src.defaultTimeout}
+	// owner is what defines the quorum: the gang itself, or for a
+	// Kubernetes PodGroup of the basic policy the Job or StatefulSet that
+	// made it (with WorkloadWithJob every Job gets one).
+	owner := key
+	if key.Kind == gang.KindWorkloadPodGroup {
+		isGang, err := src.resolveWorkloadGroup(info, pod)
+		if err != nil {
+			return info, true, err
+		}
+		if !isGang {
+			if owner, ok = gang.ControllerKey(pod); !ok {
+				return info, false, nil
+			}
+		}
+	}
+	if owner.Kind == gang.KindWorkloadPodGroup {
+		return info.capTimeout(), true, nil // resolveWorkloadGroup read the group
+	}
+	obj, err := src.ownerOf(owner)
+	if err != nil {
+		return info, true, err
+	}
+	if ref := refOf(obj); ref != nil {
+		info.owner = ref
+	}
+	switch o := obj.(type) {
+	case *batchv1.Job:
+		if info.quorum, err = gang.JobQuorum(o, pod); err != nil {
+			return info, true, fmt.Errorf("gang %s: %w", key, err)
+		}
+	case *appsv1.StatefulSet:
+		var orderedReady bool
+		if info.quorum, orderedReady, err = gang.StatefulSetQuorum(o, pod); err != nil {
+			return info, true, fmt.Errorf("gang %s: %w", key, err)
+		}
+		if orderedReady && ptr.Deref(o.Spec.Replicas, 1) > 1 {
+			info.noGang = fmt.Sprintf("StatefulSet %s has podManagementPolicy OrderedReady: its controller creates one pod at a time and waits for it to be Ready, "+
+				"so its %d pods can never be placed as one gang; muster places each as it comes, next to its siblings when they fit. "+
+				"Set podManagementPolicy: Parallel for a gang", o.Name, *o.Spec.Replicas)
+		}
+	case *v1alpha1.PodGroup:
+		if o.Spec.MinMember < 1 {
+			return info, true, fmt.Errorf("gang %s: PodGroup spec.minMember must be at least 1, got %d", key, o.Spec.MinMember)
+		}
+		// Members that finished successfully leave the informer but still
+		// count: the rest are not held waiting for them.
+		done := max(int(o.Status.Succeeded), src.gangs.Succeeded(key))
+		info.quorum = max(int(o.Spec.MinMember)-done, 1)
+		if t := o.Spec.ScheduleTimeoutSeconds; t != nil && *t > 0 {
+			info.timeout = time.Duration(*t) * time.Second
+		}
+	}
+	return info.capTimeout(), true, nil
+}
+
+// capTimeout cuts the plan deadline where the framework cuts a Permit wait:
+// at 15 minutes.
+func (info *gangInfo) capTimeout() *gangInfo {
+	info.timeout = min(info.timeout, 15*time.Minute)
+	return info
+}
+
+// ownerOf reads the object that defines gang key from the informers: its
+// Job, StatefulSet, or PodGroup of either API.
+func (src *gangSource) ownerOf(key gang.Key) (runtime.Object, error) {
+	switch key.Kind {
+	case gang.KindJob:
+		job, err := src.jobs.Jobs(key.Namespace).Get(key.Name)
+		if err != nil {
+			return nil, ownerMissing(key, "Job", err)
+		}
+		return job, nil
+	case gang.KindStatefulSet:
+		sts, err := src.sets.StatefulSets(key.Namespace).Get(key.Name)
+		if err != nil {
+			return nil, ownerMissing(key, "StatefulSet", err)
+		}
+		return sts, nil
+	case gang.KindWorkloadPodGroup:
+		pg, err := src.workloadGroup(key)
+		if err != nil {
+			return nil, err
+		}
+		return pg, nil
+	case gang.KindPodGroup:
+		if src.podGroups == nil {
+			return nil, fmt.Errorf("gang %s: pod has label %s but the PodGroup API (podgroups.scheduling.x-k8s.io) is not installed; apply manifests/crds and restart muster",
+				key, v1alpha1.PodGroupLabel)
+		}
+		obj, err := src.podGroups.ByNamespace(key.Namespace).Get(key.Name)
+		if err != nil {
+			return nil, ownerMissing(key, "PodGroup", err)
+		}
+		return v1alpha1.FromUnstructured(obj)
+	}
+	return nil, fmt.Errorf("gang %s has no owner object", key)
+}
+
+// ownerRef is the object Events about gang key are recorded on (nil when
+// it cannot be read).
+func (src *gangSource) ownerRef(key gang.Key) *v1.ObjectReference {
+	obj, err := src.ownerOf(key)
+	if err != nil {
+		return nil
+	}
+	return refOf(obj)
+}
+
+// refOf refers to a gang's owner object.
+func refOf(obj runtime.Object) *v1.ObjectReference {
+	switch o := obj.(type) {
+	case *batchv1.Job:
+		return &v1.ObjectReference{APIVersion: "batch/v1", Kind: "Job", Namespace: o.Namespace, Name: o.Name, UID: o.UID}
+	case *appsv1.StatefulSet:
+		return &v1.ObjectReference{APIVersion: "apps/v1", Kind: "StatefulSet", Namespace: o.Namespace, Name: o.Name, UID: o.UID}
+	case *v1alpha1.PodGroup:
+		return &v1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "PodGroup", Namespace: o.Namespace, Name: o.Name, UID: o.UID}
+	case *schedulingv1beta1.PodGroup:
+		return &v1.ObjectReference{APIVersion: schedulingv1beta1.SchemeGroupVersion.String(), Kind: "PodGroup", Namespace: o.Namespace, Name: o.Name, UID: o.UID}
+	}
+	return nil
+}
+
+// memberSet is a gang's live pods as the scheduler sees them.
+type memberSet struct {
+	// pending members (unbound, not being deleted, not already allowed, not
+	// held by a scheduling gate), sorted by name.
+	pending []*v1.Pod
+	// boundNodes has one entry per member bound in the API or allowed and
+	// binding: the node it is on.
+	boundNodes []string
+	// total counts every live member, gated ones included.
+	total int
+}
+
+func (m memberSet) bound() int { return len(m.boundNodes) }
+
+// members lists the gang's live pods of this plugin's profile.
+func (src *gangSource) members(key gang.Key) memberSet {
+	return src.membersIn(src.gangIndex, key)
+}
+
+// pendingInAnyProfile lists the gang's pending members of every profile:
+// a plan dropped in one profile frees capacity for the gangs of all of
+// them. The profiles share the pod informer, each with its own gang index,
+// and the scheduling queue.
+func (src *gangSource) pendingInAnyProfile(key gang.Key) []*v1.Pod {
+	var pending []*v1.Pod
+	for _, index := range src.gangIndexes() {
+		pending = append(pending, src.membersIn(index, key).pending...)
+	}
+	return pending
+}
+
+// gangHasPods reports whether any profile's gang index still holds a pod
+// of the gang: the registry's state of a gang is shared by the profiles.
+func (src *gangSource) gangHasPods(key gang.Key) bool {
+	for _, index := range src.gangIndexes() {
+		if objs, _ := src.pods.ByIndex(index, key.String()); len(objs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// gangIndexes are the pod informer's gang indexes, one per muster profile.
+func (src *gangSource) gangIndexes() []string {
+	var out []string
+	for name := range src.pods.GetIndexers() {
+		if strings.HasPrefix(name, gangIndexPrefix) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// membersIn lists the gang's live pods in the pod informer's gang index.
+func (src *gangSource) membersIn(index string, key gang.Key) memberSet {
+	var set memberSet
+	var objs []interface{}
+	if key.Kind == gang.KindPod {
+		// A pod scheduled alone that preempted is a gang of itself.
+		if obj, ok, _ := src.pods.GetByKey(key.Namespace + "/" + key.Name); ok {
+			objs = append(objs, obj)
+		}
+	} else {
+		objs, _ = src.pods.ByIndex(index, key.String())
+	}
+	inFlight := src.gangs.InFlight(key)
+	for _, obj := range objs {
+		pod := obj.(*v1.Pod)
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		set.total++
+		if node, ok := inFlight[pod.UID]; pod.Spec.NodeName != "" || ok {
+			if pod.Spec.NodeName != "" {
+				node = pod.Spec.NodeName
+			}
+			set.boundNodes = append(set.boundNodes, node)
+			continue
+		}
+		if len(pod.Spec.SchedulingGates) > 0 {
+			// Another controller holds it back; planning it would hold
+			// capacity for a pod that cannot come.
+			continue
+		}
+		set.pending = append(set.pending, pod)
+	}
+	sort.Slice(set.pending, func(i, j int) bool { return set.pending[i].Name < set.pending[j].Name })
+	sort.Strings(set.boundNodes)
+	return set
+}
+
+// gangIndexPrefix names the pod informer's gang index; one index per
+// profile, because every profile's QueueSort is MusterGang (kube-scheduler
+// requires one QueueSort for all profiles) and they share the informer.
+const gangIndexPrefix = "muster.dev/gang/"
+
+// gangIndexFunc indexes the pods of profile by their gang.
+func gangIndexFunc(profile string) cache.IndexFunc {
+	return func(obj interface{}) ([]string, error) {
+		pod, ok := obj.(*v1.Pod)
+		if !ok || pod.Spec.SchedulerName != profile {
+			return nil, nil
+		}
+		key, ok := gang.KeyOf(pod)
+		if !ok {
+			return nil, nil
+		}
+		if key.Kind == gang.KindWorkloadPodGroup {
+			// A basic PodGroup's quorum is its Job's or StatefulSet's:
+			// the owner's handler finds the group through the pod.
+			if owner, ok := gang.ControllerKey(pod); ok {
+				return []string{key.String(), controlledBy(owner)}, nil
+			}
+		}
+		return []string{key.String()}, nil
+	}
+}
+
+// controlledBy is the gang index value of the pods in Kubernetes PodGroups
+// whose controller is the Job or StatefulSet owner.
+func controlledBy(owner gang.Key) string { return "controlled-by " + owner.String() }
+
+// groupsControlledBy are the Kubernetes PodGroups of owner's pods.
+func (src *gangSource) groupsControlledBy(owner gang.Key) []gang.Key {
+	objs, _ := src.pods.ByIndex(src.gangIndex, controlledBy(owner))
+	var groups []gang.Key
+	for _, o := range objs {
+		if key, ok := gang.KeyOf(o.(*v1.Pod)); ok && !slices.Contains(groups, key) {
+			groups = append(groups, key)
+		}
+	}
+	return groups
+}
