@@ -1,0 +1,411 @@
+package gang
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The transitions of a gang's life: each one lock, each returning what the
+// scheduler must do (Effects), never calling out.
+
+// Waiting: the gang has fewer members than its quorum (at: when that was
+// decided).
+func (m *Manager) Waiting(key Key, message string, at time.Time) Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.get(key, at)
+	s.phase = PhaseWaitingForMembers
+	return Effects{Notice: s.notice(key, OutcomeWaitingForMembers, message)}
+}
+
+// Invalid: the gang cannot be served as asked (outcome OutcomeInvalid), or
+// can never be a gang and is placed pod by pod (OutcomeNotPossible).
+func (m *Manager) Invalid(key Key, outcome Outcome, message string, now time.Time) Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.get(key, now)
+	s.phase = PhaseInvalid
+	return Effects{Notice: s.notice(key, outcome, message)}
+}
+
+// FailedAttempt is a failed plan other members may reuse (FailedPlan):
+// what it was computed against and for how long it stands.
+type FailedAttempt struct {
+	Epoch           Epoch
+	Pending, Needed int
+	Valid           time.Duration
+}
+
+// Unplaceable: planning the gang found no room. With reuse set, the
+// gang's other members reuse the answer while nothing changed.
+func (m *Manager) Unplaceable(key Key, message string, now time.Time, reuse *FailedAttempt) Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.get(key, now)
+	s.phase = PhaseUnplaceable
+	if reuse != nil {
+		s.failedPlan = &failedAttempt{epoch: reuse.Epoch, shape: [2]int{reuse.Pending, reuse.Needed}, until: now.Add(reuse.Valid), message: message}
+	}
+	return Effects{Notice: s.notice(key, OutcomeUnschedulable, message)}
+}
+
+// Install makes plan the gang's active plan unless another one was set in
+// the meantime (ok false): its slots are held from now on, its deadline
+// timer set, and, unless it waits for victims, its other members (all but
+// self) woken. message announces it: OutcomePreempting when the plan
+// preempted, OutcomePlanned otherwise.
+func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message string, seen time.Time) (e Effects, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.get(key, seen)
+	if s.plan != nil {
+		return Effects{}, false
+	}
+	m.planID++
+	plan.ID = m.planID
+	s.plan = plan
+	s.failedPlan = nil
+	for uid := range plan.Victims {
+		m.victimOf[uid] = victimRef{key: key, profile: plan.Profile}
+	}
+	e.Timers = []Timer{{Key: key, Kind: TimerPlanDeadline, After: plan.Deadline.Sub(plan.Created), PlanID: plan.ID}}
+	if plan.Victims.Len() > 0 {
+		s.phase = PhasePreempting
+		e.Notice = s.notice(key, OutcomePreempting, message)
+		return e, true
+	}
+	s.phase = PhasePlanned
+	e.Notice = s.notice(key, OutcomePlanned, message)
+	e.Wake = []Wake{{Key: key, Reason: WakePlanMade, Plan: plan.copy(), Except: self}}
+	return e, true
+}
+
+// Reserved marks a member of plan planID reserved: from now on the
+// scheduler cache counts it and the ledger stops holding its slot.
+func (m *Manager) Reserved(key Key, planID int64, uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.gangs[key]
+	if s == nil || s.plan == nil || s.plan.ID != planID {
+		return
+	}
+	if _, ok := s.plan.Slots[uid]; ok {
+		s.plan.Reserved.Insert(uid)
+	}
+}
+
+// Arrival says what becomes of a member that reached Permit.
+type Arrival int
+
+const (
+	// ArrivalDropped: the member's plan is gone; reject it.
+	ArrivalDropped Arrival = iota
+	// ArrivalWait: other members of the plan are not reserved yet.
+	ArrivalWait
+	// ArrivalComplete: this member completed the plan; everyone is allowed.
+	ArrivalComplete
+)
+
+// Arrive: member uid of plan planID reached Permit, reserved. When that
+// completes the plan before its deadline, the plan ends in the same step:
+// the members are allowed and in flight (binding), and the plan holds
+// nothing any more. Doing both under one lock means a plan is either
+// completed or dropped, never both. It returns a copy of the plan.
+func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time) (Arrival, *ActivePlan, Effects) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.gangs[key]
+	if s == nil || s.plan == nil || s.plan.ID != planID || !now.Before(s.plan.Deadline) {
+		return ArrivalDropped, nil, Effects{}
+	}
+	if _, ok := s.plan.Slots[uid]; !ok {
+		return ArrivalDropped, nil, Effects{}
+	}
+	s.plan.Reserved.Insert(uid)
+	c := s.plan.copy()
+	if s.plan.Reserved.Len() < len(s.plan.Slots) {
+		return ArrivalWait, c, Effects{Wake: []Wake{{Key: key, Reason: WakeMemberWaiting, Plan: c, Except: uid}}}
+	}
+	s.plan = nil
+	s.phase = PhasePermitted
+	var e Effects
+	for member, node := range c.Slots {
+		s.inFlight[member] = node
+		if member != uid { // allowed by its own Permit returning success
+			e.Allow = append(e.Allow, member)
+		}
+	}
+	slices.Sort(e.Allow)
+	s.lastFailure = ""
+	s.failures = 0
+	e.StopDeadline = c.ID
+	e.Notice = s.notice(key, OutcomeScheduled, fmt.Sprintf("gang %s: all %d planned members reserved on %d nodes in %s %s; binding",
+		key, len(c.Slots), c.Nodes, c.Level, c.Domain))
+	return ArrivalComplete, c, e
+}
+
+// Drop drops the gang's plan planID (0: whatever plan it has): its
+// holdings are released, its members waiting at Permit rejected, gangs that
+// found no room retried (the capacity is free again), and the gang backs
+// off unless the cause was not its doing. Each failure in a row doubles the
+// backoff (base, 2×base, … up to 5 minutes), so a gang whose plan keeps
+// breaking does not churn. No effects when there was no such plan.
+func (m *Manager) Drop(key Key, planID int64, cause DropCause, reason string, now time.Time, base time.Duration) Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.drop(key, planID, cause, reason, now, base)
+}
+
+func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, now time.Time, base time.Duration) Effects {
+	s := m.gangs[key]
+	if s == nil || s.plan == nil || (planID != 0 && s.plan.ID != planID) {
+		return Effects{}
+	}
+	plan := s.plan
+	s.plan = nil
+	m.releases++
+	// Victims not gone yet are no longer waited for: a victim whose
+	// deletion failed may be chosen again by a later preemption.
+	for uid := range plan.Victims {
+		if ref, ok := m.victimOf[uid]; ok && ref.key == key {
+			delete(m.victimOf, uid)
+		}
+	}
+	if !cause.backsOff() {
+		base = 0
+	}
+	backoff := min(base<<min(s.failures, 16), 5*time.Minute)
+	s.phase = PhaseDropped
+	if base > 0 {
+		s.failures++
+		s.phase = PhaseBackingOff
+	}
+	s.backoffUntil = now.Add(backoff)
+	s.lastFailure = reason
+	msg := fmt.Sprintf("gang %s: %s; released all %d planned members (retry in %s)", key, reason, len(plan.Slots), backoff)
+	e := Effects{
+		StopDeadline: plan.ID,
+		Dropped:      &Drop{Key: key, Plan: plan, Cause: cause, Reason: reason, Backoff: backoff},
+		Reject:       &Rejection{Key: key, Members: plan.Slots, Message: msg},
+		Notice:       s.notice(key, cause.Outcome(), msg),
+		Timers:       []Timer{{Key: key, Kind: TimerBackoffEnded, After: backoff}},
+	}
+	for other, os := range m.gangs {
+		if os.phase == PhaseUnplaceable {
+			e.Wake = append(e.Wake, Wake{Key: other, Reason: WakeCapacityFreed, AllProfiles: true})
+		}
+	}
+	slices.SortFunc(e.Wake, func(a, b Wake) int { return compareKeys(a.Key, b.Key) })
+	return e
+}
+
+func compareKeys(a, b Key) int {
+	if a.Kind != b.Kind {
+		return compareStrings(string(a.Kind), string(b.Kind))
+	}
+	if a.Namespace != b.Namespace {
+		return compareStrings(a.Namespace, b.Namespace)
+	}
+	return compareStrings(a.Name, b.Name)
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Expire drops plan planID if it did not complete before its deadline.
+func (m *Manager) Expire(key Key, planID int64, now time.Time, base time.Duration) Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.gangs[key]
+	if s == nil || s.plan == nil || s.plan.ID != planID {
+		return Effects{}
+	}
+	p := s.plan
+	reason := fmt.Sprintf("timed out after %s with %d of %d members reserved",
+		p.Deadline.Sub(p.Created).Round(time.Second), p.Reserved.Len(), len(p.Slots))
+	return m.drop(key, planID, DropTimeout, reason, now, base)
+}
+
+// Rejected: member uid of plan planID was rejected at Reserve or Permit,
+// or failed to bind, on node. It is no longer in flight. If the plan is
+// still active, muster did not reject it: the node refused it (another
+// plugin's Reserve or Permit, the framework's timeout), so the next plans
+// avoid that pair until avoidUntil, or the same plan comes back after the
+// backoff. The plan is dropped.
+func (m *Manager) Rejected(key Key, planID int64, uid types.UID, name, node string, now, avoidUntil time.Time, base time.Duration) Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var e Effects
+	if s := m.gangs[key]; s != nil {
+		delete(s.inFlight, uid)
+		if s.plan != nil && s.plan.ID == planID {
+			e = m.avoid(s, key, node, now, avoidUntil, uid)
+		}
+	}
+	d := m.drop(key, planID, DropRejected, fmt.Sprintf("member %s was rejected or failed to bind on node %s", name, node), now, base)
+	return d.with(e)
+}
+
+// PlanBroken: member uid could not go to its planned node in plan planID
+// (why). With avoid the (member, node) pair is kept out of plans until
+// avoidUntil: a real cycle's filters refused it there.
+func (m *Manager) PlanBroken(key Key, planID int64, uid types.UID, node, reason string, avoid bool, now, avoidUntil time.Time, base time.Duration) Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var e Effects
+	if s := m.gangs[key]; s != nil && avoid {
+		e = m.avoid(s, key, node, now, avoidUntil, uid)
+	}
+	return m.drop(key, planID, DropPlanBroken, reason, now, base).with(e)
+}
+
+// NodeChanged: node can no longer take what plan planID planned on it
+// (why). Every member of the gang avoids the node until avoidUntil, not
+// only those planned there: the snapshot the next plan reads may still show
+// it. The plan is dropped without backoff: the change was not the gang's
+// doing.
+func (m *Manager) NodeChanged(key Key, planID int64, node, why string, now, avoidUntil time.Time) Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.gangs[key]
+	if s == nil || s.plan == nil || s.plan.ID != planID {
+		return Effects{}
+	}
+	avoid := m.avoid(s, key, node, now, avoidUntil, slices.Collect(maps.Keys(s.plan.Slots))...)
+	return m.drop(key, planID, DropNodeChanged, fmt.Sprintf("planned node %s %s", node, why), now, 0).with(avoid)
+}
+
+// MemberGone: a member left (deleted, or finished: the informer holds live
+// pods only). It is no longer in flight; a plan that placed it is dropped.
+func (m *Manager) MemberGone(key Key, uid types.UID, name string, now time.Time, base time.Duration) Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.gangs[key]
+	if s == nil {
+		return Effects{}
+	}
+	delete(s.inFlight, uid)
+	if s.plan == nil {
+		return Effects{}
+	}
+	if _, planned := s.plan.Slots[uid]; !planned {
+		return Effects{}
+	}
+	what := "member"
+	if key.Kind == KindPod {
+		what = "pod"
+	}
+	return m.drop(key, s.plan.ID, DropMemberGone, fmt.Sprintf("%s %s was deleted or finished", what, name), now, base)
+}
+
+// MemberBound: a member was seen bound; once every member the last plan
+// allowed is, the gang is bound.
+func (m *Manager) MemberBound(key Key, uid types.UID, seen time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.get(key, seen)
+	delete(s.inFlight, uid)
+	if s.phase == PhasePermitted && len(s.inFlight) == 0 {
+		s.phase = PhaseBound
+	}
+}
+
+// Succeed records a member that finished successfully; it counts toward the
+// gang's quorum from now on. It reports whether the member was new.
+func (m *Manager) Succeed(key Key, uid types.UID, seen time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.get(key, seen)
+	if s.succeeded.Has(uid) {
+		return false
+	}
+	s.succeeded.Insert(uid)
+	return true
+}
+
+// Avoid: members uids failed on node in a real scheduling cycle; plans
+// made before until do not put them there again, so a plan the framework
+// rejected is never simply made again. The gang is woken when that ends.
+func (m *Manager) Avoid(key Key, node string, now, until time.Time, uids ...types.UID) Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.avoid(m.get(key, now), key, node, now, until, uids...)
+}
+
+func (m *Manager) avoid(s *state, key Key, node string, now, until time.Time, uids ...types.UID) Effects {
+	if s.avoid == nil {
+		s.avoid = map[types.UID]map[string]time.Time{}
+	}
+	for _, uid := range uids {
+		if s.avoid[uid] == nil {
+			s.avoid[uid] = map[string]time.Time{}
+		}
+		s.avoid[uid][node] = until
+	}
+	return Effects{Timers: []Timer{{Key: key, Kind: TimerAvoidEnded, After: until.Sub(now)}}}
+}
+
+// with is e followed by the effects of other.
+func (e Effects) with(other Effects) Effects {
+	e.Timers = append(e.Timers, other.Timers...)
+	e.Wake = append(e.Wake, other.Wake...)
+	e.Allow = append(e.Allow, other.Allow...)
+	if e.Notice == nil {
+		e.Notice = other.Notice
+	}
+	return e
+}
+
+// VictimGone: a preempted pod is gone. Only the profile whose plan waited
+// for it acts (each profile wakes its own pods); when that plan waits for
+// nothing more, its members go ahead.
+func (m *Manager) VictimGone(uid types.UID, profile string) Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ref, ok := m.victimOf[uid]
+	if !ok || ref.profile != profile {
+		return Effects{}
+	}
+	delete(m.victimOf, uid)
+	s := m.gangs[ref.key]
+	if s == nil || s.plan == nil || !s.plan.Victims.Has(uid) {
+		return Effects{}
+	}
+	s.plan.Victims.Delete(uid)
+	if s.plan.Victims.Len() > 0 {
+		return Effects{}
+	}
+	s.phase = PhasePlanned
+	return Effects{Wake: []Wake{{Key: ref.key, Reason: WakeVictimsGone, Plan: s.plan.copy()}}}
+}
+
+// TryPreemption reports whether preemption may be tried for the gang now:
+// at most once per interval.
+func (m *Manager) TryPreemption(key Key, now time.Time, interval time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.get(key, now)
+	if !s.lastPreemption.IsZero() && now.Sub(s.lastPreemption) < interval {
+		return false
+	}
+	s.lastPreemption = now
+	return true
+}
+
+// Forget drops a gang that has no pods left.
+func (m *Manager) Forget(key Key) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.gangs, key)
+}

@@ -1,0 +1,268 @@
+package gang
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+var (
+	t0    = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	jobA  = Key{Kind: KindJob, Namespace: "ns", Name: "a"}
+	loneP = Key{Kind: KindPod, Namespace: "ns", Name: "p"}
+)
+
+// twoMembers is a plan of a0 on n1 and a1 on n2, with victims if any.
+func twoMembers(victims ...types.UID) *ActivePlan {
+	return &ActivePlan{
+		Plan:     Plan{Slots: map[types.UID]string{"a0": "n1", "a1": "n2"}, Nodes: 2, Level: "rack", Domain: "r1"},
+		Requests: map[types.UID]Resources{"a0": {MilliCPU: 1000}, "a1": {MilliCPU: 1000}},
+		Reserved: sets.New[types.UID](),
+		Victims:  sets.New(victims...),
+		Evicted:  sets.New(victims...),
+		Profile:  "muster",
+		Created:  t0,
+		Deadline: t0.Add(time.Minute),
+	}
+}
+
+// installed is a manager where key has plan installed (its effects
+// dropped).
+func installed(t *testing.T, key Key, plan *ActivePlan) *Manager {
+	t.Helper()
+	m := NewManager()
+	_, ok := m.Install(key, plan, "a0", "planned", t0)
+	require.True(t, ok)
+	return m
+}
+
+func TestInstall(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		victims []types.UID
+		phase   Phase
+		outcome Outcome
+		wake    bool
+	}{
+		{"without victims: siblings go to their slots", nil, PhasePlanned, OutcomePlanned, true},
+		{"with victims: everyone waits for them", []types.UID{"v1"}, PhasePreempting, OutcomePreempting, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := NewManager()
+			plan := twoMembers(tc.victims...)
+			e, ok := m.Install(jobA, plan, "a0", "message", t0)
+			require.True(t, ok)
+			assert.Equal(t, tc.phase, m.Phase(jobA))
+			require.NotNil(t, e.Notice)
+			assert.Equal(t, Notice{Key: jobA, Outcome: tc.outcome, Message: "message"}, *e.Notice)
+			assert.Equal(t, []Timer{{Key: jobA, Kind: TimerPlanDeadline, After: time.Minute, PlanID: plan.ID}}, e.Timers)
+			if tc.wake {
+				require.Len(t, e.Wake, 1)
+				assert.Equal(t, WakePlanMade, e.Wake[0].Reason)
+				assert.Equal(t, types.UID("a0"), e.Wake[0].Except)
+			} else {
+				assert.Empty(t, e.Wake)
+			}
+			_, again := m.Install(jobA, twoMembers(), "a0", "message", t0)
+			assert.False(t, again, "a second plan replaced the first")
+		})
+	}
+}
+
+func TestArriveCompletesThePlanOnce(t *testing.T) {
+	plan := twoMembers()
+	m := installed(t, jobA, plan)
+
+	arrival, copied, e := m.Arrive(jobA, plan.ID, "a1", t0)
+	assert.Equal(t, ArrivalWait, arrival)
+	assert.Equal(t, 1, copied.Reserved.Len())
+	assert.Equal(t, []Wake{{Key: jobA, Reason: WakeMemberWaiting, Plan: copied, Except: "a1"}}, e.Wake)
+	assert.Equal(t, PhasePlanned, m.Phase(jobA))
+
+	arrival, _, e = m.Arrive(jobA, plan.ID, "a0", t0)
+	assert.Equal(t, ArrivalComplete, arrival)
+	assert.Equal(t, PhasePermitted, m.Phase(jobA))
+	assert.Equal(t, []types.UID{"a1"}, e.Allow, "the others are allowed; a0 by its own Permit")
+	assert.Equal(t, plan.ID, e.StopDeadline)
+	require.NotNil(t, e.Notice)
+	assert.Equal(t, OutcomeScheduled, e.Notice.Outcome)
+	assert.Nil(t, m.Plan(jobA), "a completed plan holds nothing")
+
+	assert.Empty(t, m.Expire(jobA, plan.ID, t0.Add(time.Minute), time.Second), "a completed plan cannot also expire")
+	arrival, _, _ = m.Arrive(jobA, plan.ID, "a0", t0)
+	assert.Equal(t, ArrivalDropped, arrival)
+
+	m.MemberBound(jobA, "a0", t0)
+	assert.Equal(t, PhasePermitted, m.Phase(jobA))
+	m.MemberBound(jobA, "a1", t0)
+	assert.Equal(t, PhaseBound, m.Phase(jobA))
+}
+
+func TestArriveAfterTheDeadlineIsDropped(t *testing.T) {
+	plan := twoMembers()
+	m := installed(t, jobA, plan)
+	arrival, _, e := m.Arrive(jobA, plan.ID, "a0", t0.Add(time.Minute))
+	assert.Equal(t, ArrivalDropped, arrival)
+	assert.Empty(t, e)
+}
+
+func TestDrops(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		drop    func(m *Manager, planID int64) Effects
+		phase   Phase
+		outcome Outcome
+		cause   DropCause
+		backoff time.Duration
+		reason  string
+		avoided map[types.UID]map[string]bool
+	}{
+		{
+			name:  "timeout",
+			drop:  func(m *Manager, id int64) Effects { return m.Expire(jobA, id, t0.Add(time.Minute), 5*time.Second) },
+			phase: PhaseBackingOff, outcome: OutcomeTimedOut, cause: DropTimeout, backoff: 5 * time.Second,
+			reason: "timed out after 1m0s with 0 of 2 members reserved",
+		},
+		{
+			name: "rejected at Permit or binding: the pair is avoided",
+			drop: func(m *Manager, id int64) Effects {
+				return m.Rejected(jobA, id, "a1", "a-1", "n2", t0, t0.Add(time.Minute), 5*time.Second)
+			},
+			phase: PhaseBackingOff, outcome: OutcomeRejected, cause: DropRejected, backoff: 5 * time.Second,
+			reason:  "member a-1 was rejected or failed to bind on node n2",
+			avoided: map[types.UID]map[string]bool{"a1": {"n2": true}},
+		},
+		{
+			name: "plan broken at a slot a Filter refused",
+			drop: func(m *Manager, id int64) Effects {
+				return m.PlanBroken(jobA, id, "a0", "n1", "refused", true, t0, t0.Add(time.Minute), 5*time.Second)
+			},
+			phase: PhaseBackingOff, outcome: OutcomeRejected, cause: DropPlanBroken, backoff: 5 * time.Second,
+			reason: "refused", avoided: map[types.UID]map[string]bool{"a0": {"n1": true}},
+		},
+		{
+			name: "a planned member left",
+			drop: func(m *Manager, _ int64) Effects { return m.MemberGone(jobA, "a0", "a-0", t0, 5*time.Second) },
+			phase: PhaseBackingOff, outcome: OutcomeRejected, cause: DropMemberGone, backoff: 5 * time.Second,
+			reason: "member a-0 was deleted or finished",
+		},
+		{
+			name: "a planned node changed: no backoff, every member avoids it",
+			drop: func(m *Manager, id int64) Effects {
+				return m.NodeChanged(jobA, id, "n1", "was cordoned", t0, t0.Add(time.Minute))
+			},
+			phase: PhaseDropped, outcome: OutcomeRejected, cause: DropNodeChanged, backoff: 0,
+			reason:  "planned node n1 was cordoned",
+			avoided: map[types.UID]map[string]bool{"a0": {"n1": true}, "a1": {"n1": true}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := twoMembers()
+			m := installed(t, jobA, plan)
+			e := tc.drop(m, plan.ID)
+			assert.Equal(t, tc.phase, m.Phase(jobA))
+			assert.Nil(t, m.Plan(jobA))
+			assert.Empty(t, m.Held(), "a dropped plan holds nothing")
+			require.NotNil(t, e.Dropped)
+			assert.Equal(t, tc.cause, e.Dropped.Cause)
+			assert.Equal(t, tc.reason, e.Dropped.Reason)
+			assert.Equal(t, tc.backoff, e.Dropped.Backoff)
+			assert.Equal(t, plan.ID, e.StopDeadline)
+			require.NotNil(t, e.Reject)
+			assert.Equal(t, plan.Slots, e.Reject.Members, "every planned member waiting at Permit is rejected")
+			require.NotNil(t, e.Notice)
+			assert.Equal(t, tc.outcome, e.Notice.Outcome)
+			assert.Contains(t, e.Timers, Timer{Key: jobA, Kind: TimerBackoffEnded, After: tc.backoff})
+			if tc.avoided != nil {
+				assert.Equal(t, tc.avoided, m.Avoided(jobA, t0))
+				assert.Contains(t, e.Timers, Timer{Key: jobA, Kind: TimerAvoidEnded, After: time.Minute})
+			}
+			assert.Equal(t, uint64(1), m.Releases())
+		})
+	}
+}
+
+// A transition aimed at a plan that is no longer the gang's changes
+// nothing of the plan in force.
+func TestTransitionsOfAnOldPlanAreNoOps(t *testing.T) {
+	plan := twoMembers()
+	m := installed(t, jobA, plan)
+	old := plan.ID + 100
+	assert.Empty(t, m.Drop(jobA, old, DropRejected, "old", t0, time.Second))
+	assert.Empty(t, m.Expire(jobA, old, t0, time.Second))
+	assert.Empty(t, m.NodeChanged(jobA, old, "n1", "was deleted", t0, t0.Add(time.Minute)))
+	e := m.Rejected(jobA, old, "a1", "a-1", "n2", t0, t0.Add(time.Minute), time.Second)
+	assert.Nil(t, e.Dropped)
+	assert.Empty(t, m.Avoided(jobA, t0), "a member of an old plan avoids nothing")
+	m.Reserved(jobA, old, "a0")
+	assert.Equal(t, 0, m.Plan(jobA).Reserved.Len())
+	assert.Empty(t, m.MemberGone(jobA, "stranger", "s", t0, time.Second), "a member the plan does not place")
+	assert.Equal(t, PhasePlanned, m.Phase(jobA))
+}
+
+func TestMemberGoneNamesAPodAlone(t *testing.T) {
+	m := NewManager()
+	plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"p": "n1"}}, Reserved: sets.New[types.UID](), Created: t0, Deadline: t0.Add(time.Minute)}
+	_, ok := m.Install(loneP, plan, "p", "planned", t0)
+	require.True(t, ok)
+	e := m.MemberGone(loneP, "p", "p", t0, time.Second)
+	require.NotNil(t, e.Dropped)
+	assert.Equal(t, "pod p was deleted or finished", e.Dropped.Reason)
+}
+
+func TestVictimsGone(t *testing.T) {
+	plan := twoMembers("v1", "v2")
+	m := installed(t, jobA, plan)
+	assert.True(t, m.IsVictim("v1"))
+	assert.Empty(t, m.VictimGone("v1", "other-profile"), "only the profile whose plan waits acts")
+	assert.Empty(t, m.VictimGone("v1", "muster"))
+	assert.Equal(t, PhasePreempting, m.Phase(jobA))
+	e := m.VictimGone("v2", "muster")
+	require.Len(t, e.Wake, 1)
+	assert.Equal(t, WakeVictimsGone, e.Wake[0].Reason)
+	assert.Equal(t, 0, e.Wake[0].Plan.Victims.Len())
+	assert.Equal(t, PhasePlanned, m.Phase(jobA))
+	assert.Empty(t, m.VictimGone("v2", "muster"), "a victim is gone once")
+}
+
+// Explaining a gang that cannot go ahead: each sets the phase; the notice
+// is published once per change.
+func TestExplanations(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		explain func(m *Manager) Effects
+		phase   Phase
+		outcome Outcome
+	}{
+		{"waiting for members", func(m *Manager) Effects { return m.Waiting(jobA, "1 of 2", t0) }, PhaseWaitingForMembers, OutcomeWaitingForMembers},
+		{"invalid", func(m *Manager) Effects { return m.Invalid(jobA, OutcomeInvalid, "bad", t0) }, PhaseInvalid, OutcomeInvalid},
+		{"unplaceable", func(m *Manager) Effects { return m.Unplaceable(jobA, "no room", t0, nil) }, PhaseUnplaceable, OutcomeUnschedulable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := NewManager()
+			e := tc.explain(m)
+			require.NotNil(t, e.Notice)
+			assert.Equal(t, tc.outcome, e.Notice.Outcome)
+			assert.Equal(t, tc.phase, m.Phase(jobA))
+			assert.Nil(t, tc.explain(m).Notice, "the same explanation twice is published once")
+		})
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	plan := twoMembers()
+	m := installed(t, jobA, plan)
+	a := m.Admit(jobA, t0.Add(time.Hour))
+	require.NotNil(t, a.Plan)
+	assert.Equal(t, plan.ID, a.Plan.ID)
+	assert.Equal(t, t0, m.FirstSeen(jobA, t0.Add(time.Hour)), "admitting again does not move the gang in the queue")
+	m.Drop(jobA, plan.ID, DropRejected, "broken", t0, 5*time.Second)
+	a = m.Admit(jobA, t0)
+	assert.Nil(t, a.Plan)
+	assert.Equal(t, t0.Add(5*time.Second), a.BackoffUntil)
+	assert.Equal(t, "broken", a.Why)
+}
