@@ -477,16 +477,8 @@ func (f *feasibility) fits(c *NodeConstraints, i int) bool {
 // CPU and memory, which placing the members checks node by node; counting it
 // in GPU slots would refuse a domain that holds the whole gang.
 func memberSlots(members []Member, sc *scan, gpu v1.ResourceName, scratch *planScratch) ([]int, int) {
-	smallest, gpuMembers := int64(0), 0
-	for _, m := range members {
-		if g := m.Request.Scalars[gpu]; g > 0 {
-			gpuMembers++
-			if smallest == 0 || g < smallest {
-				smallest = g
-			}
-		}
-	}
-	if smallest == 0 {
+	smallest, gpuMembers := smallestGPUAsked(members, gpu)
+	if gpuMembers == 0 {
 		return nil, 0 // no GPUs asked: no bound from GPUs
 	}
 	// Members that all keep one per node (required anti-affinity against
@@ -512,7 +504,23 @@ func onePerNode(members []Member) bool {
 	return len(members) > 0
 }
 
-// smallestGPU is the least GPUs any member asks for (0 when one asks none).
+// smallestGPUAsked is the least GPUs a member that asks for GPUs asks for,
+// and how many members ask for GPUs: the members without GPUs are left out
+// (smallestGPU counts them).
+func smallestGPUAsked(members []Member, gpu v1.ResourceName) (smallest int64, gpuMembers int) {
+	for _, m := range members {
+		if g := m.Request.Scalars[gpu]; g > 0 {
+			gpuMembers++
+			if smallest == 0 || g < smallest {
+				smallest = g
+			}
+		}
+	}
+	return smallest, gpuMembers
+}
+
+// smallestGPU is the least GPUs any member asks for: 0 when one asks none
+// (smallestGPUAsked leaves those out).
 func smallestGPU(members []Member, gpu v1.ResourceName) int64 {
 	smallest := int64(-1)
 	for _, m := range members {

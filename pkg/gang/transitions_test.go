@@ -145,8 +145,8 @@ func TestDrops(t *testing.T) {
 			reason: "refused", avoided: map[types.UID]map[string]bool{"a0": {"n1": true}},
 		},
 		{
-			name: "a planned member left",
-			drop: func(m *Manager, _ int64) Effects { return m.MemberGone(jobA, "a0", "a-0", t0, 5*time.Second) },
+			name:  "a planned member left",
+			drop:  func(m *Manager, _ int64) Effects { return m.MemberGone(jobA, "a0", "a-0", t0, 5*time.Second) },
 			phase: PhaseBackingOff, outcome: OutcomeRejected, cause: DropMemberGone, backoff: 5 * time.Second,
 			reason: "member a-0 was deleted or finished",
 		},
