@@ -659,15 +659,19 @@ func rankedLess(a, b *ranked) bool {
 }
 
 // policyCost is how many of the needed GPUs a domain can only offer on nodes
-// the policy dislikes.
+// the policy dislikes (Policy.Dislikes): of its free GPUs, spot are on
+// preemptible nodes.
 func policyCost(policy Policy, needGPU, free, spot int64) int64 {
-	switch policy {
-	case PolicyAvoid:
-		return max(0, needGPU-(free-spot))
-	case PolicyPrefer:
-		return max(0, needGPU-spot)
+	var disliked int64
+	switch {
+	case policy.Dislikes(true):
+		disliked = spot
+	case policy.Dislikes(false):
+		disliked = free - spot
+	default:
+		return 0
 	}
-	return 0
+	return max(0, needGPU-(free-disliked))
 }
 
 // qualifier picks, from one level's per-domain sums, the domains a gang
