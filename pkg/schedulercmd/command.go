@@ -1,5 +1,11 @@
-// Package schedulercmd builds the muster scheduler's command: kube-scheduler's
-// command with muster's plugins registered.
+// Package schedulercmd builds the muster scheduler: kube-scheduler's command
+// with muster's plugins registered (New, and Start for one process that runs
+// it again and again), and Build, the constructor for a scheduler on a
+// client and clock of the caller's (the simulator). All three take muster's
+// plugins (Registry) and feature defaults (SetFeatureDefaults) from here;
+// the command and Start construct through kube-scheduler's app.Setup, which
+// builds its own clients from the flags, and Build passes the settings of the
+// configuration that app.Setup passes.
 package schedulercmd
 
 import (
@@ -16,8 +22,6 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"k8s.io/kubernetes/pkg/features"
 	"sigs.k8s.io/yaml"
-
-	"github.com/muster-sched/muster/pkg/plugins"
 )
 
 // New returns the scheduler command. Unlike plain kube-scheduler, it honours
@@ -32,7 +36,7 @@ func New() *cobra.Command {
 	if err := SetFeatureDefaults(); err != nil {
 		panic(err) // a gate of the linked kube-scheduler: cannot fail
 	}
-	cmd := app.NewSchedulerCommand(plugins.WithMusterPlugins())
+	cmd := app.NewSchedulerCommand(registryOption())
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		if err := applyKubeconfigFlag(c.Flags()); err != nil {
@@ -68,7 +72,7 @@ func Start(ctx context.Context, args []string) (<-chan error, error) {
 	if err := opts.ComponentGlobalsRegistry.Set(); err != nil {
 		return nil, err
 	}
-	cc, sched, err := app.Setup(ctx, opts, plugins.WithMusterPlugins())
+	cc, sched, err := app.Setup(ctx, opts, registryOption())
 	if err != nil {
 		return nil, fmt.Errorf("setting up scheduler: %w", err)
 	}

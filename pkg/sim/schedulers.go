@@ -14,14 +14,11 @@ import (
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler"
 	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
-	schedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/muster-sched/muster/manifests"
-	_ "github.com/muster-sched/muster/pkg/apis/config/scheme" // MusterGangArgs decode from the shipped file
-	"github.com/muster-sched/muster/pkg/plugins"
 	"github.com/muster-sched/muster/pkg/schedulercmd"
 )
 
@@ -122,7 +119,7 @@ func MusterConfig() (*schedulerapi.KubeSchedulerConfiguration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return decodeConfig(data, manifests.SchedulerConfig)
+	return schedulercmd.DecodeConfig(data, manifests.SchedulerConfig)
 }
 
 // mostAllocatedConfig is the default profile with NodeResourcesFit scoring
@@ -144,24 +141,6 @@ profiles:
         - name: memory
           weight: 1
 `
-
-// decodeConfig decodes a KubeSchedulerConfiguration as kube-scheduler's
-// --config does (defaults applied) and validates it.
-func decodeConfig(data []byte, source string) (*schedulerapi.KubeSchedulerConfiguration, error) {
-	obj, gvk, err := schedulerscheme.Codecs.UniversalDecoder().Decode(data, nil, nil)
-	if err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", source, err)
-	}
-	cfg, ok := obj.(*schedulerapi.KubeSchedulerConfiguration)
-	if !ok {
-		return nil, fmt.Errorf("%s: got %s, want KubeSchedulerConfiguration", source, gvk)
-	}
-	cfg.TypeMeta.APIVersion = gvk.GroupVersion().String()
-	if err := validation.ValidateKubeSchedulerConfiguration(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
-	}
-	return cfg, nil
-}
 
 // ensureGate sets the feature gates each scheduler runs with: muster's
 // defaults (schedulercmd.SetFeatureDefaults, as cmd/scheduler sets them) for
@@ -195,7 +174,8 @@ func ensureGate(name string) error {
 }
 
 // buildScheduler constructs the named scheduler on the simulator's client and
-// informers. Every profile emits events into a recorder that drops them: a
+// informers (schedulercmd.Build, as for every scheduler with muster's
+// plugins). Every profile emits events into a recorder that drops them: a
 // FakeRecorder with a nil channel (one with a channel nobody reads blocks the
 // binding goroutine).
 // The scheduling queue follows virtualClock; muster's plugin does too,
@@ -206,48 +186,40 @@ func buildScheduler(ctx context.Context, name string, client kubernetes.Interfac
 	if err := ensureGate(name); err != nil {
 		return nil, err
 	}
-	recorders := profile.RecorderFactory(func(string) events.EventRecorderLogger { return &events.FakeRecorder{} })
-	opts := []scheduler.Option{scheduler.WithClock(virtualClock)}
+	o := schedulercmd.Options{
+		Client: client, InformerFactory: factory, QueueClock: virtualClock,
+		Recorders: profile.RecorderFactory(func(string) events.EventRecorderLogger { return &events.FakeRecorder{} }),
+	}
 	b := &built{schedulerName: v1.DefaultSchedulerName, podGroups: usesPodGroups(name),
 		rackConstraints: name == NativeGangTAS, harnessBinds: name == None}
 	switch name {
 	case DefaultMostAllocated:
-		cfg, err := decodeConfig([]byte(mostAllocatedConfig), DefaultMostAllocated)
+		cfg, err := schedulercmd.DecodeConfig([]byte(mostAllocatedConfig), DefaultMostAllocated)
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, scheduler.WithProfiles(cfg.Profiles...))
+		o.Config = cfg
 	case Muster, MusterNative:
 		cfg, err := MusterConfig()
 		if err != nil {
 			return nil, err
 		}
+		o.Config = cfg
 		b.schedulerName = cfg.Profiles[0].SchedulerName
 		b.pluginTimers = newPluginClock(virtualClock)
-		registry := plugins.Registry(plugins.WithClock(b.pluginTimers))
+		o.PluginClock = b.pluginTimers
 		if reserveFault != nil {
-			if err := addReserveFault(&cfg.Profiles[0], registry, virtualClock, reserveFault); err != nil {
+			o.ExtraPlugins = frameworkruntime.Registry{}
+			if err := addReserveFault(&cfg.Profiles[0], o.ExtraPlugins, virtualClock, reserveFault); err != nil {
 				return nil, err
 			}
 		}
-		// The options kube-scheduler's app.Setup passes, which cmd/scheduler
-		// runs; Setup itself cannot be used here, because it builds its own
-		// clients and clock. Without a kubeconfig the plugin skips its
-		// informer of scheduler-plugins PodGroups; the simulator's gangs are
-		// Jobs, and for MusterNative scheduling.k8s.io PodGroups, which the
-		// plugin reads from the framework's own PodGroup state.
-		opts = append(opts,
-			scheduler.WithComponentConfigVersion(cfg.TypeMeta.APIVersion),
-			scheduler.WithProfiles(cfg.Profiles...),
-			scheduler.WithPercentageOfNodesToScore(cfg.PercentageOfNodesToScore),
-			scheduler.WithFrameworkOutOfTreeRegistry(registry),
-			scheduler.WithPodMaxBackoffSeconds(cfg.PodMaxBackoffSeconds),
-			scheduler.WithPodInitialBackoffSeconds(cfg.PodInitialBackoffSeconds),
-			scheduler.WithExtenders(cfg.Extenders...),
-			scheduler.WithParallelism(cfg.Parallelism),
-		)
+		// Without a kubeconfig the plugin skips its informer of
+		// scheduler-plugins PodGroups; the simulator's gangs are Jobs, and
+		// for MusterNative scheduling.k8s.io PodGroups, which the plugin
+		// reads from the framework's own PodGroup state.
 	}
-	sched, err := scheduler.New(ctx, client, factory, nil, recorders, opts...)
+	sched, err := schedulercmd.Build(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("building scheduler %s: %w", name, err)
 	}

@@ -18,6 +18,7 @@ import (
 	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
+	"github.com/muster-sched/muster/pkg/schedulercmd"
 	"github.com/muster-sched/muster/pkg/sim/measure"
 	"github.com/muster-sched/muster/pkg/sim/report"
 	"github.com/muster-sched/muster/pkg/sim/scenario"
@@ -353,7 +354,7 @@ func TestRotatedOrder(t *testing.T) {
 // The packing control is the default profile with MostAllocated scoring on
 // muster's weights, and nothing else changed.
 func TestMostAllocatedControl(t *testing.T) {
-	cfg, err := decodeConfig([]byte(mostAllocatedConfig), DefaultMostAllocated)
+	cfg, err := schedulercmd.DecodeConfig([]byte(mostAllocatedConfig), DefaultMostAllocated)
 	if err != nil {
 		t.Fatal(err)
 	}

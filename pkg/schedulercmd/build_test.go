@@ -1,0 +1,79 @@
+package schedulercmd
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/kubernetes/pkg/scheduler"
+	"k8s.io/kubernetes/pkg/scheduler/profile"
+
+	"github.com/muster-sched/muster/manifests"
+	"github.com/muster-sched/muster/pkg/plugins/mustergang"
+)
+
+func buildOptions(t *testing.T) Options {
+	t.Helper()
+	client := fake.NewSimpleClientset()
+	return Options{
+		Client: client, InformerFactory: scheduler.NewInformerFactory(client, 0, nil),
+		Recorders: profile.RecorderFactory(func(string) events.EventRecorderLogger { return &events.FakeRecorder{} }),
+	}
+}
+
+// Build runs the shipped configuration's one profile with muster's plugin,
+// and kube-scheduler's default profile when given no configuration.
+func TestBuild(t *testing.T) {
+	data, err := manifests.FS.ReadFile(manifests.SchedulerConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := DecodeConfig(data, manifests.SchedulerConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name        string
+		config      bool
+		profile     string
+		queueSorter string
+	}{
+		{name: "shipped configuration", config: true, profile: cfg.Profiles[0].SchedulerName, queueSorter: mustergang.Name},
+		{name: "no configuration", profile: v1.DefaultSchedulerName, queueSorter: "PrioritySort"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := buildOptions(t)
+			if tc.config {
+				o.Config = cfg
+			}
+			sched, err := Build(t.Context(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sched.Profiles) != 1 || sched.Profiles[tc.profile] == nil {
+				t.Fatalf("profiles %v, want only %s", profileNames(sched.Profiles), tc.profile)
+			}
+			if got := sched.Profiles[tc.profile].ListPlugins().QueueSort.Enabled; len(got) != 1 || got[0].Name != tc.queueSorter {
+				t.Errorf("queueSort %+v, want %s", got, tc.queueSorter)
+			}
+		})
+	}
+}
+
+// Extra plugins cannot replace muster's.
+func TestBuildRefusesAnExtraPluginNamedAsMusters(t *testing.T) {
+	o := buildOptions(t)
+	o.ExtraPlugins = Registry(nil)
+	if _, err := Build(t.Context(), o); err == nil {
+		t.Error("Build accepted a second plugin named " + mustergang.Name)
+	}
+}
+
+func profileNames(m profile.Map) []string {
+	var out []string
+	for name := range m {
+		out = append(out, name)
+	}
+	return out
+}
