@@ -36,7 +36,6 @@ import (
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/apis/config"
@@ -308,78 +307,6 @@ type binder struct{}
 func (binder) Name() string { return "DefaultBinder" }
 func (binder) Bind(context.Context, fwk.CycleState, *v1.Pod, string) *fwk.Status {
 	return nil
-}
-
-func TestNoPreemptionOfEqualPriorityOrWhenNever(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		mutate func(*v1.Pod)
-	}{
-		{"equal priority", func(p *v1.Pod) { p.Spec.Priority = ptr.To[int32](1) }},
-		{"preemptionPolicy Never", func(p *v1.Pod) {
-			p.Spec.Priority = ptr.To[int32](100)
-			p.Spec.PreemptionPolicy = ptr.To(v1.PreemptNever)
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			low := worker("low", 0, 8, "n1")
-			low.Spec.Priority = ptr.To[int32](1)
-			low.OwnerReferences[0].Name = "low"
-			pod := worker("j", 0, 8, "")
-			tc.mutate(pod)
-			f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{low, pod})
-			state, _ := f.preFilter(t, pod)
-			f.fw.RunPostFilterPlugins(context.Background(), state, pod, framework.NewDefaultNodeToStatus())
-			key, _ := gang.KeyOf(pod)
-			if f.plugin.gangs.Plan(key) != nil {
-				t.Error("preempted")
-			}
-		})
-	}
-}
-
-// TestCordonIsDecidedOnce: a cordoned node is the framework's
-// NodeUnschedulable filter's to refuse (muster's Filter, with the default
-// reclaim taints, does not re-check it), the planner leaves it out, and so
-// preemption finds nothing to evict for: the one lower-priority pod runs
-// only there.
-func TestCordonIsDecidedOnce(t *testing.T) {
-	cordoned := gpuNode("n1", 8)
-	cordoned.Spec.Unschedulable = true // and the taint the node controller adds with it
-	cordoned.Spec.Taints = append(cordoned.Spec.Taints, v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule})
-	low := worker("low", 0, 8, "n1")
-	low.Spec.Priority = ptr.To[int32](1)
-	low.OwnerReferences[0].Name = "low"
-	high := worker("j", 0, 8, "")
-	high.Spec.Priority = ptr.To[int32](100)
-	lone := worker("lone", 0, 0, "")
-	lone.OwnerReferences = nil
-	f := newTestFramework(t, 1, []*v1.Node{cordoned}, []*v1.Pod{low, high, lone})
-
-	state, status := f.preFilter(t, lone)
-	if !status.IsSuccess() {
-		t.Fatalf("PreFilter of a pod scheduled alone: %v", status)
-	}
-	ni, err := f.fw.SnapshotSharedLister().NodeInfos().Get("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status := f.fw.RunFilterPlugins(context.Background(), state, lone, ni); status.IsSuccess() || status.Plugin() != nodeunschedulable.Name {
-		t.Errorf("Filter on the cordoned node: %v (plugin %q), want NodeUnschedulable's refusal", status, status.Plugin())
-	}
-	if status := f.plugin.Filter(context.Background(), state, lone, ni); !status.IsSuccess() {
-		t.Errorf("muster's Filter re-checks the cordon: %v", status)
-	}
-
-	state, status = f.preFilter(t, high)
-	if status.IsSuccess() || !contains(status.Message(), "cordoned") {
-		t.Fatalf("PreFilter with the only node cordoned: %v, want the planner to leave it out", status)
-	}
-	f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
-	key, _ := gang.KeyOf(high)
-	if plan := f.plugin.gangs.Plan(key); plan != nil {
-		t.Errorf("plan %+v: preempted on a cordoned node", plan)
-	}
 }
 
 // keepPodsInAPI refuses every pod deletion in the fake API, so the

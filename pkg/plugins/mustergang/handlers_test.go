@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/gang"
@@ -56,5 +57,41 @@ func TestOwnerChangeWakesItsGang(t *testing.T) {
 				assert.Empty(t, f.queue.activated)
 			}
 		})
+	}
+}
+
+func unstructuredOwner(kind, namespace, name string, generation int64) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetKind(kind)
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	u.SetGeneration(generation)
+	return u
+}
+
+func podGroupWithSucceeded(n int64) *unstructured.Unstructured {
+	u := unstructuredOwner("PodGroup", "ns", "pg", 1)
+	if err := unstructured.SetNestedField(u.Object, n, "status", "succeeded"); err != nil {
+		panic(err)
+	}
+	return u
+}
+
+// TestPodGroupQuorumChanges: a PodGroup update wakes its gang only when its
+// spec or its count of succeeded members changed (status writes, muster's
+// own included, do not).
+func TestPodGroupQuorumChanges(t *testing.T) {
+	specChanged := podGroupWithSucceeded(0)
+	specChanged.SetGeneration(2)
+	for _, tc := range []struct {
+		name     string
+		old, new *unstructured.Unstructured
+		want     bool
+	}{
+		{"status write", podGroupWithSucceeded(0), podGroupWithSucceeded(0), true},
+		{"a member succeeded", podGroupWithSucceeded(0), podGroupWithSucceeded(1), false},
+		{"spec changed", podGroupWithSucceeded(0), specChanged, false},
+	} {
+		assert.Equal(t, tc.want, quorumUnchanged(tc.old, tc.new), tc.name)
 	}
 }

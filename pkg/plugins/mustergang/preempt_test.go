@@ -308,3 +308,31 @@ func TestLonePodPreemptsBesideItsNode(t *testing.T) {
 		t.Errorf("evicted %d pods on nodes %v for a pod planned on %s; want 3 on its node", victims.Len(), sets.List(onNodes), plan.Slots[high.UID])
 	}
 }
+
+func TestNoPreemptionOfEqualPriorityOrWhenNever(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1.Pod)
+	}{
+		{"equal priority", func(p *v1.Pod) { p.Spec.Priority = ptr.To[int32](1) }},
+		{"preemptionPolicy Never", func(p *v1.Pod) {
+			p.Spec.Priority = ptr.To[int32](100)
+			p.Spec.PreemptionPolicy = ptr.To(v1.PreemptNever)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			low := worker("low", 0, 8, "n1")
+			low.Spec.Priority = ptr.To[int32](1)
+			low.OwnerReferences[0].Name = "low"
+			pod := worker("j", 0, 8, "")
+			tc.mutate(pod)
+			f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{low, pod})
+			state, _ := f.preFilter(t, pod)
+			f.fw.RunPostFilterPlugins(context.Background(), state, pod, framework.NewDefaultNodeToStatus())
+			key, _ := gang.KeyOf(pod)
+			if f.plugin.gangs.Plan(key) != nil {
+				t.Error("preempted")
+			}
+		})
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/muster-sched/muster/internal/testobj"
-	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
@@ -83,46 +82,6 @@ func TestDryRunSkipsMusterGang(t *testing.T) {
 	if _, st := p.PreFilter(context.Background(), state, worker("j", 0, 1, ""), nil); !st.IsSkip() {
 		t.Errorf("PreFilter in a dry run = %v, want Skip", st)
 	}
-}
-
-// TestNodeViewsFollowNodeInfoChanges: a node's view is reused while its
-// NodeInfo is unchanged and recomputed when a pod lands on it; the snapshot
-// generation is the highest NodeInfo's; capacity held for other gangs is
-// subtracted from the right node without touching the kept views, and
-// each subtraction starts from the views, not from the last one.
-func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
-	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil)
-	n1, n2 := framework.NewNodeInfo(), framework.NewNodeInfo()
-	n1.SetNode(gpuNode("n1", 8))
-	n2.SetNode(gpuNode("n2", 8))
-	nodes := []fwk.NodeInfo{n1, n2}
-	gpus := func(views []gang.NodeView) []int64 {
-		var out []int64
-		for _, v := range views {
-			out = append(out, v.Free.Scalars[configv1.DefaultGPUResourceName])
-		}
-		return out
-	}
-
-	views, generation := f.plugin.nodes.views(nodes, nil)
-	assert.Equal(t, []int64{8, 8}, gpus(views))
-	assert.Equal(t, max(n1.GetGeneration(), n2.GetGeneration()), generation)
-
-	held := map[string]gang.Resources{"n2": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 3}}}
-	assert.Equal(t, []int64{8, 5}, gpus(f.plugin.nodes.subtractHeld(views, held)), "held capacity subtracted from its node")
-	views, _ = f.plugin.nodes.views(nodes, nil)
-	assert.Equal(t, []int64{8, 8}, gpus(views), "the kept views were not changed by the subtraction")
-	other := map[string]gang.Resources{"n1": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 2}}}
-	assert.Equal(t, []int64{6, 8}, gpus(f.plugin.nodes.subtractHeld(views, other)), "the last subtraction is undone before the next")
-
-	n2.AddPod(worker("other", 0, 2, "n2"))
-	views, generation = f.plugin.nodes.views(nodes, nil)
-	assert.Equal(t, []int64{8, 6}, gpus(views), "a pod added to the node is seen")
-	assert.Equal(t, n2.GetGeneration(), generation, "the changed node raises the generation")
-
-	// The list reordered (a node left and came back): positions follow.
-	views, _ = f.plugin.nodes.views([]fwk.NodeInfo{n2, n1}, nil)
-	assert.Equal(t, []int64{3, 8}, gpus(f.plugin.nodes.subtractHeld(views, held)), "held found at the node's new position")
 }
 
 // TestMembersThatDisagreeArePlannedNever: members of one gang asking for

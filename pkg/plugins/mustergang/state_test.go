@@ -29,3 +29,16 @@ func TestPostFilterReportsUnreadableState(t *testing.T) {
 	key, _ := gang.KeyOf(a)
 	assert.Nil(t, f.plugin.gangs.Plan(key), "the broken plan was kept")
 }
+
+func TestCycleStateClone(t *testing.T) {
+	s := &cycleState{slot: "node-1", planID: 7, key: gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "a"}, policy: gang.PolicyPrefer}
+	cs := framework.NewCycleState()
+	cs.Write(stateKey, s)
+	got, err := readState(cs.Clone())
+	if err != nil || got.slot != "node-1" || got.planID != 7 || got.policy != gang.PolicyPrefer || got.key != s.key {
+		t.Fatalf("cloned state = %+v, %v; want %+v", got, err, s)
+	}
+	if _, err := readState(framework.NewCycleState()); err == nil {
+		t.Errorf("empty cycle state yields state")
+	}
+}

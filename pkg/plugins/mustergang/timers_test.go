@@ -5,6 +5,7 @@ package mustergang
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -91,4 +93,31 @@ func TestShortGangExplainedAfterTheGrace(t *testing.T) {
 		outcome, _ := f.plugin.gangs.LastNotice(key)
 		assert.Empty(t, outcome, "a gang that was complete when the grace ended was explained")
 	})
+}
+
+// The timers type alone: a named timer is set once until it fires or is
+// cancelled; nothing is set or left pending once the scheduler stopped.
+func TestTimersOnceCancelStop(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	timers := newTimers(clock)
+	fired := map[string]int{}
+	var mu sync.Mutex
+	count := func(name string) func() {
+		return func() { mu.Lock(); fired[name]++; mu.Unlock() }
+	}
+	require.True(t, timers.once(planDeadline(1), time.Second, count("deadline")))
+	assert.False(t, timers.once(planDeadline(1), time.Second, count("deadline")), "a second timer of the same name while one is pending")
+	require.True(t, timers.once(planDeadline(2), time.Second, count("cancelled")))
+	timers.cancel(planDeadline(2))
+	timers.after(2*time.Second, count("after"))
+
+	clock.Step(time.Second)
+	assert.Equal(t, map[string]int{"deadline": 1}, fired)
+	assert.True(t, timers.once(planDeadline(1), time.Second, count("deadline")), "a name is free again once its timer fired")
+
+	timers.stop()
+	assert.False(t, clock.HasWaiters(), "stop leaves nothing pending")
+	assert.False(t, timers.once(planDeadline(3), time.Second, count("late")), "nothing is set after stop")
+	clock.Step(time.Minute)
+	assert.Equal(t, map[string]int{"deadline": 1}, fired)
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -74,36 +73,6 @@ func TestLessKeepsGangsTogetherInFirstSeenOrder(t *testing.T) {
 	if got := p.gangs.FirstSeen(key, a1.CreationTimestamp.Time); !got.Equal(a0.CreationTimestamp.Time) {
 		t.Errorf("first-seen of gang a moved to %v", got)
 	}
-}
-
-func TestCycleStateClone(t *testing.T) {
-	s := &cycleState{slot: "node-1", planID: 7, key: gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "a"}, policy: gang.PolicyPrefer}
-	cs := framework.NewCycleState()
-	cs.Write(stateKey, s)
-	got, err := readState(cs.Clone())
-	if err != nil || got.slot != "node-1" || got.planID != 7 || got.policy != gang.PolicyPrefer || got.key != s.key {
-		t.Fatalf("cloned state = %+v, %v; want %+v", got, err, s)
-	}
-	if _, err := readState(framework.NewCycleState()); err == nil {
-		t.Errorf("empty cycle state yields state")
-	}
-}
-
-func unstructuredOwner(kind, namespace, name string, generation int64) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetKind(kind)
-	u.SetNamespace(namespace)
-	u.SetName(name)
-	u.SetGeneration(generation)
-	return u
-}
-
-func podGroupWithSucceeded(n int64) *unstructured.Unstructured {
-	u := unstructuredOwner("PodGroup", "ns", "pg", 1)
-	if err := unstructured.SetNestedField(u.Object, n, "status", "succeeded"); err != nil {
-		panic(err)
-	}
-	return u
 }
 
 func TestQueueingHints(t *testing.T) {
@@ -192,23 +161,4 @@ func TestEventsToRegisterArePodsAndNodesOnly(t *testing.T) {
 		resources[e.Event.Resource] = true
 	}
 	assert.Equal(t, map[fwk.EventResource]bool{fwk.UnscheduledPod: true, fwk.AssignedPod: true, fwk.Node: true}, resources)
-}
-
-// TestPodGroupQuorumChanges: a PodGroup update wakes its gang only when its
-// spec or its count of succeeded members changed (status writes, muster's
-// own included, do not).
-func TestPodGroupQuorumChanges(t *testing.T) {
-	specChanged := podGroupWithSucceeded(0)
-	specChanged.SetGeneration(2)
-	for _, tc := range []struct {
-		name     string
-		old, new *unstructured.Unstructured
-		want     bool
-	}{
-		{"status write", podGroupWithSucceeded(0), podGroupWithSucceeded(0), true},
-		{"a member succeeded", podGroupWithSucceeded(0), podGroupWithSucceeded(1), false},
-		{"spec changed", podGroupWithSucceeded(0), specChanged, false},
-	} {
-		assert.Equal(t, tc.want, quorumUnchanged(tc.old, tc.new), tc.name)
-	}
 }
