@@ -1,7 +1,7 @@
 // Package gang holds muster's gang logic without framework glue: which gang a
 // pod belongs to, what the gang asks for (quorum, timeout, topology,
-// preemptible policy), the registry of gangs and their plans, and the planner
-// that places a whole gang at once.
+// preemptible policy), the manager of every gang's life and its plan
+// (Manager), and the planner that places a whole gang at once.
 package gang
 
 import (

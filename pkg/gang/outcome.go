@@ -2,11 +2,10 @@ package gang
 
 import v1 "k8s.io/api/core/v1"
 
-// Outcome is a gang's latest state as muster explains it. The registry keeps
-// one per gang (Registry.Notice); the retry paths choose gangs by it (the
-// gangs that found no room, the gangs that may preempt); users read it as
-// the reason of an Event on the gang's owner and of a PodGroup's Scheduled
-// condition.
+// Outcome is a gang's latest state as muster explains it to users: the
+// reason of an Event on the gang's owner and of a PodGroup's Scheduled
+// condition. The manager announces each change once (Effects.Notice);
+// control follows the gang's Phase, never its outcome.
 type Outcome string
 
 // Outcomes; each value is the Event reason users see.

@@ -42,7 +42,7 @@ func (p *Plugin) onPodAdd(obj interface{}) {
 	}
 }
 
-// onPodChange keeps the registry current: a member seen bound is no longer
+// onPodChange keeps the gang manager current: a member seen bound is no longer
 // in flight, and PodGroup status follows the gang.
 func (p *Plugin) onPodChange(obj interface{}) {
 	pod, ok := obj.(*v1.Pod)

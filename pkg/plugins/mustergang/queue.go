@@ -156,7 +156,7 @@ func taintIn(t v1.Taint, taints []v1.Taint) bool {
 }
 
 // sameGangDeleted: an unscheduled pod's deletion frees nothing (a plan it
-// was part of is released through the registry), except for its own gang.
+// was part of is released through the gang manager), except for its own gang.
 func (p *Plugin) sameGangDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
 	return p.sameGangPod(logger, pod, nil, oldObj)
 }

@@ -230,7 +230,7 @@ func (src *gangSource) pendingInAnyProfile(key gang.Key) []*v1.Pod {
 }
 
 // gangHasPods reports whether any profile's gang index still holds a pod
-// of the gang: the registry's state of a gang is shared by the profiles.
+// of the gang: the gang manager is shared by the profiles.
 func (src *gangSource) gangHasPods(key gang.Key) bool {
 	for _, index := range src.gangIndexes() {
 		if objs, _ := src.pods.ByIndex(index, key.String()); len(objs) > 0 {
