@@ -143,8 +143,8 @@ func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time) (A
 	s.lastFailure = ""
 	s.failures = 0
 	e.StopDeadline = c.ID
-	e.Notice = s.notice(key, OutcomeScheduled, fmt.Sprintf("gang %s: all %d planned members reserved on %d nodes in %s %s; binding",
-		key, len(c.Slots), c.Nodes, c.Level, c.Domain))
+	e.Notice = s.notice(key, OutcomeScheduled, fmt.Sprintf("%s: all %d planned members reserved on %d nodes in %s %s; binding",
+		key.Subject(), len(c.Slots), c.Nodes, c.Level, c.Domain))
 	return ArrivalComplete, c, e
 }
 
@@ -186,7 +186,7 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 	}
 	s.backoffUntil = now.Add(backoff)
 	s.lastFailure = reason
-	msg := fmt.Sprintf("gang %s: %s; released all %d planned members (retry in %s)", key, reason, len(plan.Slots), backoff)
+	msg := fmt.Sprintf("%s: %s; released all %d planned members (retry in %s)", key.Subject(), reason, len(plan.Slots), backoff)
 	e := Effects{
 		StopDeadline: plan.ID,
 		Dropped:      &Drop{Key: key, Plan: plan, Cause: cause, Reason: reason, Backoff: backoff},

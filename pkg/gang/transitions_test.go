@@ -212,6 +212,9 @@ func TestMemberGoneNamesAPodAlone(t *testing.T) {
 	e := m.MemberGone(loneP, "p", "p", t0, time.Second)
 	require.NotNil(t, e.Dropped)
 	assert.Equal(t, "pod p was deleted or finished", e.Dropped.Reason)
+	require.NotNil(t, e.Notice)
+	assert.Equal(t, "pod ns/p: pod p was deleted or finished; released all 1 planned members (retry in 1s)", e.Notice.Message,
+		"a pod scheduled alone is named as a pod, not as a gang")
 }
 
 func TestVictimsGone(t *testing.T) {

@@ -20,7 +20,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	}
 	node := ni.Node()
 	if s.slot != "" && node.Name != s.slot {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s planned this member on node %s", s.key, s.slot))
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("%s planned this member on node %s", s.key.Subject(), s.slot))
 	}
 	if p.nodes.reclaiming(node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node is being reclaimed")

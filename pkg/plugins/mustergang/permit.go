@@ -75,12 +75,12 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 		reason := fmt.Sprintf("member %s could not go to its planned node %s in the PodGroup's cycle", refused.name, refused.node)
 		now := p.now()
 		p.carryOut(ctx, p.gangs.PlanBroken(s.key, s.planID, refused.uid, refused.node, reason, true, now, now.Add(avoidFor), p.backoffBase()), nil)
-		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", s.key, reason)), 0
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s", s.key.Subject(), reason)), 0
 	}
 	arrival, plan, effects := p.gangs.Arrive(s.key, s.planID, pod.UID, p.now())
 	switch arrival {
 	case gang.ArrivalDropped:
-		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: the plan for this member was dropped", s.key)), 0
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: the plan for this member was dropped", s.key.Subject())), 0
 	case gang.ArrivalWait:
 		// The planned members not reserved yet are woken so the gang
 		// completes quickly; the wait ends at the plan deadline (plus a

@@ -60,7 +60,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	reason := fmt.Sprintf("member %s cannot go to its planned node %s: %s", pod.Name, slot, why)
 	now := p.now()
 	p.carryOut(ctx, p.gangs.PlanBroken(key, plan.ID, pod.UID, slot, reason, avoid, now, now.Add(avoidFor), p.backoffBase()), nil)
-	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, reason))
+	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s", key.Subject(), reason))
 }
 
 // waitingForVictims reports whether a member was turned away only because
@@ -76,7 +76,7 @@ func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot str
 		if st := statuses.Get(slot); st != nil {
 			return st.Message(), true
 		}
-		return fmt.Sprintf("gang %s waits for preempted pods to terminate", key), true
+		return fmt.Sprintf("%s waits for preempted pods to terminate", key.Subject()), true
 	}
 	return "", false
 }
@@ -87,10 +87,10 @@ func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot str
 // scheduler's cache does).
 func (p *Plugin) victimsPending(key gang.Key, plan *gang.ActivePlan) (string, bool) {
 	if n := plan.Victims.Len(); n > 0 {
-		return fmt.Sprintf("gang %s waits for %d preempted pods to terminate", key, n), true
+		return fmt.Sprintf("%s waits for %d preempted pods to terminate", key.Subject(), n), true
 	}
 	if cached := p.slotWithEvictedPod(plan); cached != "" {
-		return fmt.Sprintf("gang %s waits for preempted pods to leave %s", key, cached), true
+		return fmt.Sprintf("%s waits for preempted pods to leave %s", key.Subject(), cached), true
 	}
 	return "", false
 }

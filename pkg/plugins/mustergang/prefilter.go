@@ -85,7 +85,7 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 	node, planned := plan.Slots[pod.UID]
 	if !planned {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("gang %s is placing %d other members; this pod waits for that plan to finish", key, len(plan.Slots)))
+			fmt.Sprintf("%s is placing %d other members; this pod waits for that plan to finish", key.Subject(), len(plan.Slots)))
 	}
 	state := &cycleState{slot: node, planID: plan.ID, key: key, policy: constraints.Policy}
 	if n := plan.Victims.Len(); n > 0 {
@@ -93,7 +93,7 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 		state.heldForVictims = true
 		cs.Write(stateKey, state)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("gang %s preempted pods to make room and waits for them; %d of them still terminating (planned on %s)", key, n, node))
+			fmt.Sprintf("%s preempted pods to make room and waits for them; %d of them still terminating (planned on %s)", key.Subject(), n, node))
 	}
 	if cached := p.slotWithEvictedPod(plan); cached != "" {
 		// Every victim is deleted, but the scheduler's cache (this
@@ -105,7 +105,7 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 		state.heldForVictims = true
 		cs.Write(stateKey, state)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("gang %s preempted pods to make room and waits for them to leave %s", key, cached))
+			fmt.Sprintf("%s preempted pods to make room and waits for them to leave %s", key.Subject(), cached))
 	}
 	if plan.Evicted.Len() > 0 && !p.devicesReleased(pod, node) {
 		// The victims are gone but the DRA devices they held are not
@@ -115,7 +115,7 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 		state.heldForVictims = true
 		cs.Write(stateKey, state)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("gang %s preempted pods to make room and waits for their devices on %s to be released", key, node))
+			fmt.Sprintf("%s preempted pods to make room and waits for their devices on %s to be released", key.Subject(), node))
 	}
 	if cs.IsPodGroupSchedulingCycle() {
 		state.pass = passOf(cs.GetPodGroupSchedulingCycle(), plan.ID)
