@@ -60,7 +60,7 @@ type bgPDB struct {
 	healthy int
 }
 
-// background is the harness's record of the background.
+// background is the cluster model's record of the background.
 type background struct {
 	cpu, memory           resource.Quantity // of each pod of the pods block
 	memberCPU, memMem     resource.Quantity // of each CPU-only gang member
@@ -256,40 +256,40 @@ func pdbObject(p *bgPDB) *policyv1.PodDisruptionBudget {
 // addBackground puts the plan's background pods and budgets into the
 // tracker before the informers start, as it does the nodes: the scheduler
 // lists them with its first sync.
-func (h *harness) addBackground() error {
-	names := make([]string, 0, len(h.bg.pods))
-	for name := range h.bg.pods {
+func (c *cluster) addBackground() error {
+	names := make([]string, 0, len(c.bg.pods))
+	for name := range c.bg.pods {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		pod := h.bg.podObject(h.bg.pods[name], metav1.NewTime(epoch))
-		if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, pod)); err != nil {
+		pod := c.bg.podObject(c.bg.pods[name], metav1.NewTime(epoch))
+		if err := c.cs.Tracker().Add(versioned(c.resourceVersion, pod)); err != nil {
 			return err
 		}
 	}
-	for _, p := range h.plan.PDBs {
-		if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, pdbObject(h.bg.pdbs[p.Name]))); err != nil {
+	for _, p := range c.plan.PDBs {
+		if err := c.cs.Tracker().Add(versioned(c.resourceVersion, pdbObject(c.bg.pdbs[p.Name]))); err != nil {
 			return err
 		}
 	}
 	// The initial list delivers them as adds: wait for those too.
-	h.counts.wanted[kindPodAdd].Add(int64(len(names)))
-	h.counts.wanted[kindPDBAdd].Add(int64(len(h.plan.PDBs)))
+	c.counts.wanted[kindPodAdd].Add(int64(len(names)))
+	c.counts.wanted[kindPDBAdd].Add(int64(len(c.plan.PDBs)))
 	return nil
 }
 
 // syncPDBs writes the status of the budgets in touched, in name order.
-func (h *harness) syncPDBs(ctx context.Context, touched map[string]bool) error {
+func (c *cluster) syncPDBs(ctx context.Context, touched map[string]bool) error {
 	names := make([]string, 0, len(touched))
 	for name := range touched {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		h.counts.want(kindPDBUpdate)
-		pdb := versioned(&h.resourceVersion, pdbObject(h.bg.pdbs[name]))
-		if _, err := h.cs.PolicyV1().PodDisruptionBudgets(backgroundNamespace).UpdateStatus(ctx, pdb, metav1.UpdateOptions{}); err != nil {
+		c.counts.want(kindPDBUpdate)
+		pdb := versioned(c.resourceVersion, pdbObject(c.bg.pdbs[name]))
+		if _, err := c.cs.PolicyV1().PodDisruptionBudgets(backgroundNamespace).UpdateStatus(ctx, pdb, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("budget %s: %w", name, err)
 		}
 	}
@@ -298,56 +298,56 @@ func (h *harness) syncPDBs(ctx context.Context, touched map[string]bool) error {
 
 // deleteBackgroundOn deletes the background pods of a node about to be
 // deleted, as the pod garbage collector would, and returns them.
-func (h *harness) deleteBackgroundOn(ctx context.Context, node string) ([]*bgPod, error) {
-	pods := h.bg.podsOn(node)
+func (c *cluster) deleteBackgroundOn(ctx context.Context, node string) ([]*bgPod, error) {
+	pods := c.bg.podsOn(node)
 	touched := map[string]bool{}
 	for _, p := range pods {
-		h.counts.want(kindPodDelete)
-		h.deletions.mine(p.name)
-		if err := h.cs.CoreV1().Pods(backgroundNamespace).Delete(ctx, p.name, metav1.DeleteOptions{}); err != nil {
+		c.counts.want(kindPodDelete)
+		c.deletions.mine(p.name)
+		if err := c.cs.CoreV1().Pods(backgroundNamespace).Delete(ctx, p.name, metav1.DeleteOptions{}); err != nil {
 			return nil, fmt.Errorf("deleting background pod %s: %w", p.name, err)
 		}
-		h.bg.remove(p.name)
-		h.changes.deletedBound = append(h.changes.deletedBound, &v1.Pod{ObjectMeta: metav1.ObjectMeta{
+		c.bg.remove(p.name)
+		c.changes.deletedBound = append(c.changes.deletedBound, &v1.Pod{ObjectMeta: metav1.ObjectMeta{
 			Name: p.name, Namespace: backgroundNamespace, UID: types.UID("pod-" + p.name)}})
 		if p.pdb != "" {
 			touched[p.pdb] = true
 		}
 	}
-	delete(h.bg.onNode, node)
-	return pods, h.syncPDBs(ctx, touched)
+	delete(c.bg.onNode, node)
+	return pods, c.syncPDBs(ctx, touched)
 }
 
 // recreateBackground puts pods (those of a deleted node) on its
 // replacement node, bound and running.
-func (h *harness) recreateBackground(ctx context.Context, pods []*bgPod, node string) error {
+func (c *cluster) recreateBackground(ctx context.Context, pods []*bgPod, node string) error {
 	touched := map[string]bool{}
 	for _, old := range pods {
 		p := &bgPod{name: scenario.BackgroundPodName(old.app, node), node: node, app: old.app, kind: old.kind, pdb: old.pdb,
 			gpus: old.gpus, noisy: old.noisy}
-		pod := h.bg.podObject(p, metav1.NewTime(epoch.Add(h.now)))
-		h.counts.want(kindPodAdd)
-		if _, err := h.cs.CoreV1().Pods(backgroundNamespace).Create(ctx, versioned(&h.resourceVersion, pod), metav1.CreateOptions{}); err != nil {
+		pod := c.bg.podObject(p, metav1.NewTime(epoch.Add(c.eng.now)))
+		c.counts.want(kindPodAdd)
+		if _, err := c.cs.CoreV1().Pods(backgroundNamespace).Create(ctx, versioned(c.resourceVersion, pod), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating background pod %s: %w", p.name, err)
 		}
-		h.bg.add(p)
-		h.changes.createdBound = append(h.changes.createdBound, pod)
+		c.bg.add(p)
+		c.changes.createdBound = append(c.changes.createdBound, pod)
 		if p.pdb != "" {
 			touched[p.pdb] = true
 		}
 	}
-	return h.syncPDBs(ctx, touched)
+	return c.syncPDBs(ctx, touched)
 }
 
 // evictedBackground takes background pods the scheduler deleted out of the
 // record, updates their budgets' status and records them: those that held
 // no GPU apart from those that did (gpuPods), whose GPUs count as evicted.
-func (h *harness) evictedBackground(ctx context.Context, names []string) error {
+func (c *cluster) evictedBackground(ctx context.Context, names []string) error {
 	touched := map[string]bool{}
 	cpuOnly, gpuPods := 0, 0
 	var gpus int64
 	for _, name := range names {
-		p := h.bg.remove(name)
+		p := c.bg.remove(name)
 		if p == nil {
 			continue
 		}
@@ -362,22 +362,10 @@ func (h *harness) evictedBackground(ctx context.Context, names []string) error {
 		}
 	}
 	if cpuOnly > 0 {
-		h.rec.BackgroundEvicted(cpuOnly)
+		c.rec.BackgroundEvicted(cpuOnly)
 	}
 	if gpuPods > 0 {
-		h.rec.BackgroundGPUPodsEvicted(gpuPods, gpus)
+		c.rec.BackgroundGPUPodsEvicted(gpuPods, gpus)
 	}
-	return h.syncPDBs(ctx, touched)
-}
-
-// nodeResources is a node's CPU and memory: the cluster's for a node of
-// gpusPerNode GPUs, in proportion for a smaller one.
-func (h *harness) nodeResources(gpus int64) (cpu, memory resource.Quantity) {
-	full := h.plan.Scenario.Cluster.GPUsPerNode
-	if gpus == full {
-		return h.cpu, h.memory
-	}
-	cpu = *resource.NewMilliQuantity(h.cpu.MilliValue()*gpus/full, resource.DecimalSI)
-	memory = *resource.NewQuantity(h.memory.Value()*gpus/full, resource.BinarySI)
-	return cpu, memory
+	return c.syncPDBs(ctx, touched)
 }

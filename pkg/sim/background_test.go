@@ -82,7 +82,7 @@ workload: {waves: [{duration: 1m, gangs: [1x1]}]}
 func TestBackgroundIsInTheSchedulersCache(t *testing.T) {
 	plan := parsePlan(t, backgroundCache, 1)
 	h := startHarness(t, plan, Default)
-	dump := h.sched.Cache.Dump()
+	dump := h.driver.sched.Cache.Dump()
 	if len(dump.AssumedPods) != 0 {
 		t.Errorf("assumed pods %v; background pods are bound, not assumed", dump.AssumedPods)
 	}
@@ -123,7 +123,7 @@ func TestBackgroundIsInTheSchedulersCache(t *testing.T) {
 	}
 	// 4 service pods in 2 Deployments of 2, both with a budget of
 	// maxUnavailable 1: one disruption allowed each.
-	pdbs, err := h.b.sched.Profiles[v1.DefaultSchedulerName].SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister().List(labels.Everything())
+	pdbs, err := h.driver.b.sched.Profiles[v1.DefaultSchedulerName].SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister().List(labels.Everything())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,10 +164,10 @@ func TestEvictedBackgroundIsCounted(t *testing.T) {
 	if m.GangsCompleted != 1 {
 		t.Errorf("%d of 1 jobs completed (%s)", m.GangsCompleted, h.endReason)
 	}
-	if len(h.bg.pods) != 1 {
-		t.Errorf("%d background pods left in the record, want 1", len(h.bg.pods))
+	if len(h.cluster.bg.pods) != 1 {
+		t.Errorf("%d background pods left in the record, want 1", len(h.cluster.bg.pods))
 	}
-	obj, err := h.cs.PolicyV1().PodDisruptionBudgets(backgroundNamespace).Get(context.Background(), plan.PDBs[0].Name, metav1.GetOptions{})
+	obj, err := h.cluster.cs.PolicyV1().PodDisruptionBudgets(backgroundNamespace).Get(context.Background(), plan.PDBs[0].Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestBackgroundThroughReclaims(t *testing.T) {
 	if d.PodsBound < plan.TotalPods() {
 		t.Errorf("%d pods bound, fewer than the %d members of all jobs", d.PodsBound, plan.TotalPods())
 	}
-	nodes, err := h.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	nodes, err := h.cluster.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestBackgroundThroughReclaims(t *testing.T) {
 	if replaced == 0 {
 		t.Fatal("no replacement node at the end")
 	}
-	pods, err := h.cs.CoreV1().Pods(backgroundNamespace).List(context.Background(), metav1.ListOptions{})
+	pods, err := h.cluster.cs.CoreV1().Pods(backgroundNamespace).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestBackgroundThroughReclaims(t *testing.T) {
 		}
 		perNode[p.Spec.NodeName]++
 		byApp[p.Labels["app"]]++
-		if h.bg.pods[p.Name] == nil {
+		if h.cluster.bg.pods[p.Name] == nil {
 			t.Errorf("background pod %s is not in the harness's record", p.Name)
 		}
 	}
@@ -269,10 +269,10 @@ func TestBackgroundThroughReclaims(t *testing.T) {
 			t.Errorf("node %s has %d background pods, want 3 (nothing preempts here)", node, n)
 		}
 	}
-	if len(pods.Items) != len(h.bg.pods) {
-		t.Errorf("%d background pods in the cluster, %d in the record", len(pods.Items), len(h.bg.pods))
+	if len(pods.Items) != len(h.cluster.bg.pods) {
+		t.Errorf("%d background pods in the cluster, %d in the record", len(pods.Items), len(h.cluster.bg.pods))
 	}
-	pdbs, err := h.cs.PolicyV1().PodDisruptionBudgets(backgroundNamespace).List(context.Background(), metav1.ListOptions{})
+	pdbs, err := h.cluster.cs.PolicyV1().PodDisruptionBudgets(backgroundNamespace).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

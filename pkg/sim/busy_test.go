@@ -47,7 +47,7 @@ workload:
 func TestBusyBackgroundIsInTheSchedulersCache(t *testing.T) {
 	plan := parsePlan(t, busyNoisy, 1)
 	h := startHarness(t, plan, Default)
-	dump := h.sched.Cache.Dump()
+	dump := h.driver.sched.Cache.Dump()
 	gpus, noisy := map[string]int64{}, map[string]bool{}
 	for _, bp := range plan.Background {
 		gpus[bp.Node] += bp.GPUs
@@ -76,8 +76,8 @@ func TestBusyBackgroundIsInTheSchedulersCache(t *testing.T) {
 			t.Errorf("node %s: a pod labelled app=%s is there: %v, want %v", n.Name, scenario.NoisyApp, labelled, noisy[n.Name])
 		}
 	}
-	if free, nNoisy := plan.FreeNodes(); free != 4 || nNoisy != 2 || h.bg.gpus != 32 {
-		t.Errorf("%d free nodes, %d noisy, %d GPUs held; want 4, 2, 32", free, nNoisy, h.bg.gpus)
+	if free, nNoisy := plan.FreeNodes(); free != 4 || nNoisy != 2 || h.cluster.bg.gpus != 32 {
+		t.Errorf("%d free nodes, %d noisy, %d GPUs held; want 4, 2, 32", free, nNoisy, h.cluster.bg.gpus)
 	}
 }
 

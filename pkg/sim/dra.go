@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sort"
 	"sync"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,7 +23,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/muster-sched/muster/internal/testobj"
-	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/pkg/sim/measure"
 )
 
@@ -71,7 +68,7 @@ const slowBinding = 500 * time.Millisecond
 // maxViolations is how many broken checks a run keeps the text of.
 const maxViolations = 20
 
-// draCluster is the harness's record of DRA. Its maps are written under
+// draCluster is the cluster model's record of DRA. Its maps are written under
 // the fake's lock (the tracker wrapper, the delete reactor) and read from
 // informer handlers, so they have a lock of their own.
 type draCluster struct {
@@ -102,68 +99,39 @@ func newDRACluster(nodes int) *draCluster {
 // addDRA puts the DeviceClass and each DRA node's ResourceSlice into the
 // tracker, before the informers start, and routes ResourceClaim writes
 // through the claim tracker.
-func (h *harness) addDRA() error {
-	if h.dra == nil {
+func (c *cluster) addDRA() error {
+	if c.dra == nil {
 		return nil
 	}
-	h.cs.PrependReactor("*", "resourceclaims", k8stesting.ObjectReaction(&claimTracker{ObjectTracker: h.cs.Tracker(), h: h}))
-	if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, testobj.GPUDeviceClass())); err != nil {
+	c.cs.PrependReactor("*", "resourceclaims", k8stesting.ObjectReaction(&claimTracker{ObjectTracker: c.cs.Tracker(), c: c}))
+	if err := c.cs.Tracker().Add(versioned(c.resourceVersion, testobj.GPUDeviceClass())); err != nil {
 		return err
 	}
 	slices := 0
-	for _, n := range h.plan.Nodes {
+	for _, n := range c.plan.Nodes {
 		if !n.DRA {
 			continue
 		}
-		if err := h.cs.Tracker().Add(versioned(&h.resourceVersion, testobj.GPUSlice(n.Name, int(n.GPUs)))); err != nil {
+		if err := c.cs.Tracker().Add(versioned(c.resourceVersion, testobj.GPUSlice(n.Name, int(n.GPUs)))); err != nil {
 			return err
 		}
 		slices++
 	}
 	// The initial list delivers them as adds: wait for those too.
-	h.counts.wanted[kindSliceAdd].Add(int64(slices))
+	c.counts.wanted[kindSliceAdd].Add(int64(slices))
 	return nil
 }
 
 // watchDRA adds the claim controller and the listers the checks read to
 // the scheduler's informers (before they start).
-func (h *harness) watchDRA(factory informers.SharedInformerFactory) error {
-	if h.dra == nil {
+func (c *cluster) watchDRA(factory informers.SharedInformerFactory) error {
+	if c.dra == nil {
 		return nil
 	}
-	h.dra.pods = factory.Core().V1().Pods().Lister()
-	h.dra.claims = factory.Resource().V1().ResourceClaims().Lister()
-	_, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: h.releaseClaims})
+	c.dra.pods = factory.Core().V1().Pods().Lister()
+	c.dra.claims = factory.Resource().V1().ResourceClaims().Lister()
+	_, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: c.releaseClaims})
 	return err
-}
-
-// waitForDRA waits until the scheduler's DRA manager holds every slice and
-// resolves nvidia.com/gpu to the DeviceClass: its caches are filled by
-// informer handlers of their own.
-func (h *harness) waitForDRA(ctx context.Context) error {
-	if h.dra == nil {
-		return nil
-	}
-	manager := h.sched.Profiles[h.b.schedulerName].SharedDRAManager()
-	if manager == nil {
-		return fmt.Errorf("scheduler %s has no DRA manager: is the DynamicResourceAllocation feature gate off?", h.opts.Scheduler)
-	}
-	h.dra.mu.Lock()
-	h.dra.manager = manager
-	h.dra.mu.Unlock()
-	return h.waitFor(ctx, func() string {
-		slices, err := manager.ResourceSlices().ListWithDeviceTaintRules()
-		if err != nil {
-			return err.Error()
-		}
-		if len(slices) != h.dra.stats.Nodes {
-			return fmt.Sprintf("the DRA manager has %d ResourceSlices, want %d", len(slices), h.dra.stats.Nodes)
-		}
-		if manager.DeviceClassResolver().GetDeviceClass(configv1.DefaultGPUResourceName) == nil {
-			return "the DRA manager does not resolve nvidia.com/gpu to a DeviceClass yet"
-		}
-		return ""
-	})
 }
 
 // claimTracker is the fake's object tracker for ResourceClaims with what
@@ -173,7 +141,7 @@ func (h *harness) waitForDRA(ctx context.Context) error {
 // which claim. It runs under the fake's lock.
 type claimTracker struct {
 	k8stesting.ObjectTracker
-	h *harness
+	c *cluster
 }
 
 func (t *claimTracker) Create(gvr schema.GroupVersionResource, obj kruntime.Object, ns string, opts ...metav1.CreateOptions) error {
@@ -181,7 +149,7 @@ func (t *claimTracker) Create(gvr schema.GroupVersionResource, obj kruntime.Obje
 	if err != nil {
 		return err
 	}
-	d := t.h.dra
+	d := t.c.dra
 	if m.GetName() == "" && m.GetGenerateName() != "" {
 		d.mu.Lock()
 		d.generated++
@@ -191,10 +159,10 @@ func (t *claimTracker) Create(gvr schema.GroupVersionResource, obj kruntime.Obje
 	if m.GetUID() == "" {
 		m.SetUID(types.UID("claim-" + ns + "-" + m.GetName()))
 	}
-	versioned(&t.h.resourceVersion, m)
-	t.h.counts.want(kindClaimAdd)
+	versioned(t.c.resourceVersion, m)
+	t.c.counts.want(kindClaimAdd)
 	if err := t.ObjectTracker.Create(gvr, obj, ns, opts...); err != nil {
-		t.h.counts.wanted[kindClaimAdd].Add(-1)
+		t.c.counts.wanted[kindClaimAdd].Add(-1)
 		return err
 	}
 	d.mu.Lock()
@@ -275,10 +243,10 @@ func (t *claimTracker) Patch(gvr schema.GroupVersionResource, obj kruntime.Objec
 
 // write stores an update under a new resourceVersion.
 func (t *claimTracker) write(m metav1.Object, store func() error) error {
-	versioned(&t.h.resourceVersion, m)
-	t.h.counts.want(kindClaimUpdate)
+	versioned(t.c.resourceVersion, m)
+	t.c.counts.want(kindClaimUpdate)
 	if err := store(); err != nil {
-		t.h.counts.wanted[kindClaimUpdate].Add(-1)
+		t.c.counts.wanted[kindClaimUpdate].Add(-1)
 		return err
 	}
 	return nil
@@ -293,12 +261,12 @@ func (t *claimTracker) Delete(gvr schema.GroupVersionResource, ns, name string, 
 	if err != nil {
 		return err
 	}
-	t.h.counts.want(kindClaimDelete)
+	t.c.counts.want(kindClaimDelete)
 	if err := t.ObjectTracker.Delete(gvr, ns, name, opts...); err != nil {
-		t.h.counts.wanted[kindClaimDelete].Add(-1)
+		t.c.counts.wanted[kindClaimDelete].Add(-1)
 		return err
 	}
-	d := t.h.dra
+	d := t.c.dra
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, o := range m.GetOwnerReferences() {
@@ -324,13 +292,13 @@ func (t *claimTracker) Delete(gvr schema.GroupVersionResource, ns, name string, 
 // podDeleting is told of every pod deletion before the tracker applies it
 // (under the fake's lock): a pod that owns claims will have them released
 // once its deletion is delivered (releaseClaims), and the step waits for it.
-func (d *draCluster) podDeleting(h *harness, pod *v1.Pod) {
+func (d *draCluster) podDeleting(counts *counters, pod *v1.Pod) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.created, pod.Name)
 	if len(d.owned[pod.UID]) > 0 && !d.releasing[pod.UID] {
 		d.releasing[pod.UID] = true
-		h.counts.want(kindClaimRelease)
+		counts.want(kindClaimRelease)
 	}
 }
 
@@ -338,7 +306,7 @@ func (d *draCluster) podDeleting(h *harness, pod *v1.Pod) {
 // for a deleted pod: the claims it owns are deleted, which frees their
 // devices (the fake's delete ignores the claims' finalizer, which the
 // controller would remove after deallocating).
-func (h *harness) releaseClaims(obj interface{}) {
+func (c *cluster) releaseClaims(obj interface{}) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
@@ -346,7 +314,7 @@ func (h *harness) releaseClaims(obj interface{}) {
 	if !ok {
 		return
 	}
-	d := h.dra
+	d := c.dra
 	d.mu.Lock()
 	if !d.releasing[pod.UID] {
 		d.mu.Unlock()
@@ -356,7 +324,7 @@ func (h *harness) releaseClaims(obj interface{}) {
 	names := append([]string(nil), d.owned[pod.UID]...)
 	d.mu.Unlock()
 	for _, name := range names {
-		err := h.cs.ResourceV1().ResourceClaims(pod.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+		err := c.cs.ResourceV1().ResourceClaims(pod.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{})
 		switch {
 		case err == nil:
 			d.mu.Lock()
@@ -366,7 +334,7 @@ func (h *harness) releaseClaims(obj interface{}) {
 			d.violation("releasing claim %s of deleted pod %s: %v", name, pod.Name, err)
 		}
 	}
-	h.counts.seen[kindClaimRelease].Add(1)
+	c.counts.seen[kindClaimRelease].Add(1)
 }
 
 // bound notes a binding (under the fake's lock): one that came long after
@@ -391,146 +359,16 @@ func (d *draCluster) violation(format string, args ...any) {
 	}
 }
 
-// deviceKey names a device across pools.
-func deviceKey(driver, pool, device string) string { return driver + "/" + pool + "/" + device }
-
-// checkDRA checks, after a step settled, what DRA must hold:
-//
-//   - every GPU member bound in this step to a DRA node names in
-//     status.extendedResourceClaimStatus a claim it owns, reserved for it,
-//     allocated exactly its GPUs, all devices of that node's pool; a member
-//     bound to a device-plugin node, or asking for no GPU, names none;
-//   - no device is allocated to two claims;
-//   - the devices allocated are exactly the GPUs the bound members on DRA
-//     nodes hold: claims of pods gone were released, none is missing.
-func (h *harness) checkDRA() {
-	d := h.dra
-	if d == nil {
-		return
-	}
-	records := h.binds.since(d.cursor)
-	d.cursor += len(records)
-	for _, r := range records {
-		g := h.podGang[r.pod]
-		spec := h.nodes[r.node]
-		pod, err := d.pods.Pods(namespace).Get(r.pod)
-		if g == nil || spec == nil || err != nil || pod.UID != r.uid {
-			continue // deleted since (evicted, restarted, its node reclaimed)
-		}
-		h.checkBoundPod(pod, r.node, g.podGPUs(r.pod), spec.dra)
-	}
-
-	claims, err := d.claims.ResourceClaims(namespace).List(labels.Everything())
-	if err != nil {
-		d.violation("listing claims: %v", err)
-		return
-	}
-	sort.Slice(claims, func(i, j int) bool { return claims[i].Name < claims[j].Name })
-	owner := map[string]string{}
-	allocated := 0
-	for _, c := range claims {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, res := range c.Status.Allocation.Devices.Results {
-			key := deviceKey(res.Driver, res.Pool, res.Device)
-			if other, dup := owner[key]; dup {
-				d.violation("t=%s: device %s is allocated to claims %s and %s", h.now, key, other, c.Name)
-			}
-			owner[key] = c.Name
-			allocated++
-		}
-	}
-	var held int64
-	for _, g := range h.gangs {
-		for pod, node := range g.bound {
-			if spec := h.nodes[node]; spec != nil && spec.dra {
-				held += g.podGPUs(pod)
-			}
-		}
-	}
-	if int64(allocated) != held {
-		d.violation("t=%s: %d devices allocated, but the GPU members bound to DRA nodes hold %d", h.now, allocated, held)
-	}
-	d.mu.Lock()
-	d.stats.PeakDevicesAllocated = max(d.stats.PeakDevicesAllocated, allocated)
-	d.mu.Unlock()
-}
-
-// checkBoundPod checks one bound member's claim (checkDRA).
-func (h *harness) checkBoundPod(pod *v1.Pod, node string, gpus int64, dra bool) {
-	d := h.dra
-	st := pod.Status.ExtendedResourceClaimStatus
-	if gpus == 0 || !dra {
-		if st != nil {
-			d.violation("pod %s (%d GPUs) on node %s (DRA %t) has extended-resource claim %s", pod.Name, gpus, node, dra, st.ResourceClaimName)
-		}
-		return
-	}
-	if st == nil || st.ResourceClaimName == "" {
-		d.violation("pod %s bound to DRA node %s has no status.extendedResourceClaimStatus", pod.Name, node)
-		return
-	}
-	claim, err := d.claims.ResourceClaims(namespace).Get(st.ResourceClaimName)
-	if err != nil {
-		d.violation("pod %s: its claim %s: %v", pod.Name, st.ResourceClaimName, err)
-		return
-	}
-	ownedBy := false
-	for _, o := range claim.OwnerReferences {
-		ownedBy = ownedBy || (o.Kind == "Pod" && o.UID == pod.UID)
-	}
-	reserved := false
-	for _, r := range claim.Status.ReservedFor {
-		reserved = reserved || r.UID == pod.UID
-	}
-	switch {
-	case !ownedBy:
-		d.violation("pod %s: claim %s is not owned by it", pod.Name, claim.Name)
-	case !reserved:
-		d.violation("pod %s: claim %s is not reserved for it (reservedFor %v)", pod.Name, claim.Name, claim.Status.ReservedFor)
-	case claim.Status.Allocation == nil:
-		d.violation("pod %s: claim %s is not allocated", pod.Name, claim.Name)
-	default:
-		var onNode int64
-		for _, res := range claim.Status.Allocation.Devices.Results {
-			if res.Driver == testobj.GPUDriver && res.Pool == node {
-				onNode++
-			} else {
-				d.violation("pod %s on %s: claim %s has device %s", pod.Name, node, claim.Name, deviceKey(res.Driver, res.Pool, res.Device))
-			}
-		}
-		if onNode != gpus {
-			d.violation("pod %s asks for %d GPUs, its claim %s is allocated %d devices of node %s", pod.Name, gpus, claim.Name, onNode, node)
-		}
-	}
-	d.mu.Lock()
-	d.stats.ClaimsChecked++
-	d.mu.Unlock()
-}
-
-// draResult is the run's DRA record (nil without DRA).
-func (h *harness) draResult() *measure.DRA {
-	if h.dra == nil {
-		return nil
-	}
-	h.dra.mu.Lock()
-	defer h.dra.mu.Unlock()
-	st := h.dra.stats
-	st.Violations = append([]string(nil), st.Violations...)
-	return &st
-}
-
 // deleteSlice deletes a reclaimed DRA node's ResourceSlice, as the
 // kubelet's plugin registration cleanup does when its node goes.
-func (h *harness) deleteSlice(ctx context.Context, node string) error {
-	h.counts.want(kindSliceDelete)
-	return h.cs.ResourceV1().ResourceSlices().Delete(ctx, testobj.GPUSlice(node, 0).Name, metav1.DeleteOptions{})
+func (c *cluster) deleteSlice(ctx context.Context, node string) error {
+	c.counts.want(kindSliceDelete)
+	return c.cs.ResourceV1().ResourceSlices().Delete(ctx, testobj.GPUSlice(node, 0).Name, metav1.DeleteOptions{})
 }
 
 // createSlice publishes a new DRA node's GPUs.
-func (h *harness) createSlice(ctx context.Context, node string, gpus int64) error {
-	h.counts.want(kindSliceAdd)
-	_, err := h.cs.ResourceV1().ResourceSlices().Create(ctx, versioned(&h.resourceVersion, testobj.GPUSlice(node, int(gpus))), metav1.CreateOptions{})
+func (c *cluster) createSlice(ctx context.Context, node string, gpus int64) error {
+	c.counts.want(kindSliceAdd)
+	_, err := c.cs.ResourceV1().ResourceSlices().Create(ctx, versioned(c.resourceVersion, testobj.GPUSlice(node, int(gpus))), metav1.CreateOptions{})
 	return err
 }

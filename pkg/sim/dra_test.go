@@ -40,7 +40,7 @@ func TestDRAGangsBindWithDevices(t *testing.T) {
 		t.Run(scheduler, func(t *testing.T) {
 			h := startHarness(t, plan, scheduler)
 			for _, n := range plan.Nodes {
-				info, err := h.sched.Cache.GetNode(n.Name)
+				info, err := h.driver.sched.Cache.GetNode(n.Name)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -48,7 +48,7 @@ func TestDRAGangsBindWithDevices(t *testing.T) {
 					t.Errorf("DRA node %s advertises %s nvidia.com/gpu", n.Name, gpus.String())
 				}
 			}
-			manager := h.sched.Profiles[h.b.schedulerName].SharedDRAManager()
+			manager := h.driver.sched.Profiles[h.driver.b.schedulerName].SharedDRAManager()
 			slices, err := manager.ResourceSlices().ListWithDeviceTaintRules()
 			if err != nil || len(slices) != 4 {
 				t.Fatalf("the scheduler's DRA manager has %d slices (%v), want 4", len(slices), err)
@@ -61,7 +61,7 @@ func TestDRAGangsBindWithDevices(t *testing.T) {
 			}
 			runSteps(t, h)
 			m, d, _, gangs := h.rec.Result()
-			dra := h.draResult()
+			dra := h.cluster.draResult()
 			t.Logf("DRA record %+v, %d steps, %.2fs busy", *dra, d.Steps, d.BusySeconds)
 			if dra.ViolationCount > 0 {
 				t.Fatalf("DRA checks broken: %v", dra.Violations)
@@ -88,7 +88,7 @@ func TestDRAGangsBindWithDevices(t *testing.T) {
 					}
 				}
 			}
-			claims, err := h.dra.claims.List(labels.Everything())
+			claims, err := h.cluster.dra.claims.List(labels.Everything())
 			if err != nil || len(claims) != 0 {
 				t.Errorf("%d claims left at the end (%v), want every one released", len(claims), err)
 			}
@@ -129,19 +129,19 @@ func TestDRAShortCapacityHoldsNothing(t *testing.T) {
 		if d.PodsBound != 0 || m.PartialGangs != 0 || m.GangsCompleted != 0 {
 			t.Errorf("muster bound %d pods, %d partial gangs, %d done; want nothing bound", d.PodsBound, m.PartialGangs, m.GangsCompleted)
 		}
-		if n := len(h.sched.SchedulingQueue.InFlightPods()); n != 0 {
+		if n := len(h.driver.sched.SchedulingQueue.InFlightPods()); n != 0 {
 			t.Errorf("%d pods in flight (held at Permit?)", n)
 		}
-		claims, err := h.dra.claims.List(labels.Everything())
+		claims, err := h.cluster.dra.claims.List(labels.Everything())
 		if err != nil || len(claims) != 0 {
 			t.Errorf("%d claims (%v), want none", len(claims), err)
 		}
-		manager := h.sched.Profiles[h.b.schedulerName].SharedDRAManager()
+		manager := h.driver.sched.Profiles[h.driver.b.schedulerName].SharedDRAManager()
 		allocated, err := manager.ResourceClaims().ListAllAllocatedDevices()
 		if err != nil || allocated.Len() != 0 {
 			t.Errorf("%d devices allocated or in flight (%v), want none", allocated.Len(), err)
 		}
-		pods, err := h.dra.pods.Pods(namespace).List(labels.Everything())
+		pods, err := h.cluster.dra.pods.Pods(namespace).List(labels.Everything())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func TestDRAShortCapacityHoldsNothing(t *testing.T) {
 				t.Errorf("pod %s on %q with claim status %v", p.Name, p.Spec.NodeName, p.Status.ExtendedResourceClaimStatus)
 			}
 		}
-		if dra := h.draResult(); dra.ViolationCount > 0 || dra.ClaimsChecked != 0 {
+		if dra := h.cluster.draResult(); dra.ViolationCount > 0 || dra.ClaimsChecked != 0 {
 			t.Errorf("DRA record %+v; want no binding and no broken check", dra)
 		}
 	})
@@ -161,7 +161,7 @@ func TestDRAShortCapacityHoldsNothing(t *testing.T) {
 		if d.PodsBound != 4 || m.DeadlockedGangs != 1 {
 			t.Errorf("default bound %d pods, %d deadlocked gangs; want 4 members bound and the gang stuck partly bound", d.PodsBound, m.DeadlockedGangs)
 		}
-		dra := h.draResult()
+		dra := h.cluster.draResult()
 		if dra.ViolationCount > 0 || dra.ClaimsChecked != 4 || dra.PeakDevicesAllocated != 32 {
 			t.Errorf("DRA record %+v; want 4 claims checked and all 32 devices allocated", dra)
 		}
@@ -184,7 +184,7 @@ func TestDRAMixedCluster(t *testing.T) {
 	}
 	h := startHarness(t, plan, Muster)
 	for _, n := range plan.Nodes {
-		info, err := h.sched.Cache.GetNode(n.Name)
+		info, err := h.driver.sched.Cache.GetNode(n.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +195,7 @@ func TestDRAMixedCluster(t *testing.T) {
 	}
 	runSteps(t, h)
 	m, _, _, _ := h.rec.Result()
-	dra := h.draResult()
+	dra := h.cluster.draResult()
 	if m.GangsCompleted != 2 || dra.ViolationCount > 0 {
 		t.Fatalf("%d of 2 gangs done (%s); DRA checks broken: %v", m.GangsCompleted, h.endReason, dra.Violations)
 	}

@@ -7,18 +7,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pauser makes the harness's short waits between two looks at the
+// pauser makes the driver's short waits between two looks at the
 // scheduler's state. They are far shorter than a millisecond, and neither
 // time.Sleep nor a blocking sleep serves them:
 //   - with the rest of the process idle (the scheduler has just finished,
 //     or waits for the step), the runtime's timers wake from the network
-//     poller's wait, which has millisecond resolution: a 200 µs time.Sleep
-//     took 1.1 ms, and the step's busy time counted the rest;
+//     poller's wait, which has millisecond resolution: a sub-millisecond
+//     time.Sleep lasts about a millisecond, and the step's busy time
+//     counted the rest;
 //   - nanosleep is precise but holds the goroutine's P for its length,
 //     which the scheduler (2 Ps on 2 cores) then misses.
 //
-// A timerfd read through the runtime's poller is both precise (about 5 µs
-// late) and parks the goroutine without holding a P. One goroutine (the
+// A timerfd read through the runtime's poller is both precise (BenchmarkPause
+// in pause_test.go measures how late) and parks the goroutine without
+// holding a P. One goroutine (the
 // step loop) uses a pauser: two waiting on one timer would wait forever.
 type pauser struct {
 	fd int

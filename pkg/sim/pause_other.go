@@ -4,7 +4,7 @@ package sim
 
 import "time"
 
-// pauser makes the harness's short waits (pause_linux.go says why Linux
+// pauser makes the driver's short waits (pause_linux.go says why Linux
 // uses a timerfd; elsewhere they may come out longer than asked).
 type pauser struct{}
 

@@ -107,8 +107,6 @@ type built struct {
 	pluginTimers *pluginClock
 	// rackConstraints: PodGroups carry a topology constraint (TAS).
 	rackConstraints bool
-	// harnessBinds: the harness binds pods itself as it creates them (None).
-	harnessBinds bool
 }
 
 // MusterConfig decodes the shipped KubeSchedulerConfiguration the way
@@ -191,7 +189,7 @@ func buildScheduler(ctx context.Context, name string, client kubernetes.Interfac
 		Recorders: profile.RecorderFactory(func(string) events.EventRecorderLogger { return &events.FakeRecorder{} }),
 	}
 	b := &built{schedulerName: v1.DefaultSchedulerName, podGroups: usesPodGroups(name),
-		rackConstraints: name == NativeGangTAS, harnessBinds: name == None}
+		rackConstraints: name == NativeGangTAS}
 	switch name {
 	case DefaultMostAllocated:
 		cfg, err := schedulercmd.DecodeConfig([]byte(mostAllocatedConfig), DefaultMostAllocated)
