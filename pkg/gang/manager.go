@@ -147,25 +147,47 @@ func (m *Manager) Phase(key Key) Phase {
 	return PhaseNew
 }
 
-// Admission is what a member's cycle needs of its gang first: whether it
-// backs off, and its active plan.
+// Admission is what a member's cycle needs of its gang: whether it backs
+// off, its active plan, and, when it has none, what planning it needs.
 type Admission struct {
 	// BackoffUntil and Why: the gang backs off until then, after Why.
 	BackoffUntil time.Time
 	Why          string
 	// Plan is a copy of the active plan, nil when none.
 	Plan *ActivePlan
+	// Planning is set when the gang has no plan and does not back off.
+	Planning *Planning
+}
+
+// Planning is what planning a gang needs of the manager, read at once.
+type Planning struct {
+	// Releases counts the plans dropped so far (Epoch.Releases).
+	Releases uint64
+	// HeldByOthers is what the other gangs' plans hold, per node
+	// (HeldForOthers).
+	HeldByOthers map[string]Resources
+	// Avoided are the gang's (member, node) pairs to keep out of the plan.
+	Avoided map[types.UID]map[string]bool
+	failed  *failedAttempt
+}
+
+// FailedPlan is Manager.FailedPlan as of the admission.
+func (p *Planning) FailedPlan(epoch Epoch, pending, needed int, now time.Time) (string, bool) {
+	return p.failed.reusable(epoch, pending, needed, now)
 }
 
 // Admit records the gang as seen and returns what its member's cycle
-// needs of it.
-func (m *Manager) Admit(key Key, seen time.Time) Admission {
+// needs of it at now, in one step.
+func (m *Manager) Admit(key Key, seen, now time.Time) Admission {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(key, seen)
 	a := Admission{BackoffUntil: s.backoffUntil, Why: s.lastFailure}
-	if s.plan != nil {
+	switch {
+	case s.plan != nil:
 		a.Plan = s.plan.copy()
+	case !now.Before(s.backoffUntil):
+		a.Planning = &Planning{Releases: m.releases, HeldByOthers: m.held(&key), Avoided: m.avoided(s, now), failed: s.failedPlan}
 	}
 	return a
 }
@@ -228,7 +250,10 @@ func (m *Manager) Succeeded(key Key) int {
 func (m *Manager) Avoided(key Key, now time.Time) map[types.UID]map[string]bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.gangs[key]
+	return m.avoided(m.gangs[key], now)
+}
+
+func (m *Manager) avoided(s *state, now time.Time) map[types.UID]map[string]bool {
 	if s == nil || len(s.avoid) == 0 {
 		return nil
 	}
@@ -295,12 +320,16 @@ func (m *Manager) Releases() uint64 {
 func (m *Manager) FailedPlan(key Key, epoch Epoch, pending, needed int, now time.Time) (string, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.gangs[key]
-	if s == nil || s.failedPlan == nil {
-		return "", false
+	if s := m.gangs[key]; s != nil {
+		return s.failedPlan.reusable(epoch, pending, needed, now)
 	}
-	u := s.failedPlan
-	if u.epoch != epoch || u.shape != [2]int{pending, needed} || !now.Before(u.until) {
+	return "", false
+}
+
+// reusable is the failure's message if it answers for epoch, pending and
+// needed at now. Nil-safe.
+func (u *failedAttempt) reusable(epoch Epoch, pending, needed int, now time.Time) (string, bool) {
+	if u == nil || u.epoch != epoch || u.shape != [2]int{pending, needed} || !now.Before(u.until) {
 		return "", false
 	}
 	return u.message, true

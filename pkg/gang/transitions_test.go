@@ -259,13 +259,31 @@ func TestExplanations(t *testing.T) {
 func TestAdmit(t *testing.T) {
 	plan := twoMembers()
 	m := installed(t, jobA, plan)
-	a := m.Admit(jobA, t0.Add(time.Hour))
+	a := m.Admit(jobA, t0.Add(time.Hour), t0)
 	require.NotNil(t, a.Plan)
 	assert.Equal(t, plan.ID, a.Plan.ID)
+	assert.Nil(t, a.Planning, "a planned gang is not planned again")
 	assert.Equal(t, t0, m.FirstSeen(jobA, t0.Add(time.Hour)), "admitting again does not move the gang in the queue")
 	m.Drop(jobA, plan.ID, DropRejected, "broken", t0, 5*time.Second)
-	a = m.Admit(jobA, t0)
+	a = m.Admit(jobA, t0, t0)
 	assert.Nil(t, a.Plan)
 	assert.Equal(t, t0.Add(5*time.Second), a.BackoffUntil)
 	assert.Equal(t, "broken", a.Why)
+	assert.Nil(t, a.Planning, "a gang that backs off is not planned")
+
+	// After the backoff: what planning needs, read in the same step.
+	other := Key{Kind: KindJob, Namespace: "ns", Name: "other"}
+	_, ok := m.Install(other, twoMembers(), "a0", "planned", t0)
+	require.True(t, ok)
+	m.Avoid(jobA, "n3", t0, t0.Add(time.Hour), "a0")
+	m.Unplaceable(jobA, "no room", t0, &FailedAttempt{Epoch: Epoch{Snapshot: 1, Releases: 1}, Pending: 2, Needed: 2, Valid: time.Hour})
+	later := t0.Add(5 * time.Second)
+	a = m.Admit(jobA, t0, later)
+	require.NotNil(t, a.Planning)
+	assert.Equal(t, uint64(1), a.Planning.Releases)
+	assert.Equal(t, m.HeldForOthers(jobA), a.Planning.HeldByOthers)
+	assert.Equal(t, map[types.UID]map[string]bool{"a0": {"n3": true}}, a.Planning.Avoided)
+	msg, reused := a.Planning.FailedPlan(Epoch{Snapshot: 1, Releases: 1}, 2, 2, later)
+	assert.True(t, reused)
+	assert.Equal(t, "no room", msg)
 }

@@ -89,7 +89,9 @@ type memberBase struct {
 	status *fwk.Status
 }
 
-func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, members []*framework.PodInfo, victims []*v1.Pod) (*filterCheck, error) {
+// newFilterCheck checks members' placements with the profile's filters,
+// with victims gone and the (member, node) pairs of avoid refused.
+func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, members []*framework.PodInfo, victims []*v1.Pod, avoid map[types.UID]map[string]bool) (*filterCheck, error) {
 	fw, ok := p.handle.(framework.Framework)
 	if !ok {
 		return nil, fmt.Errorf("%s: the framework handle (%T) cannot run PreFilter plugins", Name, p.handle)
@@ -97,7 +99,7 @@ func (p *Plugin) newFilterCheck(ctx context.Context, key gang.Key, members []*fr
 	c := &filterCheck{
 		ctx: ctx, fw: fw, key: key,
 		pods:         make(map[types.UID]*framework.PodInfo, len(members)),
-		avoid:        p.gangs.Avoided(key, p.now()),
+		avoid:        avoid,
 		base:         map[types.UID]*memberBase{},
 		nodes:        p.handle.SnapshotSharedLister().NodeInfos(),
 		rejections:   map[string]string{},

@@ -18,7 +18,7 @@ func TestMemberPlacedInTwoTrialsKeepsEachPlacement(t *testing.T) {
 	n1, n2 := gpuNode("n1", 8), gpuNode("n2", 8)
 	f := newTestFramework(t, 2, []*v1.Node{n1, n2}, []*v1.Pod{a, b})
 	key, _ := gang.KeyOf(a)
-	check, err := f.plugin.newFilterCheck(context.Background(), key, podInfos(t, a, b), nil)
+	check, err := f.plugin.newFilterCheck(context.Background(), key, podInfos(t, a, b), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

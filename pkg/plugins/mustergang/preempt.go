@@ -76,7 +76,9 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if p.gangs.Plan(key) != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang has a plan")
 	}
-	gr, status := p.prepareGang(ctx, pod, info, constraints)
+	now := p.now()
+	planning := &gang.Planning{HeldByOthers: p.gangs.HeldForOthers(key), Avoided: p.gangs.Avoided(key, now)}
+	gr, status := p.prepareGang(ctx, pod, info, constraints, planning)
 	if status != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, status.Message())
 	}
@@ -84,7 +86,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if never != "" {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("not eligible for preemption: %s has preemptionPolicy Never", never))
 	}
-	if !p.gangs.TryPreemption(key, p.now(), time.Duration(max(p.args.GangBackoffSeconds, 1))*time.Second) {
+	if !p.gangs.TryPreemption(key, now, time.Duration(max(p.args.GangBackoffSeconds, 1))*time.Second) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s tried preemption recently", key.Subject()))
 	}
 	found, err := p.searchVictims(ctx, gr, prio, constraints.Policy)
@@ -159,7 +161,7 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 	views, _ := p.nodes.views(nodes, dra)
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	needGPUs := gang.NeededGPUs(gr.req)
-	lackGPUs := needGPUs - gang.FreeGPUs(p.nodes.subtractHeld(views, p.gangs.HeldForOthers(gr.info.key)), policy, gpu)
+	lackGPUs := needGPUs - gang.FreeGPUs(p.nodes.subtractHeld(views, gr.planning.HeldByOthers), policy, gpu)
 	// A lone pod that asks for no GPU is grouped only where it can matter.
 	all := p.victimUnits(nodes, views, gr.info.key, prio, policy, func(int) bool { return needGPUs == 0 })
 

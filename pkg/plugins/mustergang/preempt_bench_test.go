@@ -46,7 +46,7 @@ func BenchmarkVictimSearch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			gr, status := f.plugin.prepareGang(ctx, high[0], info, c)
+			gr, status := f.plugin.prepareGang(ctx, high[0], info, c, &gang.Planning{})
 			if status != nil {
 				b.Fatal(status)
 			}
@@ -89,7 +89,7 @@ func BenchmarkLonePodVictimSearch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gr, status := f.plugin.prepareGang(ctx, high, info, c)
+	gr, status := f.plugin.prepareGang(ctx, high, info, c, &gang.Planning{})
 	if status != nil {
 		b.Fatal(status)
 	}

@@ -63,7 +63,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		p.carryOut(ctx, p.gangs.Invalid(key, gang.OutcomeNotPossible, info.noGang, p.now()), info.owner)
 		p.podEvent(pod, gang.OutcomeNotPossible, info.noGang)
 	}
-	admission := p.gangs.Admit(key, pod.CreationTimestamp.Time)
+	admission := p.gangs.Admit(key, pod.CreationTimestamp.Time, p.now())
 	if until := admission.BackoffUntil; p.now().Before(until) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("gang %s backs off until %s after: %s", key, until.Format(time.RFC3339), admission.Why))
@@ -71,7 +71,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	plan := admission.Plan
 	if plan == nil {
 		var status *fwk.Status
-		if plan, status = p.planGang(ctx, pod, info, constraints, nodes); status != nil {
+		if plan, status = p.planGang(ctx, pod, info, constraints, nodes, admission.Planning); status != nil {
 			return nil, status
 		}
 	}
@@ -158,11 +158,14 @@ type gangRequest struct {
 	// candidates are the members to place, as the framework sees them:
 	// their affinity terms parsed and their requests summed once per plan.
 	candidates []*framework.PodInfo
+	// planning is what the gang manager said planning needs (other gangs'
+	// holdings, the pairs to avoid, the last failed plan).
+	planning *gang.Planning
 }
 
 // prepareGang gathers the gang of pod for planning: the pending members to
 // place, around the members already bound.
-func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints) (*gangRequest, *fwk.Status) {
+func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints, planning *gang.Planning) (*gangRequest, *fwk.Status) {
 	key := info.key
 	set := p.source.members(key)
 	if set.total < info.quorum {
@@ -189,7 +192,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 	}
 	// The owner's own topology requirement narrows the members' wishes.
 	c.Required = gang.NarrowerLevel(p.nodes.levels, c.Required, info.required)
-	gr := &gangRequest{info: info, set: set, alone: len(candidates) == 1, req: gang.Request{
+	gr := &gangRequest{info: info, set: set, alone: len(candidates) == 1, planning: planning, req: gang.Request{
 		Gang:       key.String(),
 		Needed:     needed,
 		GPU:        v1.ResourceName(p.args.GPUResourceName),
@@ -241,13 +244,13 @@ func (p *Plugin) requestOf(pod *v1.Pod) gang.Resources {
 // frees (its requestOf, which the victim search computes once per search,
 // not once per set it tries).
 func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.NodeView, victims []*v1.Pod, freed []gang.Resources) (*gang.Plan, *filterCheck, error) {
-	check, err := p.newFilterCheck(ctx, gr.info.key, gr.candidates, victims)
+	check, err := p.newFilterCheck(ctx, gr.info.key, gr.candidates, victims, gr.planning.Avoided)
 	if err != nil {
 		return nil, nil, err
 	}
 	req := gr.req
 	req.Check = check
-	adjust := p.gangs.HeldForOthers(gr.info.key)
+	adjust := gr.planning.HeldByOthers
 	if len(victims) > 0 {
 		adjust = maps.Clone(adjust)
 		if adjust == nil {
@@ -267,8 +270,8 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 // planGang computes and installs a plan for the gang of pod: every pending
 // member, around the members already bound, each choice confirmed by the
 // profile's own filters.
-func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints, nodes []fwk.NodeInfo) (*gang.ActivePlan, *fwk.Status) {
-	gr, status := p.prepareGang(ctx, pod, info, c)
+func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints, nodes []fwk.NodeInfo, planning *gang.Planning) (*gang.ActivePlan, *fwk.Status) {
+	gr, status := p.prepareGang(ctx, pod, info, c, planning)
 	if status != nil {
 		return nil, status
 	}
@@ -279,9 +282,9 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		return nil, fwk.AsStatus(err)
 	}
 	views, generation := p.nodes.views(nodes, dra)
-	epoch := gang.Epoch{Snapshot: generation, Releases: p.gangs.Releases()}
+	epoch := gang.Epoch{Snapshot: generation, Releases: planning.Releases}
 	if !gr.alone {
-		if msg, ok := p.gangs.FailedPlan(info.key, epoch, len(gr.candidates), gr.req.Needed, p.now()); ok {
+		if msg, ok := planning.FailedPlan(epoch, len(gr.candidates), gr.req.Needed, p.now()); ok {
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 		}
 	}
@@ -314,7 +317,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		if effects.Notice != nil {
 			// Counted on the views the plan saw: other gangs' holdings
 			// taken out, as computePlan did.
-			held := p.nodes.subtractHeld(views, p.gangs.HeldForOthers(info.key))
+			held := p.nodes.subtractHeld(views, planning.HeldByOthers)
 			var closest string
 			if u := (*gang.Unplaceable)(nil); errors.As(err, &u) {
 				closest = u.Closest
