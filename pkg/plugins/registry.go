@@ -3,7 +3,6 @@
 package plugins
 
 import (
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/utils/clock"
 
@@ -30,12 +29,4 @@ func Registry(opts ...Option) frameworkruntime.Registry {
 		opt(&o)
 	}
 	return frameworkruntime.Registry{mustergang.Name: mustergang.Factory(o.clock)}
-}
-
-// WithMusterPlugins registers every plugin of Registry with kube-scheduler's
-// command.
-func WithMusterPlugins() app.Option {
-	return func(into frameworkruntime.Registry) error {
-		return into.Merge(Registry())
-	}
 }
