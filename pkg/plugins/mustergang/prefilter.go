@@ -63,8 +63,11 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		p.carryOut(ctx, p.gangs.Invalid(key, gang.OutcomeNotPossible, info.noGang, p.now()), info.owner)
 		p.podEvent(pod, gang.OutcomeNotPossible, info.noGang)
 	}
-	admission := p.gangs.Admit(key, pod.CreationTimestamp.Time, p.now())
-	if until := admission.BackoffUntil; p.now().Before(until) {
+	// One reading of the clock: the manager and this check must agree on
+	// whether the gang still backs off (Planning is set only when not).
+	now := p.now()
+	admission := p.gangs.Admit(key, pod.CreationTimestamp.Time, now)
+	if until := admission.BackoffUntil; now.Before(until) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("gang %s backs off until %s after: %s", key, until.Format(time.RFC3339), admission.Why))
 	}
