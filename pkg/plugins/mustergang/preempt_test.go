@@ -336,3 +336,80 @@ func TestNoPreemptionOfEqualPriorityOrWhenNever(t *testing.T) {
 		})
 	}
 }
+
+// TestPreemptingGangWithAPSLosesItsNodeMidway: the life of a preemption on
+// a real cluster's background. A TFJob-shaped gang (two 8-GPU workers and a
+// PS without GPU) preempts a lower-priority 2x8 gang on nodes that also run
+// priority-0 CPU pods: only the low gang goes, and the PS is planned beside
+// the workers. While the victims are still terminating, a planned node gets
+// a reclaim notice: the plan is dropped at once, nothing stays held, its
+// victims are no longer protected (a later preemption may choose them), every
+// member avoids the node, and the gang is not backed off.
+func TestPreemptingGangWithAPSLosesItsNodeMidway(t *testing.T) {
+	pods := lowGang("low", "n1", "n2")
+	pods = append(pods, cpuPods("n1", 5)...)
+	pods = append(pods, cpuPods("n2", 5)...)
+	// The workers keep one per node (worker's anti-affinity); the PS, with
+	// a label of its own, may run beside either.
+	ps := testobj.MakePod("ns", "j-ps").UID("j-ps").Label("app", "j-ps").Created(t0).OwnedByJob("j", jobUID).SchedulerName("muster").
+		Container(testobj.MakeContainer("ps").Request(v1.ResourceCPU, resource.MustParse("2")).Obj()).Obj()
+	high := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, ""), ps}
+	for _, p := range high {
+		p.Spec.Priority = ptr.To[int32](100)
+	}
+	f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(pods, high...))
+	f.keepPodsInAPI() // the victims stay until the test says they went
+	key, _ := gang.KeyOf(high[0])
+
+	state, status := f.preFilter(t, high[0])
+	if status.IsSuccess() {
+		t.Fatal("PreFilter succeeded; the test wants a full cluster")
+	}
+	_, postStatus := f.fw.RunPostFilterPlugins(context.Background(), state, high[0], framework.NewDefaultNodeToStatus())
+	plan := f.plugin.gangs.Plan(key)
+	if plan == nil {
+		t.Fatalf("no preemption: PreFilter %v; PostFilter %v", status, postStatus)
+	}
+	if got, want := victimNames(plan, pods), sets.New("low-0", "low-1"); !got.Equal(want) {
+		t.Errorf("victims %v, want %v", sets.List(got), sets.List(want))
+	}
+	if len(plan.Slots) != 3 {
+		t.Fatalf("plan %v, want every member planned, the PS too", plan.Slots)
+	}
+	if f.plugin.gangs.Phase(key) != gang.PhasePreempting || !f.plugin.gangs.IsVictim(pods[0].UID) {
+		t.Fatalf("phase %v, victim protected %v; want a plan waiting for its victims", f.plugin.gangs.Phase(key), f.plugin.gangs.IsVictim(pods[0].UID))
+	}
+
+	slot := plan.Slots[high[0].UID]
+	node, err := f.plugin.handle.SnapshotSharedLister().NodeInfos().Get(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reclaimed := node.Node().DeepCopy()
+	reclaimed.Spec.Taints = append(reclaimed.Spec.Taints, v1.Taint{Key: "cloud.google.com/impending-node-termination", Effect: v1.TaintEffectNoSchedule})
+	f.plugin.onNodeChange(reclaimed, false)
+
+	if f.plugin.gangs.Plan(key) != nil {
+		t.Fatal("the plan survived its node's reclaim notice")
+	}
+	if held := f.plugin.gangs.Held(); len(held) != 0 {
+		t.Errorf("held after the drop: %v", held)
+	}
+	for _, v := range pods[:2] {
+		if f.plugin.gangs.IsVictim(v.UID) {
+			t.Errorf("%s is still protected as a victim of a dropped plan", v.Name)
+		}
+	}
+	avoided := f.plugin.gangs.Avoided(key, f.clock.Now())
+	for _, m := range high {
+		if !avoided[m.UID][slot] {
+			t.Errorf("member %s does not avoid the reclaimed %s: %v", m.Name, slot, avoided)
+		}
+	}
+	if until, _ := f.plugin.gangs.Backoff(key); until.After(f.clock.Now()) {
+		t.Errorf("the gang backs off until %v; a reclaim is not its fault", until)
+	}
+	if phase := f.plugin.gangs.Phase(key); phase != gang.PhaseDropped {
+		t.Errorf("phase %v, want Dropped (planned again at once)", phase)
+	}
+}
