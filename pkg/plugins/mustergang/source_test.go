@@ -42,6 +42,24 @@ func statefulSetPod(set string) *v1.Pod {
 	return pod
 }
 
+// resolved resolves pod with src, checks whether it is in a gang and its
+// error, and returns its gang's info when there is more to check (nil when
+// the case ends here).
+func resolved(t *testing.T, src *gangSource, pod *v1.Pod, inGang bool, errPart string) *gangInfo {
+	t.Helper()
+	info, got, err := src.resolve(pod)
+	require.Equal(t, inGang, got)
+	if errPart != "" {
+		require.ErrorContains(t, err, errPart)
+		return nil
+	}
+	require.NoError(t, err)
+	if !inGang {
+		return nil
+	}
+	return info
+}
+
 func TestResolve(t *testing.T) {
 	job := testobj.MakeJob("ns", "train").UID("job-uid").Workers(4).Obj()
 	parallel := testobj.MakeStatefulSet("ns", "ps").Replicas(3).PodManagementPolicy(appsv1.ParallelPodManagement).Obj()
@@ -69,15 +87,8 @@ func TestResolve(t *testing.T) {
 			inGang: true, errPart: "the PodGroup API (podgroups.scheduling.x-k8s.io) is not installed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			info, inGang, err := src.resolve(tc.pod)
-			require.Equal(t, tc.inGang, inGang)
-			if tc.errPart != "" {
-				require.ErrorContains(t, err, tc.errPart)
-				return
-			}
-			require.NoError(t, err)
-			if !tc.inGang {
-				assert.Nil(t, info)
+			info := resolved(t, src, tc.pod, tc.inGang, tc.errPart)
+			if info == nil {
 				return
 			}
 			assert.Equal(t, tc.quorum, info.quorum)

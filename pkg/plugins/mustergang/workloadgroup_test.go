@@ -106,14 +106,8 @@ func TestResolveWorkloadGroup(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			info, inGang, err := p.resolve(tc.pod)
-			require.Equal(t, tc.inGang, inGang)
-			if tc.errPart != "" {
-				require.ErrorContains(t, err, tc.errPart)
-				return
-			}
-			require.NoError(t, err)
-			if !tc.inGang {
+			info := resolved(t, p, tc.pod, tc.inGang, tc.errPart)
+			if info == nil {
 				return
 			}
 			assert.Equal(t, tc.quorum, info.quorum)
