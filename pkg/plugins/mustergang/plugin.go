@@ -7,12 +7,14 @@ package mustergang
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/informers"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -73,13 +75,41 @@ type Plugin struct {
 
 // Factory returns the plugin's factory on clock c (the real clock, or the
 // simulator's virtual clock; plugins.Registry chooses). The instances it
-// makes, one per profile of the scheduler that calls it, share one gang
-// manager, so every profile sees the capacity the others' plans hold.
+// makes for one scheduler (one per profile, all on that scheduler's
+// informer factory) share one gang manager, so every profile sees the
+// capacity the others' plans hold. A harness that builds several
+// schedulers from one registry (upstream's scheduler_perf does) gets a
+// manager per scheduler: no gang state outlives the scheduler it was made
+// in.
 func Factory(c clock.WithDelayedExecution) frameworkruntime.PluginFactory {
-	gangs := gang.NewManager()
+	managers := &gangManagers{bySchedulers: map[informers.SharedInformerFactory]*gang.Manager{}}
 	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		return newPlugin(ctx, obj, h, c, gangs)
+		return newPlugin(ctx, obj, h, c, managers.of(ctx, h.SharedInformerFactory()))
 	}
+}
+
+// gangManagers hands out one gang manager per scheduler, known by its
+// informer factory, until the scheduler's context ends.
+type gangManagers struct {
+	mu           sync.Mutex
+	bySchedulers map[informers.SharedInformerFactory]*gang.Manager
+}
+
+func (g *gangManagers) of(ctx context.Context, scheduler informers.SharedInformerFactory) *gang.Manager {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m := g.bySchedulers[scheduler]
+	if m == nil {
+		m = gang.NewManager()
+		g.bySchedulers[scheduler] = m
+		go func() {
+			<-ctx.Done()
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			delete(g.bySchedulers, scheduler)
+		}()
+	}
+	return m
 }
 
 // newPlugin builds the plugin: validates args, adds the gang index to the pod
