@@ -2,7 +2,6 @@ package gang
 
 import (
 	v1 "k8s.io/api/core/v1"
-	fwk "k8s.io/kube-scheduler/framework"
 )
 
 // Resources is a vector of the quantities the planner checks per node. CPU is
@@ -52,47 +51,6 @@ func (r Resources) Clone() Resources {
 		}
 	}
 	return out
-}
-
-// FreeOnNode is what the node still has: allocatable minus requested (the
-// scheduler cache counts bound and assumed pods).
-func FreeOnNode(ni fwk.NodeInfo) Resources {
-	alloc, used := ni.GetAllocatable(), ni.GetRequested()
-	free := Resources{
-		MilliCPU:         alloc.GetMilliCPU() - used.GetMilliCPU(),
-		Memory:           alloc.GetMemory() - used.GetMemory(),
-		EphemeralStorage: alloc.GetEphemeralStorage() - used.GetEphemeralStorage(),
-		Pods:             int64(alloc.GetAllowedPodNumber() - len(ni.GetPods())),
-	}
-	if scalars := alloc.GetScalarResources(); len(scalars) > 0 {
-		free.Scalars = make(map[v1.ResourceName]int64, len(scalars))
-		usedScalars := used.GetScalarResources()
-		for name, q := range scalars {
-			free.Scalars[name] = q - usedScalars[name]
-		}
-	}
-	return free
-}
-
-// RequestOf is what one pod needs as the framework counts it: its
-// PodInfo's CalculateResource, the amount NodeInfo adds to a node's
-// requested resources when the pod lands there (so a plan subtracts from
-// FreeOnNode exactly what binding the pod will), plus one pod slot.
-func RequestOf(pr fwk.PodResource) Resources {
-	req := Resources{Pods: 1}
-	if pr.Resource == nil {
-		return req
-	}
-	req.MilliCPU = pr.Resource.GetMilliCPU()
-	req.Memory = pr.Resource.GetMemory()
-	req.EphemeralStorage = pr.Resource.GetEphemeralStorage()
-	if scalars := pr.Resource.GetScalarResources(); len(scalars) > 0 {
-		req.Scalars = make(map[v1.ResourceName]int64, len(scalars))
-		for name, q := range scalars {
-			req.Scalars[name] = q
-		}
-	}
-	return req
 }
 
 // Add adds req to r in place.

@@ -6,8 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
-
-	"github.com/muster-sched/muster/pkg/gang"
 )
 
 // Filter keeps a gang member on its planned node, keeps every muster pod off
@@ -33,7 +31,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("preemptible policy %s", s.policy))
 	}
 	if h, ok := s.held[node.Name]; ok {
-		free := gang.FreeOnNode(ni)
+		free := freeOnNode(ni)
 		nodeGPUs(&free, ni, v1.ResourceName(p.args.GPUResourceName), s.dra.freeOn(node.Name))
 		free.Sub(h)
 		if !free.Fits(s.request) {

@@ -189,7 +189,7 @@ func (n *nodeViews) views(nodes []fwk.NodeInfo, dra *draState) ([]gang.NodeView,
 		}
 		c, ok := n.kept[node.Name]
 		if !ok || c.generation != gen || c.view.Node != node || c.draFree != draFree {
-			free := gang.FreeOnNode(ni)
+			free := freeOnNode(ni)
 			nodeGPUs(&free, ni, n.gpu, draFree)
 			c = cachedView{generation: gen, draFree: draFree, view: gang.NewNodeView(node, free, n.gpu,
 				n.preemptible(node), n.reclaiming(node))}

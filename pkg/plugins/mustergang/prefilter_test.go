@@ -144,10 +144,10 @@ func TestMemberRequestIsWhatTheNodeCounts(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ni := framework.NewNodeInfo()
 			ni.SetNode(gpuNode("n1", 8))
-			before := gang.FreeOnNode(ni)
+			before := freeOnNode(ni)
 			ni.AddPod(pod)
 			counted := before
-			counted.Sub(gang.FreeOnNode(ni))
+			counted.Sub(freeOnNode(ni))
 			assert.Equal(t, counted, (&Plugin{}).requestOf(pod))
 		})
 	}
