@@ -14,7 +14,8 @@ import (
 // members allowed but not yet seen bound, backoff after a failure, the
 // (member, node) pairs to avoid and what was last announced.
 //
-// Each transition (Install, Reserved, Arrive, Drop, Expire, MemberGone,
+// Each transition (Install, Reserved, Arrive, Drop, Expire, Rejected,
+// PlanBroken, MemberGone, MemberBound,
 // NodeChanged, VictimGone, Unplaceable, Waiting, Invalid) is one method
 // under one lock that returns its Effects: whom to wake and why, the notice
 // to publish, the members to allow or reject at Permit, the timers to set.

@@ -70,7 +70,7 @@ func TestManagerLedgerAndLifecycle(t *testing.T) {
 	}
 
 	// Avoided pairs expire.
-	r.Avoid(b, "n1", now, now.Add(time.Minute), "b0")
+	avoidFor(r, b, "n1", now, now.Add(time.Minute), "b0")
 	if got := r.Avoided(b, now); !got["b0"]["n1"] {
 		t.Errorf("avoided = %v, want b0 on n1", got)
 	}
@@ -148,4 +148,12 @@ func TestFailedPlanFreesItsVictims(t *testing.T) {
 	if got := r.PlansOn("n1"); len(got) != 0 {
 		t.Errorf("PlansOn(n1) after the drop = %+v", got)
 	}
+}
+
+// avoidFor keeps members uids of key off node until until, as a refused
+// member's transition does.
+func avoidFor(m *Manager, key Key, node string, now, until time.Time, uids ...types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.avoid(m.get(key, now), key, node, now, until, uids...)
 }

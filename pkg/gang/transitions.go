@@ -246,15 +246,16 @@ func (m *Manager) Expire(key Key, planID int64, now time.Time, base time.Duratio
 func (m *Manager) Rejected(key Key, planID int64, uid types.UID, name, node string, now, avoidUntil time.Time, base time.Duration) Effects {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var e Effects
+	var avoided []Timer
 	if s := m.gangs[key]; s != nil {
 		delete(s.inFlight, uid)
 		if s.plan != nil && s.plan.ID == planID {
-			e = m.avoid(s, key, node, now, avoidUntil, uid)
+			avoided = append(avoided, m.avoid(s, key, node, now, avoidUntil, uid))
 		}
 	}
-	d := m.drop(key, planID, DropRejected, fmt.Sprintf("member %s was rejected or failed to bind on node %s", name, node), now, base)
-	return d.with(e)
+	e := m.drop(key, planID, DropRejected, fmt.Sprintf("member %s was rejected or failed to bind on node %s", name, node), now, base)
+	e.Timers = append(e.Timers, avoided...)
+	return e
 }
 
 // PlanBroken: member uid could not go to its planned node in plan planID
@@ -263,11 +264,13 @@ func (m *Manager) Rejected(key Key, planID int64, uid types.UID, name, node stri
 func (m *Manager) PlanBroken(key Key, planID int64, uid types.UID, node, reason string, avoid bool, now, avoidUntil time.Time, base time.Duration) Effects {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var e Effects
+	var avoided []Timer
 	if s := m.gangs[key]; s != nil && avoid {
-		e = m.avoid(s, key, node, now, avoidUntil, uid)
+		avoided = append(avoided, m.avoid(s, key, node, now, avoidUntil, uid))
 	}
-	return m.drop(key, planID, DropPlanBroken, reason, now, base).with(e)
+	e := m.drop(key, planID, DropPlanBroken, reason, now, base)
+	e.Timers = append(e.Timers, avoided...)
+	return e
 }
 
 // NodeChanged: node can no longer take what plan planID planned on it
@@ -282,8 +285,10 @@ func (m *Manager) NodeChanged(key Key, planID int64, node, why string, now, avoi
 	if s == nil || s.plan == nil || s.plan.ID != planID {
 		return Effects{}
 	}
-	avoid := m.avoid(s, key, node, now, avoidUntil, slices.Collect(maps.Keys(s.plan.Slots))...)
-	return m.drop(key, planID, DropNodeChanged, fmt.Sprintf("planned node %s %s", node, why), now, 0).with(avoid)
+	avoided := m.avoid(s, key, node, now, avoidUntil, slices.Collect(maps.Keys(s.plan.Slots))...)
+	e := m.drop(key, planID, DropNodeChanged, fmt.Sprintf("planned node %s %s", node, why), now, 0)
+	e.Timers = append(e.Timers, avoided)
+	return e
 }
 
 // MemberGone: a member left (deleted, or finished: the informer holds live
@@ -334,16 +339,10 @@ func (m *Manager) Succeed(key Key, uid types.UID, seen time.Time) bool {
 	return true
 }
 
-// Avoid: members uids failed on node in a real scheduling cycle; plans
-// made before until do not put them there again, so a plan the framework
-// rejected is never simply made again. The gang is woken when that ends.
-func (m *Manager) Avoid(key Key, node string, now, until time.Time, uids ...types.UID) Effects {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.avoid(m.get(key, now), key, node, now, until, uids...)
-}
-
-func (m *Manager) avoid(s *state, key Key, node string, now, until time.Time, uids ...types.UID) Effects {
+// avoid keeps members uids of the gang off node in the plans made before
+// until, so a plan the framework rejected is never simply made again; the
+// timer it returns wakes the gang when that ends.
+func (m *Manager) avoid(s *state, key Key, node string, now, until time.Time, uids ...types.UID) Timer {
 	if s.avoid == nil {
 		s.avoid = map[types.UID]map[string]time.Time{}
 	}
@@ -353,18 +352,7 @@ func (m *Manager) avoid(s *state, key Key, node string, now, until time.Time, ui
 		}
 		s.avoid[uid][node] = until
 	}
-	return Effects{Timers: []Timer{{Key: key, Kind: TimerAvoidEnded, After: until.Sub(now)}}}
-}
-
-// with is e followed by the effects of other.
-func (e Effects) with(other Effects) Effects {
-	e.Timers = append(e.Timers, other.Timers...)
-	e.Wake = append(e.Wake, other.Wake...)
-	e.Allow = append(e.Allow, other.Allow...)
-	if e.Notice == nil {
-		e.Notice = other.Notice
-	}
-	return e
+	return Timer{Key: key, Kind: TimerAvoidEnded, After: until.Sub(now)}
 }
 
 // VictimGone: a preempted pod is gone. Only the profile whose plan waited

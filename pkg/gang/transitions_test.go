@@ -275,7 +275,7 @@ func TestAdmit(t *testing.T) {
 	other := Key{Kind: KindJob, Namespace: "ns", Name: "other"}
 	_, ok := m.Install(other, twoMembers(), "a0", "planned", t0)
 	require.True(t, ok)
-	m.Avoid(jobA, "n3", t0, t0.Add(time.Hour), "a0")
+	avoidFor(m, jobA, "n3", t0, t0.Add(time.Hour), "a0")
 	m.Unplaceable(jobA, "no room", t0, &FailedAttempt{Epoch: Epoch{Snapshot: 1, Releases: 1}, Pending: 2, Needed: 2, Valid: time.Hour})
 	later := t0.Add(5 * time.Second)
 	a = m.Admit(jobA, t0, later)
