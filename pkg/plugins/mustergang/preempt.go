@@ -365,8 +365,10 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 	var units []*victimUnit
 	for name, u := range byName {
 		// A gang with a plan in progress has members waiting at Permit;
-		// it is not a victim while it is being placed.
-		if !useful[name] || protected[name] || p.gangs.Plan(u.key) != nil {
+		// it is not a victim while it is being placed. A bound pod alone
+		// has no plan (its plan ends at its Permit), so the thousands of
+		// lone units of a real cluster cost no lookup here.
+		if !useful[name] || protected[name] || (u.key.Kind != gang.KindPod && p.gangs.Plan(u.key) != nil) {
 			continue
 		}
 		units = append(units, u)
