@@ -67,18 +67,18 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	if !inGang {
-		info = &gangInfo{key: gang.LoneKey(pod), quorum: 1, timeout: time.Duration(p.args.DefaultScheduleTimeoutSeconds) * time.Second, owner: pod}
+		info = &gangInfo{key: gang.LoneKey(pod), quorum: 1, timeout: p.source.defaultTimeout, owner: pod}
 	} else if p.gangs.Phase(info.key) != gang.PhaseUnplaceable {
 		// Waiting for members, backing off, invalid: eviction cannot help.
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang is not waiting for capacity")
 	}
 	key := info.key
-	if p.gangs.Plan(key) != nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "gang has a plan")
-	}
 	now := p.now()
-	planning := &gang.Planning{HeldByOthers: p.gangs.HeldForOthers(key), Avoided: p.gangs.Avoided(key, now)}
-	gr, status := p.prepareGang(ctx, pod, info, constraints, planning)
+	admission := p.gangs.Admit(key, pod.CreationTimestamp.Time, now)
+	if admission.Planning == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "gang has a plan or backs off")
+	}
+	gr, status := p.prepareGang(ctx, pod, info, constraints, admission.Planning)
 	if status != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, status.Message())
 	}
