@@ -225,30 +225,7 @@ func TestChooseVictimsReprievesBesideThePlan(t *testing.T) {
 	for i := range nodes * perNode {
 		units = append(units, VictimUnit{Name: fmt.Sprintf("pod-%04d", i), Pods: 1, Started: time.Unix(int64(i), 0)})
 	}
-	nodeOf := func(u int) int { return u / perNode }
-	// planned is the node a plan with the units of set gone takes: the
-	// first with enough of its units gone (-1: none).
-	planned := func(set []int) int {
-		gone := map[int]int{}
-		for _, u := range set {
-			gone[nodeOf(u)]++
-		}
-		for n := range nodes {
-			if gone[n] >= needed {
-				return n
-			}
-		}
-		return -1
-	}
-	local := func(set []int) []int {
-		var out []int
-		for _, u := range set {
-			if nodeOf(u) == planned(set) {
-				out = append(out, u)
-			}
-		}
-		return out
-	}
+	planned, local := nodePlans(nodes, perNode, needed)
 	search := VictimSearch{Units: units, MaxChecks: 256, Near: local}
 	c := search.Choose(func(set []int) bool { return planned(set) >= 0 })
 	// One check with everything gone, then at most every subset of the 4
@@ -277,8 +254,20 @@ func TestChooseVictimsBesideAPlanThatKeepsBudgets(t *testing.T) {
 		}
 		units = append(units, u)
 	}
+	planned, near := nodePlans(nodes, perNode, needed)
+	c := VictimSearch{Units: units, Allowed: []int32{0}, MaxChecks: 256, Near: near}.Choose(func(set []int) bool { return planned(set) >= 0 })
+	if len(c.Units) != needed || c.Violations != 0 || planned(c.Units) < 20 {
+		t.Errorf("chose %d units breaking budgets %d times; want %d of one node no budget covers", len(c.Units), c.Violations, needed)
+	}
+}
+
+// nodePlans models a plan over nodes of perNode units each (unit u on node
+// u/perNode) that needs needed units of one node gone: planned is the node
+// a plan with the units of set gone takes, the first with enough of its
+// units gone (-1: none); near keeps the units of set on that node.
+func nodePlans(nodes, perNode, needed int) (planned func(set []int) int, near func(set []int) []int) {
 	nodeOf := func(u int) int { return u / perNode }
-	planned := func(set []int) int {
+	planned = func(set []int) int {
 		gone := map[int]int{}
 		for _, u := range set {
 			gone[nodeOf(u)]++
@@ -290,7 +279,7 @@ func TestChooseVictimsBesideAPlanThatKeepsBudgets(t *testing.T) {
 		}
 		return -1
 	}
-	near := func(set []int) []int {
+	near = func(set []int) []int {
 		var out []int
 		for _, u := range set {
 			if nodeOf(u) == planned(set) {
@@ -299,8 +288,5 @@ func TestChooseVictimsBesideAPlanThatKeepsBudgets(t *testing.T) {
 		}
 		return out
 	}
-	c := VictimSearch{Units: units, Allowed: []int32{0}, MaxChecks: 256, Near: near}.Choose(func(set []int) bool { return planned(set) >= 0 })
-	if len(c.Units) != needed || c.Violations != 0 || planned(c.Units) < 20 {
-		t.Errorf("chose %d units breaking budgets %d times; want %d of one node no budget covers", len(c.Units), c.Violations, needed)
-	}
+	return planned, near
 }
