@@ -323,3 +323,37 @@ func TestProfilesShareWakesAndGangState(t *testing.T) {
 	outcome, _ := f.plugin.gangs.LastNotice(other)
 	assert.Equal(t, gang.OutcomeUnschedulable, outcome, "the gang's state was forgotten while the other profile has its pod")
 }
+
+// The life of two gangs on a busy cluster: gang o finds no room in a real
+// PreFilter (gang j's plan holds the GPUs; priority-0 CPU pods run on every
+// node), so its phase is Unplaceable. A worker of j fails before it
+// reaches its slot: j's plan is dropped, its member waiting at Permit is
+// rejected, o is woken at once, and o's next PreFilter plans it.
+func TestUnplaceableGangPlannedWhenAWorkerOfTheHolderFails(t *testing.T) {
+	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...)
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	o0, o1 := worker("o", 0, 8, ""), worker("o", 1, 8, "")
+	f := newTestFrameworkWith(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(background, a, b, o0, o1), gangJob("o", 2))
+	holder, _ := gang.KeyOf(a)
+	waiting, _ := gang.KeyOf(o0)
+
+	f.planAndWait(t, a)
+	_, status := f.preFilter(t, o0)
+	require.False(t, status.IsSuccess(), "gang o planned on GPUs gang j's plan holds")
+	require.Equal(t, gang.PhaseUnplaceable, f.plugin.gangs.Phase(waiting))
+	f.takeActivated()
+
+	f.plugin.onPodDelete(b) // the worker failed and left
+	assert.Nil(t, f.plugin.gangs.Plan(holder), "the plan of the failed worker's gang")
+	if st := f.fw.WaitOnPermit(context.Background(), a); st.IsSuccess() {
+		t.Error("the member waiting at Permit was let through without its failed sibling")
+	}
+	assert.Subset(t, f.takeActivated(), []string{"ns/o-0", "ns/o-1"}, "the gang that found no room is woken when the capacity frees")
+
+	_, status = f.preFilter(t, o0)
+	require.True(t, status.IsSuccess(), "PreFilter after the capacity freed: %v", status)
+	plan := f.plugin.gangs.Plan(waiting)
+	require.NotNil(t, plan)
+	assert.Len(t, plan.Slots, 2)
+	assert.Empty(t, f.plugin.gangs.HeldForOthers(waiting), "the dropped plan holds nothing")
+}
