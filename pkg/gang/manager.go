@@ -172,7 +172,9 @@ type Planning struct {
 	failed  *failedAttempt
 }
 
-// FailedPlan is Manager.FailedPlan as of the admission.
+// FailedPlan returns the gang's last planning failure if it was computed
+// in the same epoch, for the same pending and needed members, and is still
+// valid at now: the gang's other members reuse it instead of planning again.
 func (p *Planning) FailedPlan(epoch Epoch, pending, needed int, now time.Time) (string, bool) {
 	return p.failed.reusable(epoch, pending, needed, now)
 }
@@ -215,16 +217,6 @@ func (m *Manager) PlanOf(uid types.UID) (Key, *ActivePlan) {
 		}
 	}
 	return Key{}, nil
-}
-
-// Backoff returns until when the gang backs off and why.
-func (m *Manager) Backoff(key Key) (time.Time, string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s := m.gangs[key]; s != nil {
-		return s.backoffUntil, s.lastFailure
-	}
-	return time.Time{}, ""
 }
 
 // InFlight maps the members allowed but not yet seen bound to their nodes.
@@ -306,25 +298,6 @@ func (m *Manager) PlansOn(node string) []NodePlan {
 		}
 	}
 	return out
-}
-
-// Releases is how many plans were dropped so far.
-func (m *Manager) Releases() uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.releases
-}
-
-// FailedPlan returns the gang's last planning failure if it was computed
-// in the same epoch, for the same pending and needed members, and is still
-// valid at now: the gang's other members reuse it instead of planning again.
-func (m *Manager) FailedPlan(key Key, epoch Epoch, pending, needed int, now time.Time) (string, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s := m.gangs[key]; s != nil {
-		return s.failedPlan.reusable(epoch, pending, needed, now)
-	}
-	return "", false
 }
 
 // reusable is the failure's message if it answers for epoch, pending and

@@ -88,9 +88,9 @@ func TestFailedPlanIsReusedOnlyWhileNothingChanged(t *testing.T) {
 	r := NewManager()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	key := Key{Kind: KindJob, Namespace: "ns", Name: "a"}
-	epoch := Epoch{Snapshot: 7, Releases: r.Releases()}
+	epoch := Epoch{Snapshot: 7, Releases: releases(r, key)}
 	r.Unplaceable(key, "no room", now, &FailedAttempt{Epoch: epoch, Pending: 4, Needed: 4, Valid: 2 * time.Second})
-	if msg, ok := r.FailedPlan(key, epoch, 4, 4, now.Add(time.Second)); !ok || msg != "no room" {
+	if msg, ok := failedPlan(r, key, epoch, 4, 4, now.Add(time.Second)); !ok || msg != "no room" {
 		t.Errorf("sibling did not reuse the failed plan: %q, %v", msg, ok)
 	}
 	for _, tc := range []struct {
@@ -104,7 +104,7 @@ func TestFailedPlanIsReusedOnlyWhileNothingChanged(t *testing.T) {
 		{"quorum changed", epoch, 4, 3, now},
 		{"too old", epoch, 4, 4, now.Add(2 * time.Second)},
 	} {
-		if _, ok := r.FailedPlan(key, tc.epoch, tc.pending, tc.needed, tc.at); ok {
+		if _, ok := failedPlan(r, key, tc.epoch, tc.pending, tc.needed, tc.at); ok {
 			t.Errorf("%s: the failed plan was reused", tc.name)
 		}
 	}
@@ -113,7 +113,7 @@ func TestFailedPlanIsReusedOnlyWhileNothingChanged(t *testing.T) {
 	other := Key{Kind: KindJob, Namespace: "ns", Name: "b"}
 	r.Install(other, p, "", "planned", now)
 	r.Drop(other, p.ID, DropRejected, "broken", now, time.Second)
-	if _, ok := r.FailedPlan(key, Epoch{Snapshot: 7, Releases: r.Releases()}, 4, 4, now); ok {
+	if _, ok := failedPlan(r, key, Epoch{Snapshot: 7, Releases: releases(r, key)}, 4, 4, now); ok {
 		t.Error("the failed plan was reused after another plan released its capacity")
 	}
 }
@@ -156,4 +156,15 @@ func avoidFor(m *Manager, key Key, node string, now, until time.Time, uids ...ty
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.avoid(m.get(key, now), key, node, now, until, uids...)
+}
+
+// failedPlan is the failed plan key's next member reuses at at, as its
+// admission gives it.
+func failedPlan(m *Manager, key Key, epoch Epoch, pending, needed int, at time.Time) (string, bool) {
+	return m.Admit(key, at, at).Planning.FailedPlan(epoch, pending, needed, at)
+}
+
+// releases is the number of dropped plans key's next member plans after.
+func releases(m *Manager, key Key) uint64 {
+	return m.Admit(key, time.Time{}, time.Time{}).Planning.Releases
 }

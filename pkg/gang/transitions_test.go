@@ -181,7 +181,7 @@ func TestDrops(t *testing.T) {
 				assert.Equal(t, tc.avoided, m.Avoided(jobA, t0))
 				assert.Contains(t, e.Timers, Timer{Key: jobA, Kind: TimerAvoidEnded, After: time.Minute})
 			}
-			assert.Equal(t, uint64(1), m.Releases())
+			assert.Equal(t, uint64(1), releases(m, Key{Kind: KindJob, Namespace: "ns", Name: "planning"}))
 		})
 	}
 }

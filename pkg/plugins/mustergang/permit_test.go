@@ -30,7 +30,7 @@ func TestUnreserveOfWaitingMemberReleasesPlan(t *testing.T) {
 	if f.plugin.gangs.Plan(key) != nil || len(f.plugin.gangs.Held()) != 0 {
 		t.Error("Unreserve left the plan holding capacity")
 	}
-	if until, _ := f.plugin.gangs.Backoff(key); !until.After(f.clock.Now()) {
+	if until := f.plugin.gangs.Admit(key, t0, f.clock.Now()).BackoffUntil; !until.After(f.clock.Now()) {
 		t.Error("the gang does not back off")
 	}
 	// muster did not reject a: its own cycle failed on the node, so the

@@ -240,7 +240,7 @@ func TestNodeChangeDropsAWaitingPlan(t *testing.T) {
 			if !avoided[a.UID][slot] || !avoided[b.UID][slot] {
 				t.Errorf("avoided %v, want both members off %s", avoided, slot)
 			}
-			if until, _ := f.plugin.gangs.Backoff(key); until.After(f.clock.Now()) {
+			if until := f.plugin.gangs.Admit(key, t0, f.clock.Now()).BackoffUntil; until.After(f.clock.Now()) {
 				t.Errorf("the gang backs off until %v; a node change is not its fault", until)
 			}
 		})
@@ -406,7 +406,7 @@ func TestPreemptingGangWithAPSLosesItsNodeMidway(t *testing.T) {
 			t.Errorf("member %s does not avoid the reclaimed %s: %v", m.Name, slot, avoided)
 		}
 	}
-	if until, _ := f.plugin.gangs.Backoff(key); until.After(f.clock.Now()) {
+	if until := f.plugin.gangs.Admit(key, t0, f.clock.Now()).BackoffUntil; until.After(f.clock.Now()) {
 		t.Errorf("the gang backs off until %v; a reclaim is not its fault", until)
 	}
 	if phase := f.plugin.gangs.Phase(key); phase != gang.PhaseDropped {
