@@ -63,7 +63,11 @@ func Build(ctx context.Context, o Options) (*scheduler.Scheduler, error) {
 // scheduler built here runs a profile as the command runs it; the command
 // itself keeps app.Setup, which builds its own clients from its flags.
 func schedulerOptions(o Options) ([]scheduler.Option, error) {
-	registry := Registry(o.PluginClock)
+	var clockOpts []plugins.Option
+	if o.PluginClock != nil {
+		clockOpts = append(clockOpts, plugins.WithClock(o.PluginClock))
+	}
+	registry := plugins.Registry(clockOpts...)
 	if err := registry.Merge(o.ExtraPlugins); err != nil {
 		return nil, err
 	}
@@ -89,20 +93,11 @@ func schedulerOptions(o Options) ([]scheduler.Option, error) {
 	return opts, nil
 }
 
-// Registry is muster's out-of-tree plugins with their timers on c (nil: the
-// real clock). Build and the command (registryOption) both take it from here.
-func Registry(c clock.WithDelayedExecution) frameworkruntime.Registry {
-	if c == nil {
-		return plugins.Registry()
-	}
-	return plugins.Registry(plugins.WithClock(c))
-}
-
-// registryOption registers Registry on the real clock with kube-scheduler's
-// app (the command and Start).
+// registryOption registers muster's plugins (plugins.Registry, on the real
+// clock) with kube-scheduler's app (the command and Start).
 func registryOption() app.Option {
 	return func(into frameworkruntime.Registry) error {
-		return into.Merge(Registry(nil))
+		return into.Merge(plugins.Registry())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 
 	"github.com/muster-sched/muster/manifests"
+	"github.com/muster-sched/muster/pkg/plugins"
 	"github.com/muster-sched/muster/pkg/plugins/mustergang"
 )
 
@@ -64,7 +65,7 @@ func TestBuild(t *testing.T) {
 // Extra plugins cannot replace muster's.
 func TestBuildRefusesAnExtraPluginNamedAsMusters(t *testing.T) {
 	o := buildOptions(t)
-	o.ExtraPlugins = Registry(nil)
+	o.ExtraPlugins = plugins.Registry()
 	if _, err := Build(t.Context(), o); err == nil {
 		t.Error("Build accepted a second plugin named " + mustergang.Name)
 	}
