@@ -279,6 +279,9 @@ func (d *driver) scheduledChanges() string {
 			return "background pod " + pod.Name + " not in the cache"
 		}
 	}
+	if why := d.c.dra.unconfirmedClaimDelete(); why != "" {
+		return why
+	}
 	if n := c.NodeCount(); n != len(d.c.nodes.byName) {
 		return fmt.Sprintf("cache has %d nodes, want %d", n, len(d.c.nodes.byName))
 	}

@@ -86,6 +86,9 @@ type draCluster struct {
 	manager fwk.SharedDRAManager
 	pods    corelisters.PodLister
 	claims  resourcelisters.ResourceClaimLister
+	// deleted: claims deleted whose deletion the scheduler's claim cache
+	// has not been seen to take in yet (unconfirmedClaimDelete).
+	deleted []types.NamespacedName
 	// cursor: the bindings checked so far.
 	cursor int
 	stats  measure.DRA
@@ -269,6 +272,7 @@ func (t *claimTracker) Delete(gvr schema.GroupVersionResource, ns, name string, 
 	d := t.c.dra
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.deleted = append(d.deleted, types.NamespacedName{Namespace: ns, Name: name})
 	for _, o := range m.GetOwnerReferences() {
 		if o.Kind != "Pod" {
 			continue
@@ -287,6 +291,39 @@ func (t *claimTracker) Delete(gvr schema.GroupVersionResource, ns, name string, 
 		}
 	}
 	return nil
+}
+
+// unconfirmedClaimDelete names a deleted claim that the scheduler's claim
+// cache still holds, "" when it has taken in every deletion so far. The
+// counters only say that an informer delivered the deletion: the scheduler's
+// claim cache is another handler of that informer and may run a while later,
+// and only once it has run are the claim's devices free to the scheduler and
+// the pods waiting for them moved in its queue. Confirmed deletions are
+// dropped; nil-safe for a cluster without DRA.
+func (d *draCluster) unconfirmedClaimDelete() string {
+	if d == nil {
+		return ""
+	}
+	d.mu.Lock()
+	manager, deleted := d.manager, d.deleted
+	d.mu.Unlock()
+	if manager == nil {
+		return ""
+	}
+	confirmed := 0
+	for _, claim := range deleted {
+		if _, err := manager.ResourceClaims().Get(claim.Namespace, claim.Name); err == nil {
+			break
+		}
+		confirmed++
+	}
+	d.mu.Lock()
+	d.deleted = d.deleted[confirmed:]
+	d.mu.Unlock()
+	if confirmed < len(deleted) {
+		return "deleted claim " + deleted[confirmed].String() + " still in the scheduler's claim cache"
+	}
+	return ""
 }
 
 // podDeleting is told of every pod deletion before the tracker applies it

@@ -34,6 +34,9 @@ func (d *driver) busyReason() string {
 	if name := d.unconfirmedBind(); name != "" {
 		return "the binding of " + name + " is not confirmed in the scheduler's cache"
 	}
+	if why := d.c.dra.unconfirmedClaimDelete(); why != "" {
+		return why
+	}
 	q := d.sched.SchedulingQueue
 	if n := len(q.PodsInActiveQ()); n > 0 {
 		return fmt.Sprintf("%d pods in activeQ", n)
