@@ -4,7 +4,11 @@ import (
 	"strings"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/muster-sched/muster/internal/testobj"
 	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
@@ -213,5 +217,60 @@ func TestNoneRefusesDRA(t *testing.T) {
 	_, err := newHarness(t.Context(), Options{Plan: parsePlan(t, draShort, 1), Scheduler: None}, waits)
 	if err == nil || !strings.Contains(err.Error(), "cluster.dra") {
 		t.Errorf("none on a DRA cluster: %v, want a refusal naming cluster.dra", err)
+	}
+}
+
+// cachedClaims is a scheduler's claim cache holding the named claims; only
+// Get is answered.
+type cachedClaims struct {
+	fwk.ResourceClaimTracker
+	names map[string]bool
+}
+
+func (c cachedClaims) Get(namespace, name string) (*resourceapi.ResourceClaim, error) {
+	if c.names[namespace+"/"+name] {
+		return &resourceapi.ResourceClaim{}, nil
+	}
+	return nil, apierrors.NewNotFound(claimsResource.GroupResource(), name)
+}
+
+type draManagerWith struct {
+	fwk.SharedDRAManager
+	claims cachedClaims
+}
+
+func (m draManagerWith) ResourceClaims() fwk.ResourceClaimTracker { return m.claims }
+
+// A deleted claim holds the step until the scheduler's claim cache has
+// dropped it too: the informer delivering the deletion to the simulator's
+// counters says nothing of the scheduler's own handler. Deletions are
+// confirmed in order and each only once.
+func TestClaimDeletionWaitsForTheSchedulersClaimCache(t *testing.T) {
+	cached := map[string]bool{"sim/b": true, "sim/c": true}
+	d := newDRACluster(1)
+	if why := d.unconfirmedClaimDelete(); why != "" {
+		t.Fatalf("nothing deleted: %q", why)
+	}
+	d.manager = draManagerWith{claims: cachedClaims{names: cached}}
+	for _, name := range []string{"a", "b", "c"} {
+		d.deleted = append(d.deleted, types.NamespacedName{Namespace: namespace, Name: name})
+	}
+	if why := d.unconfirmedClaimDelete(); !strings.Contains(why, "sim/b") {
+		t.Errorf("b still cached: %q, want it named", why)
+	}
+	if len(d.deleted) != 2 {
+		t.Errorf("%d deletions left to confirm, want 2 (a confirmed)", len(d.deleted))
+	}
+	delete(cached, "sim/b")
+	if why := d.unconfirmedClaimDelete(); !strings.Contains(why, "sim/c") {
+		t.Errorf("c still cached: %q, want it named", why)
+	}
+	delete(cached, "sim/c")
+	if why := d.unconfirmedClaimDelete(); why != "" || len(d.deleted) != 0 {
+		t.Errorf("every deletion taken in: %q, %d left", why, len(d.deleted))
+	}
+	var none *draCluster
+	if why := none.unconfirmedClaimDelete(); why != "" {
+		t.Errorf("a cluster without DRA: %q", why)
 	}
 }
