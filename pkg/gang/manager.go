@@ -160,16 +160,30 @@ type Admission struct {
 	Planning *Planning
 }
 
-// Planning is what planning a gang needs of the manager, read at once.
+// Planning is what planning a gang needs of the manager, read at Admit,
+// except the other gangs' holdings: a member whose sibling's failed plan is
+// reused (FailedPlan) never reads them, and summing them walks every plan.
 type Planning struct {
 	// Releases counts the plans dropped so far (Epoch.Releases).
 	Releases uint64
-	// HeldByOthers is what the other gangs' plans hold, per node
-	// (HeldForOthers).
-	HeldByOthers map[string]Resources
 	// Avoided are the gang's (member, node) pairs to keep out of the plan.
 	Avoided map[types.UID]map[string]bool
 	failed  *failedAttempt
+
+	manager *Manager
+	key     Key
+	held    map[string]Resources
+	heldOK  bool
+}
+
+// HeldByOthers is what the other gangs' plans hold, per node
+// (HeldForOthers), read at the first call: the plan and its explanation
+// count the same holdings.
+func (p *Planning) HeldByOthers() map[string]Resources {
+	if !p.heldOK {
+		p.held, p.heldOK = p.manager.HeldForOthers(p.key), true
+	}
+	return p.held
 }
 
 // FailedPlan returns the gang's last planning failure if it was computed
@@ -190,7 +204,7 @@ func (m *Manager) Admit(key Key, seen, now time.Time) Admission {
 	case s.plan != nil:
 		a.Plan = s.plan.copy()
 	case !now.Before(s.backoffUntil):
-		a.Planning = &Planning{Releases: m.releases, HeldByOthers: m.held(&key), Avoided: m.avoided(s, now), failed: s.failedPlan}
+		a.Planning = &Planning{Releases: m.releases, Avoided: m.avoided(s, now), failed: s.failedPlan, manager: m, key: key}
 	}
 	return a
 }

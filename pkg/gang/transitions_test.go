@@ -281,7 +281,7 @@ func TestAdmit(t *testing.T) {
 	a = m.Admit(jobA, t0, later)
 	require.NotNil(t, a.Planning)
 	assert.Equal(t, uint64(1), a.Planning.Releases)
-	assert.Equal(t, m.HeldForOthers(jobA), a.Planning.HeldByOthers)
+	assert.Equal(t, m.HeldForOthers(jobA), a.Planning.HeldByOthers())
 	assert.Equal(t, map[types.UID]map[string]bool{"a0": {"n3": true}}, a.Planning.Avoided)
 	msg, reused := a.Planning.FailedPlan(Epoch{Snapshot: 1, Releases: 1}, 2, 2, later)
 	assert.True(t, reused)

@@ -161,7 +161,7 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 	views, _ := p.nodes.views(nodes, dra)
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	needGPUs := gang.NeededGPUs(gr.req)
-	lackGPUs := needGPUs - gang.FreeGPUs(p.nodes.subtractHeld(views, gr.planning.HeldByOthers), policy, gpu)
+	lackGPUs := needGPUs - gang.FreeGPUs(p.nodes.subtractHeld(views, gr.planning.HeldByOthers()), policy, gpu)
 	// A lone pod that asks for no GPU is grouped only where it can matter.
 	all := p.victimUnits(nodes, views, gr.info.key, prio, policy, func(int) bool { return needGPUs == 0 })
 

@@ -253,7 +253,7 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 	}
 	req := gr.req
 	req.Check = check
-	adjust := gr.planning.HeldByOthers
+	adjust := gr.planning.HeldByOthers()
 	if len(victims) > 0 {
 		adjust = maps.Clone(adjust)
 		if adjust == nil {
@@ -320,7 +320,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		if effects.Notice != nil {
 			// Counted on the views the plan saw: other gangs' holdings
 			// taken out, as computePlan did.
-			held := p.nodes.subtractHeld(views, planning.HeldByOthers)
+			held := p.nodes.subtractHeld(views, planning.HeldByOthers())
 			var closest string
 			if u := (*gang.Unplaceable)(nil); errors.As(err, &u) {
 				closest = u.Closest

@@ -1,0 +1,50 @@
+package gang
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// BenchmarkAdmit is the manager's part of a gang member's PreFilter while
+// other gangs hold plans of 8 unreserved members each: Admit alone (what a
+// member pays when a sibling's failed plan is reused) and Admit followed by
+// what planning reads of the other gangs' holdings (what every Admit paid
+// when it summed them itself).
+func BenchmarkAdmit(b *testing.B) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	key := Key{Kind: KindJob, Namespace: "ns", Name: "waiting"}
+	for _, plans := range []int{10, 1000} {
+		m := NewManager()
+		for g := range plans {
+			plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{}}, Requests: map[types.UID]Resources{},
+				Reserved: sets.New[types.UID](), Created: now, Deadline: now.Add(time.Minute)}
+			for i := range 8 {
+				uid := types.UID(fmt.Sprintf("g%d-%d", g, i))
+				plan.Slots[uid] = fmt.Sprintf("n%d", g)
+				plan.Requests[uid] = Resources{MilliCPU: 1000, Scalars: map[v1.ResourceName]int64{"nvidia.com/gpu": 1}}
+			}
+			if _, ok := m.Install(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("g%d", g)}, plan, "", "planned", now); !ok {
+				b.Fatal("Install refused")
+			}
+		}
+		b.Run(fmt.Sprintf("plans=%d/reuse", plans), func(b *testing.B) {
+			for b.Loop() {
+				if a := m.Admit(key, now, now); a.Planning == nil {
+					b.Fatal("no planning")
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("plans=%d/plan", plans), func(b *testing.B) {
+			for b.Loop() {
+				if a := m.Admit(key, now, now); len(a.Planning.HeldByOthers()) != plans {
+					b.Fatal("holdings not read")
+				}
+			}
+		})
+	}
+}
