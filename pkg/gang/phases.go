@@ -175,14 +175,13 @@ type Effects struct {
 // Drop is a plan a drop released.
 type Drop struct {
 	Key     Key
-	Plan    *ActivePlan
 	Cause   DropCause
 	Reason  string
 	Backoff time.Duration
 }
 
-// Rejection turns away the gang's members waiting at Permit: those in
-// Members, or every waiting member of the gang when Members is nil.
+// Rejection turns away the gang's members waiting at Permit that are in
+// Members.
 type Rejection struct {
 	Key     Key
 	Members map[types.UID]string

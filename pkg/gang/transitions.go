@@ -1,9 +1,11 @@
 package gang
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -67,7 +69,7 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	}
 	m.planID++
 	plan.ID = m.planID
-	s.plan = plan
+	s.plan = plan.copy() // the caller keeps plan; the manager changes its own
 	s.failedPlan = nil
 	for uid := range plan.Victims {
 		m.victimOf[uid] = victimRef{key: key, profile: plan.Profile}
@@ -189,7 +191,7 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 	msg := fmt.Sprintf("%s: %s; released all %d planned members (retry in %s)", key.Subject(), reason, len(plan.Slots), backoff)
 	e := Effects{
 		StopDeadline: plan.ID,
-		Dropped:      &Drop{Key: key, Plan: plan, Cause: cause, Reason: reason, Backoff: backoff},
+		Dropped:      &Drop{Key: key, Cause: cause, Reason: reason, Backoff: backoff},
 		Reject:       &Rejection{Key: key, Members: plan.Slots, Message: msg},
 		Notice:       s.notice(key, cause.Outcome(), msg),
 		Timers:       []Timer{{Key: key, Kind: TimerBackoffEnded, After: backoff}},
@@ -204,23 +206,7 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 }
 
 func compareKeys(a, b Key) int {
-	if a.Kind != b.Kind {
-		return compareStrings(string(a.Kind), string(b.Kind))
-	}
-	if a.Namespace != b.Namespace {
-		return compareStrings(a.Namespace, b.Namespace)
-	}
-	return compareStrings(a.Name, b.Name)
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Or(strings.Compare(string(a.Kind), string(b.Kind)), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 }
 
 // Expire drops plan planID if it did not complete before its deadline.
