@@ -313,7 +313,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		// filters see (volumes, claims, pod labels) changes without the
 		// snapshot's generation, and members released here change it next.
 		var reuse *gang.FailedAttempt
-		if !gr.alone && len(check.rejected) == 0 && released == 0 {
+		if !gr.alone && check != nil && len(check.rejected) == 0 && released == 0 {
 			reuse = &gang.FailedAttempt{Epoch: epoch, Pending: len(gr.candidates), Needed: gr.req.Needed, Valid: reuseFailedPlan}
 		}
 		effects := p.gangs.Unplaceable(info.key, msg, p.now(), reuse)
