@@ -43,21 +43,23 @@ func statefulSetPod(set string) *v1.Pod {
 }
 
 // resolved resolves pod with src, checks whether it is in a gang and its
-// error, and returns its gang's info when there is more to check (nil when
-// the case ends here).
-func resolved(t *testing.T, src *gangSource, pod *v1.Pod, inGang bool, errPart string) *gangInfo {
+// error, and returns its gang's info and the owner it names for Events when
+// there is more to check (nil when the case ends here).
+func resolved(t *testing.T, src *gangSource, pod *v1.Pod, inGang bool, errPart string) (*gangInfo, *v1.ObjectReference) {
 	t.Helper()
 	info, got, err := src.resolve(pod)
 	require.Equal(t, inGang, got)
 	if errPart != "" {
 		require.ErrorContains(t, err, errPart)
-		return nil
+		return nil, nil
 	}
 	require.NoError(t, err)
 	if !inGang {
-		return nil
+		return nil, nil
 	}
-	return info
+	ref, ok := info.owner.(*v1.ObjectReference)
+	require.True(t, ok, "owner %T", info.owner)
+	return info, ref
 }
 
 func TestResolve(t *testing.T) {
@@ -87,15 +89,13 @@ func TestResolve(t *testing.T) {
 			inGang: true, errPart: "the PodGroup API (podgroups.scheduling.x-k8s.io) is not installed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			info := resolved(t, src, tc.pod, tc.inGang, tc.errPart)
+			info, ref := resolved(t, src, tc.pod, tc.inGang, tc.errPart)
 			if info == nil {
 				return
 			}
 			assert.Equal(t, tc.quorum, info.quorum)
 			assert.Equal(t, time.Minute, info.timeout)
 			assert.Equal(t, tc.noGang, info.noGang != "", info.noGang)
-			ref, ok := info.owner.(*v1.ObjectReference)
-			require.True(t, ok, "owner %T", info.owner)
 			assert.Equal(t, tc.ownerRef, ref.Kind+"/"+ref.Name)
 			assert.Equal(t, ref, src.ownerRef(info.key), "resolve and ownerRef name the same owner")
 		})

@@ -106,14 +106,12 @@ func TestResolveWorkloadGroup(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			info := resolved(t, p, tc.pod, tc.inGang, tc.errPart)
+			info, ref := resolved(t, p, tc.pod, tc.inGang, tc.errPart)
 			if info == nil {
 				return
 			}
 			assert.Equal(t, tc.quorum, info.quorum)
 			assert.Equal(t, tc.required, info.required)
-			ref, ok := info.owner.(*v1.ObjectReference)
-			require.True(t, ok)
 			assert.Equal(t, tc.ownerIsGroup, ref.APIVersion == "scheduling.k8s.io/v1beta1" && ref.Kind == "PodGroup")
 		})
 	}
