@@ -42,7 +42,8 @@ type Options struct {
 	// SettleQuiet is how long the scheduler must stay idle before a step
 	// counts as settled (default 1ms). What the simulator can check it does
 	// (every change delivered, every binding confirmed in the scheduler's
-	// cache, queues empty, no binding or eviction goroutine); the quiet
+	// cache, every deleted ResourceClaim gone from its claim cache, queues
+	// empty, no binding or eviction goroutine); the quiet
 	// stretch covers the rest, such as a handler that confirmed a binding
 	// and is about to wake pods that wait for it.
 	SettleQuiet time.Duration
