@@ -36,13 +36,13 @@ func TestManagerLedgerAndLifecycle(t *testing.T) {
 		t.Errorf("PlanOf(a1) = %v, %v", key, p)
 	}
 	// A reserved member is counted by the scheduler cache, not the ledger.
-	if outcome, _, _ := r.Arrive(a, plan.ID, "a0", now); outcome != ArrivalWait {
+	if outcome, _, _ := r.Arrive(a, plan.ID, "a0", now, time.Second); outcome != ArrivalWait {
 		t.Errorf("Permit of the first member = %v, want wait", outcome)
 	}
 	if held := r.HeldForOthers(b); held["n1"].MilliCPU != 0 || held["n2"].MilliCPU != 2000 {
 		t.Errorf("held after a0 reserved = %v", held)
 	}
-	if outcome, _, _ := r.Arrive(a, plan.ID, "a1", now); outcome != ArrivalComplete {
+	if outcome, _, _ := r.Arrive(a, plan.ID, "a1", now, time.Second); outcome != ArrivalComplete {
 		t.Errorf("Permit of the last member = %v, want complete", outcome)
 	}
 	if len(r.HeldForOthers(b)) != 0 || r.Plan(a) != nil {

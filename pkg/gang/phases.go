@@ -35,7 +35,8 @@ const (
 	// PhaseBackingOff: its plan was dropped; it waits before planning again.
 	PhaseBackingOff
 	// PhaseDropped: its plan was dropped by a change that was not its
-	// doing (a planned node changed); it is planned again at once.
+	// doing (a planned node changed), or a member its plan allowed failed
+	// to bind or was deleted; it is planned again at once.
 	PhaseDropped
 )
 

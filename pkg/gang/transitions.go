@@ -20,7 +20,7 @@ func (m *Manager) Waiting(key Key, message string, at time.Time) Effects {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(key, at)
-	s.phase = PhaseWaitingForMembers
+	s.setPhaseWithoutPlan(PhaseWaitingForMembers)
 	return Effects{Notice: s.notice(key, OutcomeWaitingForMembers, message)}
 }
 
@@ -30,7 +30,7 @@ func (m *Manager) Invalid(key Key, outcome Outcome, message string, now time.Tim
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(key, now)
-	s.phase = PhaseInvalid
+	s.setPhaseWithoutPlan(PhaseInvalid)
 	return Effects{Notice: s.notice(key, outcome, message)}
 }
 
@@ -48,7 +48,7 @@ func (m *Manager) Unplaceable(key Key, message string, now time.Time, reuse *Fai
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(key, now)
-	s.phase = PhaseUnplaceable
+	s.setPhaseWithoutPlan(PhaseUnplaceable)
 	if reuse != nil {
 		s.failedPlan = &failedAttempt{epoch: reuse.Epoch, shape: [2]int{reuse.Pending, reuse.Needed}, until: now.Add(reuse.Valid), message: message}
 	}
@@ -116,13 +116,18 @@ const (
 // completes the plan before its deadline, the plan ends in the same step:
 // the members are allowed and in flight (binding), and the plan holds
 // nothing any more. Doing both under one lock means a plan is either
-// completed or dropped, never both. It returns a copy of the plan.
-func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time) (Arrival, *ActivePlan, Effects) {
+// completed or dropped, never both. A member that arrives after the
+// deadline, before the deadline's timer fired, expires the plan itself (as
+// Expire would, backing off from base). It returns a copy of the plan.
+func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, base time.Duration) (Arrival, *ActivePlan, Effects) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.gangs[key]
-	if s == nil || s.plan == nil || s.plan.ID != planID || !now.Before(s.plan.Deadline) {
+	if s == nil || s.plan == nil || s.plan.ID != planID {
 		return ArrivalDropped, nil, Effects{}
+	}
+	if !now.Before(s.plan.Deadline) {
+		return ArrivalDropped, nil, m.drop(key, planID, DropTimeout, timedOut(s.plan), now, base)
 	}
 	if _, ok := s.plan.Slots[uid]; !ok {
 		return ArrivalDropped, nil, Effects{}
@@ -217,10 +222,13 @@ func (m *Manager) Expire(key Key, planID int64, now time.Time, base time.Duratio
 	if s == nil || s.plan == nil || s.plan.ID != planID {
 		return Effects{}
 	}
-	p := s.plan
-	reason := fmt.Sprintf("timed out after %s with %d of %d members reserved",
+	return m.drop(key, planID, DropTimeout, timedOut(s.plan), now, base)
+}
+
+// timedOut is why plan p was dropped at its deadline.
+func timedOut(p *ActivePlan) string {
+	return fmt.Sprintf("timed out after %s with %d of %d members reserved",
 		p.Deadline.Sub(p.Created).Round(time.Second), p.Reserved.Len(), len(p.Slots))
-	return m.drop(key, planID, DropTimeout, reason, now, base)
 }
 
 // Rejected: member uid of plan planID was rejected at Reserve or Permit,
@@ -234,7 +242,7 @@ func (m *Manager) Rejected(key Key, planID int64, uid types.UID, name, node stri
 	defer m.mu.Unlock()
 	var avoided []Timer
 	if s := m.gangs[key]; s != nil {
-		delete(s.inFlight, uid)
+		s.leftFlight(uid)
 		if s.plan != nil && s.plan.ID == planID {
 			avoided = append(avoided, m.avoid(s, key, node, now, avoidUntil, uid))
 		}
@@ -286,7 +294,7 @@ func (m *Manager) MemberGone(key Key, uid types.UID, name string, now time.Time,
 	if s == nil {
 		return Effects{}
 	}
-	delete(s.inFlight, uid)
+	s.leftFlight(uid)
 	if s.plan == nil {
 		return Effects{}
 	}
@@ -298,6 +306,28 @@ func (m *Manager) MemberGone(key Key, uid types.UID, name string, now time.Time,
 		what = "pod"
 	}
 	return m.drop(key, s.plan.ID, DropMemberGone, fmt.Sprintf("%s %s was deleted or finished", what, name), now, base)
+}
+
+// setPhaseWithoutPlan sets the phase of a gang that has no active plan:
+// while one is active, its phase (Planned, Preempting) stands until the
+// plan completes or is dropped.
+func (s *state) setPhaseWithoutPlan(p Phase) {
+	if s.plan == nil {
+		s.phase = p
+	}
+}
+
+// leftFlight: member uid, if allowed and binding, will not be seen bound
+// (it failed to bind, or was deleted). The gang is no longer on its way to
+// Bound: the member is placed again by a new plan, without backoff.
+func (s *state) leftFlight(uid types.UID) {
+	if _, ok := s.inFlight[uid]; !ok {
+		return
+	}
+	delete(s.inFlight, uid)
+	if s.phase == PhasePermitted {
+		s.phase = PhaseDropped
+	}
 }
 
 // MemberBound: a member was seen bound; once every member the last plan

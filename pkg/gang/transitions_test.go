@@ -77,13 +77,13 @@ func TestArriveCompletesThePlanOnce(t *testing.T) {
 	plan := twoMembers()
 	m := installed(t, jobA, plan)
 
-	arrival, copied, e := m.Arrive(jobA, plan.ID, "a1", t0)
+	arrival, copied, e := m.Arrive(jobA, plan.ID, "a1", t0, time.Second)
 	assert.Equal(t, ArrivalWait, arrival)
 	assert.Equal(t, 1, copied.Reserved.Len())
 	assert.Equal(t, []Wake{{Key: jobA, Reason: WakeMemberWaiting, Plan: copied, Except: "a1"}}, e.Wake)
 	assert.Equal(t, PhasePlanned, m.Phase(jobA))
 
-	arrival, _, e = m.Arrive(jobA, plan.ID, "a0", t0)
+	arrival, _, e = m.Arrive(jobA, plan.ID, "a0", t0, time.Second)
 	assert.Equal(t, ArrivalComplete, arrival)
 	assert.Equal(t, PhasePermitted, m.Phase(jobA))
 	assert.Equal(t, []types.UID{"a1"}, e.Allow, "the others are allowed; a0 by its own Permit")
@@ -93,7 +93,7 @@ func TestArriveCompletesThePlanOnce(t *testing.T) {
 	assert.Nil(t, m.Plan(jobA), "a completed plan holds nothing")
 
 	assert.Empty(t, m.Expire(jobA, plan.ID, t0.Add(time.Minute), time.Second), "a completed plan cannot also expire")
-	arrival, _, _ = m.Arrive(jobA, plan.ID, "a0", t0)
+	arrival, _, _ = m.Arrive(jobA, plan.ID, "a0", t0, time.Second)
 	assert.Equal(t, ArrivalDropped, arrival)
 
 	m.MemberBound(jobA, "a0", t0)
@@ -102,12 +102,85 @@ func TestArriveCompletesThePlanOnce(t *testing.T) {
 	assert.Equal(t, PhaseBound, m.Phase(jobA))
 }
 
-func TestArriveAfterTheDeadlineIsDropped(t *testing.T) {
+// A member reaching Permit after the deadline, before the deadline's timer
+// fired, times the plan out itself: the member that arrives is not the
+// one refused, so its Unreserve neither avoids its node nor counts a
+// rejection.
+func TestArriveAfterTheDeadlineTimesThePlanOut(t *testing.T) {
 	plan := twoMembers()
 	m := installed(t, jobA, plan)
-	arrival, _, e := m.Arrive(jobA, plan.ID, "a0", t0.Add(time.Minute))
+	m.Reserved(jobA, plan.ID, "a1")
+	late := t0.Add(time.Minute)
+	arrival, _, e := m.Arrive(jobA, plan.ID, "a0", late, time.Second)
 	assert.Equal(t, ArrivalDropped, arrival)
-	assert.Empty(t, e)
+	require.NotNil(t, e.Dropped)
+	assert.Equal(t, DropTimeout, e.Dropped.Cause)
+	assert.Equal(t, "timed out after 1m0s with 1 of 2 members reserved", e.Dropped.Reason)
+	assert.Equal(t, time.Second, e.Dropped.Backoff)
+	assert.Equal(t, plan.ID, e.StopDeadline)
+	require.NotNil(t, e.Reject)
+	assert.Equal(t, plan.Slots, e.Reject.Members)
+	require.NotNil(t, e.Notice)
+	assert.Equal(t, OutcomeTimedOut, e.Notice.Outcome)
+	assert.Equal(t, PhaseBackingOff, m.Phase(jobA))
+	assert.Nil(t, m.Plan(jobA))
+
+	after := m.Rejected(jobA, plan.ID, "a0", "a0", "n1", late, late.Add(time.Minute), time.Second)
+	assert.Empty(t, after, "the member's own Unreserve finds the plan gone")
+	assert.Empty(t, m.Avoided(jobA, late), "no node refused the member")
+	assert.Empty(t, m.Expire(jobA, plan.ID, late, time.Second), "the timer that fires later finds nothing")
+}
+
+// An active plan's phase stands while a member's cycle reports the gang
+// short, invalid or without room (another profile's cycle, an OrderedReady
+// StatefulSet's pod each cycle): the plan still holds its slots.
+func TestActivePlanKeepsItsPhase(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		report func(m *Manager) Effects
+	}{
+		{"waiting", func(m *Manager) Effects { return m.Waiting(jobA, "short", t0) }},
+		{"invalid", func(m *Manager) Effects { return m.Invalid(jobA, OutcomeNotPossible, "one at a time", t0) }},
+		{"unplaceable", func(m *Manager) Effects { return m.Unplaceable(jobA, "no room", t0, nil) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := installed(t, jobA, twoMembers())
+			e := tc.report(m)
+			assert.NotNil(t, e.Notice, "the report is still announced")
+			assert.Equal(t, PhasePlanned, m.Phase(jobA))
+			assert.NotNil(t, m.Plan(jobA))
+		})
+	}
+}
+
+// A member its completed plan allowed that fails to bind, or is deleted
+// while binding, keeps the gang from Bound: it is placed again.
+func TestAllowedMemberLostIsNotBound(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(m *Manager, planID int64)
+	}{
+		{"failed to bind", func(m *Manager, planID int64) {
+			m.Rejected(jobA, planID, "a1", "a1", "n2", t0, t0.Add(time.Minute), time.Second)
+		}},
+		{"deleted", func(m *Manager, _ int64) { m.MemberGone(jobA, "a1", "a1", t0, time.Second) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := twoMembers()
+			m := installed(t, jobA, plan)
+			m.Arrive(jobA, plan.ID, "a1", t0, time.Second)
+			arrival, _, _ := m.Arrive(jobA, plan.ID, "a0", t0, time.Second)
+			require.Equal(t, ArrivalComplete, arrival)
+
+			tc.lose(m, plan.ID)
+			assert.Equal(t, PhaseDropped, m.Phase(jobA))
+			m.MemberBound(jobA, "a0", t0)
+			assert.Equal(t, PhaseDropped, m.Phase(jobA), "one of two allowed members bound")
+			assert.Empty(t, m.InFlight(jobA))
+			until := m.Admit(jobA, t0, t0).BackoffUntil
+			assert.False(t, until.After(t0), "no backoff: the gang is planned again at once")
+		})
+	}
 }
 
 func TestDrops(t *testing.T) {

@@ -77,9 +77,10 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 		p.carryOut(ctx, p.gangs.PlanBroken(s.key, s.planID, refused.uid, refused.node, reason, true, now, now.Add(avoidFor), p.backoffBase()), nil)
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s", s.key.Subject(), reason)), 0
 	}
-	arrival, plan, effects := p.gangs.Arrive(s.key, s.planID, pod.UID, p.now())
+	arrival, plan, effects := p.gangs.Arrive(s.key, s.planID, pod.UID, p.now(), p.backoffBase())
 	switch arrival {
 	case gang.ArrivalDropped:
+		p.carryOut(ctx, effects, nil) // the deadline passed as it arrived: the plan timed out
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: the plan for this member was dropped", s.key.Subject())), 0
 	case gang.ArrivalWait:
 		// The planned members not reserved yet are woken so the gang

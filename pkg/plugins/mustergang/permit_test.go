@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/metrics/testutil"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -75,4 +77,41 @@ func TestMissingStateIsAnErrorNotALonePod(t *testing.T) {
 	if st := p.Reserve(context.Background(), state, pod, "n1"); st.Code() != fwk.Error {
 		t.Errorf("Reserve without state = %v, want Error", st)
 	}
+}
+
+// The last member reaches Permit just after the plan's deadline, before
+// the deadline's timer fired: the plan times out there, as the timer would
+// have done it. The late member is not taken for a node's refusal: its
+// pair is not avoided and no rejection is counted.
+func TestLateArrivalTimesThePlanOut(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	_, plan := f.planAndWait(t, a)
+	state, status := f.preFilter(t, b)
+	require.True(t, status.IsSuccess(), "PreFilter of b: %v", status)
+	slot := plan.Slots[b.UID]
+	require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, b, slot).IsSuccess())
+
+	// The timer is late: it has not fired when b arrives.
+	f.plugin.timers.cancel(planDeadline(plan.ID))
+	f.clock.SetTime(plan.Deadline)
+	timeoutsBefore, err := testutil.GetCounterMetricValue(timeouts)
+	require.NoError(t, err)
+	rejectedBefore, err := testutil.GetCounterMetricValue(rejections.WithLabelValues(gang.DropRejected.String()))
+	require.NoError(t, err)
+
+	_, st := f.fw.RunPermitPlugins(context.Background(), state, b, slot)
+	require.Equal(t, fwk.Unschedulable, st.Code(), "Permit of the late member: %v", st)
+	f.fw.RunReservePluginsUnreserve(context.Background(), state, b, slot)
+
+	waited := f.fw.WaitOnPermit(context.Background(), a)
+	assert.Contains(t, waited.Message(), "timed out", "the waiting member is rejected because the gang timed out")
+	assert.Nil(t, f.plugin.gangs.Plan(key))
+	assert.Empty(t, f.plugin.gangs.Held())
+	assert.Empty(t, f.plugin.gangs.Avoided(key, f.clock.Now()), "no node refused a member")
+	timeoutsAfter, _ := testutil.GetCounterMetricValue(timeouts)
+	assert.Equal(t, timeoutsBefore+1, timeoutsAfter, "muster_gang_timeouts_total")
+	rejectedAfter, _ := testutil.GetCounterMetricValue(rejections.WithLabelValues(gang.DropRejected.String()))
+	assert.Equal(t, rejectedBefore, rejectedAfter, "rejections counted with cause rejected")
 }
