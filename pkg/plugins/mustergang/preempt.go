@@ -67,7 +67,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	if !inGang {
-		info = &gangInfo{key: gang.LoneKey(pod), quorum: 1, timeout: p.source.defaultTimeout, owner: pod}
+		info = &gangInfo{key: gang.LoneKey(pod), quorum: 1, timeout: p.source.defaultTimeout, owner: refOf(pod)}
 	} else if p.gangs.Phase(info.key) != gang.PhaseUnplaceable {
 		// Waiting for members, backing off, invalid: eviction cannot help.
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang is not waiting for capacity")
@@ -118,9 +118,6 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	preemptions.Inc()
 	preemptedGPUs.Add(float64(gpus))
 	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(victims), "gpus", gpus, "budgetViolations", choice.Violations, "checks", checks)
-	if !inGang {
-		p.podEvent(pod, gang.OutcomePreempting, msg)
-	}
 	for _, i := range choice.Units {
 		p.recordVictim(ctx, units[i], key)
 	}

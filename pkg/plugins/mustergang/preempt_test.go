@@ -3,9 +3,12 @@ package mustergang
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -307,6 +310,37 @@ func TestLonePodPreemptsBesideItsNode(t *testing.T) {
 	if victims.Len() != 3 || onNodes.Len() != 1 || !onNodes.Has(plan.Slots[high.UID]) {
 		t.Errorf("evicted %d pods on nodes %v for a pod planned on %s; want 3 on its node", victims.Len(), sets.List(onNodes), plan.Slots[high.UID])
 	}
+}
+
+// A pod scheduled alone that preempts is a gang of itself: every outcome
+// of its plan is an Event on the pod, its drop as well as its preemption.
+func TestLonePreemptorsOutcomesAreEventsOnThePod(t *testing.T) {
+	node := testobj.MakeNode("n1").CPU(resource.MustParse("4")).Obj()
+	var pods []*v1.Pod
+	for j := range 4 {
+		name := fmt.Sprintf("low-%d", j)
+		pods = append(pods, testobj.MakePod("ns", name).UID(name).Created(t0).Node("n1").Priority(0).
+			Container(testobj.MakeContainer("c").Request(v1.ResourceCPU, resource.MustParse("900m")).Obj()).Obj())
+	}
+	high := testobj.MakePod("ns", "high").UID("high").Created(t0).SchedulerName("muster").Priority(10).
+		Container(testobj.MakeContainer("c").Request(v1.ResourceCPU, resource.MustParse("3")).Obj()).Obj()
+	f := newTestFramework(t, 1, []*v1.Node{node}, append(pods, high))
+	f.keepPodsInAPI()
+	state, _ := f.preFilter(t, high)
+	f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
+	plan := f.plugin.gangs.Plan(gang.LoneKey(high))
+	require.NotNil(t, plan, "no preemption")
+	f.plugin.expirePlan(gang.LoneKey(high), plan.ID)
+
+	var onPod []string
+	for _, e := range f.takeEvents() {
+		if strings.Contains(e, "pod ns/high") && strings.Contains(e, "{kind=Pod,apiVersion=v1}") {
+			onPod = append(onPod, e)
+		}
+	}
+	require.Len(t, onPod, 2, "Events on the preemptor: %q", onPod)
+	assert.True(t, strings.HasPrefix(onPod[0], "Normal GangPreempting Scheduling pod ns/high preempts 3 pods"), onPod[0])
+	assert.True(t, strings.HasPrefix(onPod[1], "Warning GangScheduleTimeout Scheduling pod ns/high: timed out"), onPod[1])
 }
 
 func TestNoPreemptionOfEqualPriorityOrWhenNever(t *testing.T) {

@@ -374,7 +374,7 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 	}
 	klog.FromContext(ctx).V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
 		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "victims", len(victims))
-	p.carryOut(ctx, effects, nil)
+	p.carryOut(ctx, effects, info.owner)
 	return active, nil
 }
 

@@ -138,9 +138,15 @@ func (info *gangInfo) capTimeout() *gangInfo {
 }
 
 // ownerOf reads the object that defines gang key from the informers: its
-// Job, StatefulSet, or PodGroup of either API.
+// Job, StatefulSet, or PodGroup of either API; for a pod scheduled alone
+// that preempted, the pod itself.
 func (src *gangSource) ownerOf(key gang.Key) (runtime.Object, error) {
 	switch key.Kind {
+	case gang.KindPod:
+		if obj, ok, _ := src.pods.GetByKey(key.Namespace + "/" + key.Name); ok {
+			return obj.(*v1.Pod), nil
+		}
+		return nil, fmt.Errorf("pod %s/%s is gone", key.Namespace, key.Name)
 	case gang.KindJob:
 		job, err := src.jobs.Jobs(key.Namespace).Get(key.Name)
 		if err != nil {
@@ -186,6 +192,8 @@ func (src *gangSource) ownerRef(key gang.Key) *v1.ObjectReference {
 // refOf refers to a gang's owner object.
 func refOf(obj runtime.Object) *v1.ObjectReference {
 	switch o := obj.(type) {
+	case *v1.Pod:
+		return &v1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: o.Namespace, Name: o.Name, UID: o.UID}
 	case *batchv1.Job:
 		return &v1.ObjectReference{APIVersion: "batch/v1", Kind: "Job", Namespace: o.Namespace, Name: o.Name, UID: o.UID}
 	case *appsv1.StatefulSet:

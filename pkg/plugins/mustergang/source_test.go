@@ -25,14 +25,18 @@ func sourceWithOwners(t *testing.T, objs ...interface{}) *gangSource {
 	t.Helper()
 	jobs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	sets := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, o := range objs {
 		store := jobs
-		if _, ok := o.(*appsv1.StatefulSet); ok {
+		switch o.(type) {
+		case *appsv1.StatefulSet:
 			store = sets
+		case *v1.Pod:
+			store = pods
 		}
 		require.NoError(t, store.Add(o))
 	}
-	return &gangSource{gangs: gang.NewManager(), defaultTimeout: time.Minute,
+	return &gangSource{gangs: gang.NewManager(), defaultTimeout: time.Minute, pods: pods,
 		jobs: batchlisters.NewJobLister(jobs), sets: appslisters.NewStatefulSetLister(sets)}
 }
 
@@ -114,4 +118,12 @@ func TestOwnerRefOfMissingOwners(t *testing.T) {
 	} {
 		assert.Nil(t, src.ownerRef(key), "%s", key)
 	}
+}
+
+// A pod scheduled alone that preempted is its own Event target.
+func TestOwnerRefOfAPodAlone(t *testing.T) {
+	pod := testobj.MakePod("ns", "alone").UID("alone-uid").Obj()
+	src := sourceWithOwners(t, pod)
+	assert.Equal(t, &v1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: "ns", Name: "alone", UID: "alone-uid"},
+		src.ownerRef(gang.LoneKey(pod)))
 }
