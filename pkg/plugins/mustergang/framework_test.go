@@ -139,6 +139,9 @@ type testFramework struct {
 	nodes  []fwk.NodeInfo
 	clock  *clocktesting.FakeClock
 	events *events.FakeRecorder
+	// stop stops the scheduler: the context its plugins were built with
+	// ends.
+	stop context.CancelFunc
 }
 
 // newTestFramework builds the framework over nodes and pods (bound pods are
@@ -182,7 +185,7 @@ func newTestFrameworkWith(t testing.TB, workers int32, nodes []*v1.Node, pods []
 	factory := informers.NewSharedInformerFactory(client, 0)
 	snapshot := schedcache.NewSnapshot(bound, nodes)
 	queue := &fakeQueue{nominated: map[string][]fwk.PodInfo{}}
-	tfw := &testFramework{queue: queue, clock: clocktesting.NewFakeClock(t0.Add(time.Hour)),
+	tfw := &testFramework{queue: queue, clock: clocktesting.NewFakeClock(t0.Add(time.Hour)), stop: cancel,
 		events: &events.FakeRecorder{Events: make(chan string, 1000), Verbose: true}}
 	newMuster := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		pl, err := Factory(tfw.clock)(ctx, args, h)

@@ -38,7 +38,7 @@ func (p *Plugin) onPodAdd(obj interface{}) {
 		return
 	}
 	if set := p.source.members(info.key); set.total >= info.quorum {
-		p.wake(p.logger, info.key, gang.WakeQuorumReached, set.pending)
+		p.wake(p.logger(), info.key, gang.WakeQuorumReached, set.pending)
 	}
 }
 
@@ -74,7 +74,7 @@ func (p *Plugin) recordFinished(key gang.Key, pod *v1.Pod) {
 		return
 	}
 	if p.gangs.Succeed(key, pod.UID, pod.CreationTimestamp.Time) {
-		p.wake(p.logger, key, gang.WakeMemberSucceeded, p.source.members(key).pending)
+		p.wake(p.logger(), key, gang.WakeMemberSucceeded, p.source.members(key).pending)
 		p.status.enqueue(key)
 	}
 }
@@ -160,7 +160,7 @@ func (p *Plugin) brokenPlacement(node *v1.Node, deleted bool, np gang.NodePlan) 
 		planned[uid] = true
 	}
 	for _, m := range p.source.members(np.Key).pending {
-		if planned[m.UID] && !gang.ConstraintsOf(p.logger, m).Match(node) {
+		if planned[m.UID] && !gang.ConstraintsOf(p.logger(), m).Match(node) {
 			return fmt.Sprintf("no longer fits member %s (a taint it does not tolerate, or its node selector or affinity)", m.Name)
 		}
 	}
@@ -252,11 +252,11 @@ func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
 			return
 		}
 		key := gang.Key{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
-		p.wake(p.logger, key, gang.WakeOwnerChanged, p.source.members(key).pending)
+		p.wake(p.logger(), key, gang.WakeOwnerChanged, p.source.members(key).pending)
 		// Kubernetes PodGroups of the basic policy take their quorum from
 		// the Job or StatefulSet that made them (resolve).
 		for _, group := range p.source.groupsControlledBy(key) {
-			p.wake(p.logger, group, gang.WakeOwnerChanged, p.source.members(group).pending)
+			p.wake(p.logger(), group, gang.WakeOwnerChanged, p.source.members(group).pending)
 		}
 		p.status.enqueue(key)
 	}

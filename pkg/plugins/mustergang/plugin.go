@@ -68,9 +68,10 @@ type Plugin struct {
 	status      *statusWriter
 	failedPlans *failedPlanWriter
 	timers      *timers
-	// logger is the scheduler's, for work outside a scheduling cycle
-	// (informer handlers, timers).
-	logger klog.Logger
+	// run is the scheduler's context with the plugin's logger, for work
+	// outside a scheduling cycle (informer handlers, timers, evictions):
+	// it ends when the scheduler stops.
+	run context.Context
 }
 
 // Factory returns the plugin's factory on clock c (the real clock, or the
@@ -126,8 +127,8 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	nodes := newNodeViews(args)
 	factory := h.SharedInformerFactory()
 	p := &Plugin{handle: h, args: args, gangs: gangs, nodes: nodes, timers: newTimers(c),
-		dra:    newDRAGPUs(h, v1.ResourceName(args.GPUResourceName), args.GPUDeviceClasses, nodes.levels),
-		logger: klog.FromContext(ctx).WithValues("plugin", Name, "profile", h.ProfileName()),
+		dra: newDRAGPUs(h, v1.ResourceName(args.GPUResourceName), args.GPUDeviceClasses, nodes.levels),
+		run: klog.NewContext(ctx, klog.FromContext(ctx).WithValues("plugin", Name, "profile", h.ProfileName())),
 		source: &gangSource{handle: h, gangs: gangs, levels: nodes.levels, gangIndex: gangIndexPrefix + h.ProfileName(),
 			defaultTimeout: time.Duration(args.DefaultScheduleTimeoutSeconds) * time.Second,
 			jobs:           factory.Batch().V1().Jobs().Lister(),
@@ -177,11 +178,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	return p, nil
 }
 
-// handlerCtx is the context for work outside a scheduling cycle: it carries
-// the scheduler's logger.
-func (p *Plugin) handlerCtx() context.Context {
-	return klog.NewContext(context.Background(), p.logger)
-}
+// handlerCtx is the context for work outside a scheduling cycle (run).
+func (p *Plugin) handlerCtx() context.Context { return p.run }
+
+// logger is the plugin's logger outside a scheduling cycle.
+func (p *Plugin) logger() klog.Logger { return klog.FromContext(p.run) }
 
 // Name returns the plugin name.
 func (p *Plugin) Name() string { return Name }

@@ -130,7 +130,7 @@ func (p *Plugin) wakeAfterCacheLag(key gang.Key, plan *gang.ActivePlan) {
 	planID := plan.ID
 	p.timers.after(cacheLag, func() {
 		if plan := p.gangs.Plan(key); plan != nil && plan.ID == planID {
-			p.wake(p.logger, key, gang.WakeVictimsGone, p.unreservedSiblings(key, plan, ""))
+			p.wake(p.logger(), key, gang.WakeVictimsGone, p.unreservedSiblings(key, plan, ""))
 		}
 	})
 }

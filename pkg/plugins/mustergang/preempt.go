@@ -127,7 +127,9 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	evictions.Inc()
 	go func() {
 		defer evictions.Dec()
-		p.evict(context.WithoutCancel(ctx), victims, pod, key, active.ID)
+		// The cycle's context ends with the cycle; the eviction ends with
+		// the scheduler, logging as the cycle does.
+		p.evict(klog.NewContext(p.handlerCtx(), logger), victims, pod, key, active.ID)
 	}()
 	return framework.NewPostFilterResultWithNominatedNode(active.Slots[pod.UID]),
 		fwk.NewStatus(fwk.Unschedulable, msg+"; waiting for them to terminate")
@@ -432,8 +434,8 @@ const EvictionOperation = "MusterGangEviction"
 // evict marks each victim with the DisruptionTarget condition, as
 // DefaultPreemption does, and deletes it (with its grace period). A failed
 // call is retried, with backoff, for as long as the plan that waits for the
-// victims is active: giving up early would leave a victim gang half
-// deleted. Once the plan is gone (its deadline, its preemptor deleted), its
+// victims is active and ctx (the scheduler's) lasts: giving up early would
+// leave a victim gang half deleted. Once the plan is gone (its deadline, its preemptor deleted), its
 // victims are no longer protected and nothing more is deleted.
 func (p *Plugin) evict(ctx context.Context, victims []*v1.Pod, preemptor *v1.Pod, key gang.Key, planID int64) {
 	logger := klog.FromContext(ctx)

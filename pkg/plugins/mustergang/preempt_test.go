@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/component-base/metrics/testutil"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/testobj"
@@ -187,6 +190,50 @@ func TestEvictionRetriesUntilEveryVictimIsGone(t *testing.T) {
 	if len(list.Items) != 0 || failures != 0 {
 		t.Errorf("%d pods left, %d failures unused; want every victim deleted after the failures", len(list.Items), failures)
 	}
+}
+
+// An eviction whose deletions keep failing retries while its plan waits,
+// and ends when the scheduler stops: it never outlives the scheduler that
+// started it (the cycle's context, which ended long before, does not stop
+// it).
+func TestEvictionEndsWithTheScheduler(t *testing.T) {
+	low := lowGang("low", "n1")
+	a := worker("j", 0, 8, "")
+	a.Spec.Priority = ptr.To[int32](10)
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, append(low, a))
+	var deletes atomic.Int32
+	f.plugin.handle.ClientSet().(*fake.Clientset).PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		deletes.Add(1)
+		return true, nil, apierrors.NewServiceUnavailable("etcd is busy")
+	})
+	// stepUntil moves the plugin's clock (a retry's backoff runs on it)
+	// until done.
+	stepUntil := func(done func() bool, msg string) {
+		t.Helper()
+		require.NoError(t, wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			f.clock.Step(time.Second)
+			return done(), nil
+		}), msg)
+	}
+	evictions := schedmetrics.Goroutines.WithLabelValues(EvictionOperation)
+	running := func() float64 {
+		v, err := testutil.GetGaugeMetricValue(evictions)
+		require.NoError(t, err)
+		return v
+	}
+	before := running()
+	ctx, cancel := context.WithCancel(context.Background())
+	state := framework.NewCycleState()
+	f.fw.RunPreFilterPlugins(ctx, state, a)
+	f.fw.RunPostFilterPlugins(ctx, state, a, framework.NewDefaultNodeToStatus())
+	cancel() // the cycle ends
+	key, _ := gang.KeyOf(a)
+	require.NotNil(t, f.plugin.gangs.Plan(key), "no preemption")
+	stepUntil(func() bool { return deletes.Load() >= 3 }, "the eviction stopped retrying with the cycle")
+	assert.Equal(t, before+1, running(), "the eviction is running")
+
+	f.stop()
+	stepUntil(func() bool { return running() == before }, "the eviction outlived the scheduler")
 }
 
 // TestNodeChangeDropsAWaitingPlan: a member waits at Permit on a node that

@@ -143,7 +143,7 @@ func (p *Plugin) devicesReleased(pod *v1.Pod, node string) bool {
 	if devicePlugin := ni.GetAllocatable().GetScalarResources()[gpu] > 0; devicePlugin {
 		return true // freed with the pods, in the NodeInfo
 	}
-	dra, err := p.dra.snapshot(klog.NewContext(context.Background(), p.logger))
+	dra, err := p.dra.snapshot(p.handlerCtx())
 	if err != nil {
 		return false // asked again at the next event
 	}
