@@ -23,8 +23,12 @@ import (
 // out. One Manager serves every profile of a scheduler, so each profile
 // sees the capacity the others' plans hold.
 type Manager struct {
-	mu       sync.Mutex
-	gangs    map[Key]*state
+	mu    sync.Mutex
+	gangs map[Key]*state
+	// planned are the gangs with an active plan: what the holdings and
+	// the lookups by member or node read, without walking every gang the
+	// scheduler knows (most of them run bound).
+	planned  map[Key]*state
 	planID   int64
 	victimOf map[types.UID]victimRef
 	// releases counts dropped plans: capacity a plan held and the
@@ -107,7 +111,7 @@ func (p *ActivePlan) copy() *ActivePlan {
 
 // NewManager returns a manager that has seen no gang.
 func NewManager() *Manager {
-	return &Manager{gangs: map[Key]*state{}, victimOf: map[types.UID]victimRef{}}
+	return &Manager{gangs: map[Key]*state{}, planned: map[Key]*state{}, victimOf: map[types.UID]victimRef{}}
 }
 
 func (m *Manager) get(key Key, seen time.Time) *state {
@@ -223,11 +227,9 @@ func (m *Manager) Plan(key Key) *ActivePlan {
 func (m *Manager) PlanOf(uid types.UID) (Key, *ActivePlan) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for key, s := range m.gangs {
-		if s.plan != nil {
-			if _, ok := s.plan.Slots[uid]; ok {
-				return key, s.plan.copy()
-			}
+	for key, s := range m.planned {
+		if _, ok := s.plan.Slots[uid]; ok {
+			return key, s.plan.copy()
 		}
 	}
 	return Key{}, nil
@@ -297,10 +299,7 @@ func (m *Manager) PlansOn(node string) []NodePlan {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []NodePlan
-	for key, s := range m.gangs {
-		if s.plan == nil {
-			continue
-		}
+	for key, s := range m.planned {
 		var members []types.UID
 		for uid, n := range s.plan.Slots {
 			if n == node {
@@ -350,8 +349,8 @@ func (m *Manager) HeldForOthers(key Key) map[string]Resources {
 
 func (m *Manager) held(exclude *Key) map[string]Resources {
 	var held map[string]Resources
-	for key, s := range m.gangs {
-		if s.plan == nil || (exclude != nil && key == *exclude) {
+	for key, s := range m.planned {
+		if exclude != nil && key == *exclude {
 			continue
 		}
 		for uid, node := range s.plan.Slots {

@@ -48,3 +48,41 @@ func BenchmarkAdmit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLookupsAmongBoundGangs is what a pod scheduled alone (Held) and
+// a failed cycle (PlanOf) ask of the manager on a cluster where most gangs
+// the scheduler knows run bound and only a few hold plans: 2000 bound gangs
+// and 10 plans of 8 members.
+func BenchmarkLookupsAmongBoundGangs(b *testing.B) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	m := NewManager()
+	for g := range 2000 {
+		m.MemberBound(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("bound%d", g)}, types.UID(fmt.Sprintf("bound%d-0", g)), now)
+	}
+	for g := range 10 {
+		plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{}}, Requests: map[types.UID]Resources{},
+			Reserved: sets.New[types.UID](), Created: now, Deadline: now.Add(time.Minute)}
+		for i := range 8 {
+			uid := types.UID(fmt.Sprintf("g%d-%d", g, i))
+			plan.Slots[uid] = fmt.Sprintf("n%d", g)
+			plan.Requests[uid] = Resources{MilliCPU: 1000, Scalars: map[v1.ResourceName]int64{"nvidia.com/gpu": 1}}
+		}
+		if _, ok := m.Install(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("g%d", g)}, plan, "", "planned", now); !ok {
+			b.Fatal("Install refused")
+		}
+	}
+	b.Run("Held", func(b *testing.B) {
+		for b.Loop() {
+			if len(m.Held()) != 10 {
+				b.Fatal("holdings not read")
+			}
+		}
+	})
+	b.Run("PlanOf", func(b *testing.B) {
+		for b.Loop() {
+			if _, plan := m.PlanOf("not-planned"); plan != nil {
+				b.Fatal("a plan for a pod in none")
+			}
+		}
+	})
+}

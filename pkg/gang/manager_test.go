@@ -1,9 +1,12 @@
 package gang
 
 import (
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 )
@@ -167,4 +170,46 @@ func failedPlan(m *Manager, key Key, epoch Epoch, pending, needed int, at time.T
 // releases is the number of dropped plans key's next member plans after.
 func releases(m *Manager, key Key) uint64 {
 	return m.Admit(key, time.Time{}, time.Time{}).Planning.Releases
+}
+
+// The lookups by member, node and holdings see exactly the active plans:
+// from Install until the plan completes, is dropped or its gang forgotten.
+func TestLookupsSeeOnlyActivePlans(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	job := func(name string) Key { return Key{Kind: KindJob, Namespace: "ns", Name: name} }
+	plan := func(member, node string) *ActivePlan {
+		return &ActivePlan{Plan: Plan{Slots: map[types.UID]string{types.UID(member): node}},
+			Requests: map[types.UID]Resources{types.UID(member): {MilliCPU: 1000}},
+			Reserved: sets.New[types.UID](), Created: now, Deadline: now.Add(time.Minute)}
+	}
+	m := NewManager()
+	active := func(t *testing.T, want ...string) {
+		t.Helper()
+		held := m.Held()
+		for _, name := range []string{"a", "b", "c"} {
+			member, node := types.UID(name+"0"), "n-"+name
+			_, p := m.PlanOf(member)
+			on := m.PlansOn(node)
+			_, holds := held[node]
+			isActive := slices.Contains(want, name)
+			assert.Equal(t, isActive, p != nil, "PlanOf(%s)", member)
+			assert.Equal(t, isActive, len(on) == 1, "PlansOn(%s)", node)
+			assert.Equal(t, isActive, holds, "Held on %s", node)
+		}
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		_, ok := m.Install(job(name), plan(name+"0", "n-"+name), "", "planned", now)
+		require.True(t, ok)
+	}
+	active(t, "a", "b", "c")
+	m.Drop(job("a"), 0, DropRejected, "rejected", now, time.Second)
+	active(t, "b", "c")
+	arrival, _, _ := m.Arrive(job("b"), m.Plan(job("b")).ID, "b0", now, time.Second)
+	require.Equal(t, ArrivalComplete, arrival)
+	active(t, "c")
+	m.Forget(job("c"))
+	active(t)
+	_, ok := m.Install(job("a"), plan("a0", "n-a"), "", "planned again", now)
+	require.True(t, ok)
+	active(t, "a")
 }

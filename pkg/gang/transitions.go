@@ -70,6 +70,7 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	m.planID++
 	plan.ID = m.planID
 	s.plan = plan.copy() // the caller keeps plan; the manager changes its own
+	m.planned[key] = s
 	s.failedPlan = nil
 	for uid := range plan.Victims {
 		m.victimOf[uid] = victimRef{key: key, profile: plan.Profile}
@@ -138,6 +139,7 @@ func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, ba
 		return ArrivalWait, c, Effects{Wake: []Wake{{Key: key, Reason: WakeMemberWaiting, Plan: c, Except: uid}}}
 	}
 	s.plan = nil
+	delete(m.planned, key)
 	s.phase = PhasePermitted
 	var e Effects
 	for member, node := range c.Slots {
@@ -174,6 +176,7 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 	}
 	plan := s.plan
 	s.plan = nil
+	delete(m.planned, key)
 	m.releases++
 	// Victims not gone yet are no longer waited for: a victim whose
 	// deletion failed may be chosen again by a later preemption.
@@ -412,4 +415,5 @@ func (m *Manager) Forget(key Key) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.gangs, key)
+	delete(m.planned, key)
 }
