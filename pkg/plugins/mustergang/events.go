@@ -62,9 +62,9 @@ func (p *Plugin) setTimer(t gang.Timer) {
 	case gang.TimerPlanDeadline:
 		p.timers.once(planDeadline(t.PlanID), t.After, func() { p.expirePlan(t.Key, t.PlanID) })
 	case gang.TimerBackoffEnded:
-		p.timers.after(t.After, func() { p.wake(p.logger(), t.Key, gang.WakeBackoffEnded, p.source.members(t.Key).pending) })
+		p.timers.forGang(t.Key, t.After, func() { p.wake(p.logger(), t.Key, gang.WakeBackoffEnded, p.source.members(t.Key).pending) })
 	case gang.TimerAvoidEnded:
-		p.timers.after(t.After, func() { p.wake(p.logger(), t.Key, gang.WakeAvoidEnded, p.source.members(t.Key).pending) })
+		p.timers.forGang(t.Key, t.After, func() { p.wake(p.logger(), t.Key, gang.WakeAvoidEnded, p.source.members(t.Key).pending) })
 	}
 }
 

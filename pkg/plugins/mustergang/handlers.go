@@ -52,7 +52,7 @@ func (p *Plugin) onPodChange(obj interface{}) {
 	key, ok := gang.KeyOf(pod)
 	if !ok {
 		if pod.Spec.NodeName != "" {
-			p.gangs.Forget(gang.LoneKey(pod)) // a lone pod's state ends with its binding
+			p.forget(gang.LoneKey(pod)) // a lone pod's state ends with its binding
 		}
 		return
 	}
@@ -100,7 +100,7 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 		// A pod scheduled alone that preempted: its hold goes with it.
 		lone := gang.LoneKey(pod)
 		p.carryOut(ctx, p.gangs.MemberGone(lone, pod.UID, pod.Name, p.now(), p.backoffBase()), nil)
-		p.gangs.Forget(lone)
+		p.forget(lone)
 		return
 	}
 	if key.Kind == gang.KindPodGroup && pod.Spec.NodeName != "" && pod.DeletionTimestamp == nil {
@@ -111,9 +111,16 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 	}
 	p.carryOut(ctx, p.gangs.MemberGone(key, pod.UID, pod.Name, p.now(), p.backoffBase()), nil)
 	if !p.source.gangHasPods(key) {
-		p.gangs.Forget(key)
+		p.forget(key)
 	}
 	p.status.enqueue(key)
+}
+
+// forget drops a gang that has no pods left, and the timers that would
+// wake its members.
+func (p *Plugin) forget(key gang.Key) {
+	p.gangs.Forget(key)
+	p.timers.forget(key)
 }
 
 // onNodeChange drops the active plans that a node change breaks: a planned

@@ -1,9 +1,11 @@
 package mustergang
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -94,4 +96,23 @@ func TestPodGroupQuorumChanges(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, quorumUnchanged(tc.old, tc.new), tc.name)
 	}
+}
+
+// A gang whose last pod is gone leaves no timer behind: the backoff after
+// its dropped plan would wake nobody (or a new gang of the same name)
+// later, and in the simulator each pending timer is a moment the virtual
+// clock moves to.
+func TestForgottenGangLeavesNoTimer(t *testing.T) {
+	a, b := worker("g", 0, 8, ""), worker("g", 1, 8, "")
+	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	f.planAndWait(t, a)
+	f.plugin.drop(context.Background(), key, 0, gang.DropRejected, "test")
+	require.True(t, f.clock.HasWaiters(), "the backoff is pending")
+	for _, pod := range []*v1.Pod{a, b} {
+		require.NoError(t, f.plugin.source.pods.Delete(pod))
+		f.plugin.onPodDelete(pod)
+	}
+	assert.False(t, f.clock.HasWaiters(), "a timer of the forgotten gang is pending")
+	assert.Equal(t, gang.PhaseNew, f.plugin.gangs.Phase(key), "the gang is forgotten")
 }

@@ -128,7 +128,7 @@ func (p *Plugin) wakeAfterCacheLag(key gang.Key, plan *gang.ActivePlan) {
 		return
 	}
 	planID := plan.ID
-	p.timers.after(cacheLag, func() {
+	p.timers.forGang(key, cacheLag, func() {
 		if plan := p.gangs.Plan(key); plan != nil && plan.ID == planID {
 			p.wake(p.logger(), key, gang.WakeVictimsGone, p.unreservedSiblings(key, plan, ""))
 		}

@@ -20,7 +20,8 @@ type timers struct {
 	clock clock.WithDelayedExecution
 	mu    sync.Mutex
 	live  map[clock.Timer]bool // nil once the scheduler stopped
-	named map[any]clock.Timer  // the pending timers set by once
+	named map[any]clock.Timer  // the pending timers set by once and forGang
+	seq   uint64               // tells a gang's timers apart (gangTimer)
 }
 
 // planDeadline names the deadline timer of a plan (by ID).
@@ -30,21 +31,46 @@ type planDeadline int64
 // (explainShortLater).
 type membersCheck gang.Key
 
+// gangTimer names one of a gang's timers that wake its members (the end of
+// a backoff or of an avoidance, a cache lag), so forget can stop them when
+// the gang is gone.
+type gangTimer struct {
+	key gang.Key
+	seq uint64
+}
+
 func newTimers(c clock.WithDelayedExecution) *timers {
 	return &timers{clock: c, live: map[clock.Timer]bool{}, named: map[any]clock.Timer{}}
 }
 
 func (t *timers) now() time.Time { return t.clock.Now() }
 
-// after runs f after d unless the scheduler stops first.
-func (t *timers) after(d time.Duration, f func()) {
-	t.set(nil, d, f)
-}
-
-// once runs f after d, as after, unless a timer of the same name is
-// pending; it reports whether it set one. cancel(name) stops it.
+// once runs f after d unless the scheduler stops first or a timer of the
+// same name is pending; it reports whether it set one. cancel(name) stops
+// it.
 func (t *timers) once(name any, d time.Duration, f func()) bool {
 	return t.set(name, d, f)
+}
+
+// forGang runs f after d unless forget(key) or the scheduler stops first.
+func (t *timers) forGang(key gang.Key, d time.Duration, f func()) {
+	t.mu.Lock()
+	t.seq++
+	name := gangTimer{key: key, seq: t.seq}
+	t.mu.Unlock()
+	t.set(name, d, f)
+}
+
+// forget stops the pending timers of gang key set by forGang, and its
+// members check: the gang has no pods left.
+func (t *timers) forget(key gang.Key) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for name, timer := range t.named {
+		if g, ok := name.(gangTimer); (ok && g.key == key) || name == any(membersCheck(key)) {
+			t.stopNamed(name, timer)
+		}
+	}
 }
 
 func (t *timers) set(name any, d time.Duration, f func()) bool {
@@ -53,23 +79,21 @@ func (t *timers) set(name any, d time.Duration, f func()) bool {
 	if t.live == nil {
 		return false
 	}
-	if name != nil && t.named[name] != nil {
+	if t.named[name] != nil {
 		return false
 	}
 	var timer clock.Timer
 	timer = t.clock.AfterFunc(d, func() {
 		t.mu.Lock()
 		delete(t.live, timer) // timer is set: the lock was held while it was assigned
-		if name != nil && t.named[name] == timer {
+		if t.named[name] == timer {
 			delete(t.named, name)
 		}
 		t.mu.Unlock()
 		f()
 	})
 	t.live[timer] = true
-	if name != nil {
-		t.named[name] = timer
-	}
+	t.named[name] = timer
 	return true
 }
 
@@ -77,10 +101,13 @@ func (t *timers) set(name any, d time.Duration, f func()) bool {
 func (t *timers) cancel(name any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	timer := t.named[name]
-	if timer == nil {
-		return
+	if timer := t.named[name]; timer != nil {
+		t.stopNamed(name, timer)
 	}
+}
+
+// stopNamed stops timer, pending under name. t.mu is held.
+func (t *timers) stopNamed(name any, timer clock.Timer) {
 	delete(t.named, name)
 	if t.live[timer] {
 		timer.Stop()

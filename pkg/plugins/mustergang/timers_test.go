@@ -109,7 +109,7 @@ func TestTimersOnceCancelStop(t *testing.T) {
 	assert.False(t, timers.once(planDeadline(1), time.Second, count("deadline")), "a second timer of the same name while one is pending")
 	require.True(t, timers.once(planDeadline(2), time.Second, count("cancelled")))
 	timers.cancel(planDeadline(2))
-	timers.after(2*time.Second, count("after"))
+	timers.forGang(gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "g"}, 2*time.Second, count("gang"))
 
 	clock.Step(time.Second)
 	assert.Equal(t, map[string]int{"deadline": 1}, fired)
@@ -120,4 +120,29 @@ func TestTimersOnceCancelStop(t *testing.T) {
 	assert.False(t, timers.once(planDeadline(3), time.Second, count("late")), "nothing is set after stop")
 	clock.Step(time.Minute)
 	assert.Equal(t, map[string]int{"deadline": 1}, fired)
+}
+
+// forget stops the timers of one gang (the wakes set by forGang, its members
+// check) and no other: a gang with no pods left leaves no moment pending on
+// the plugin's clock.
+func TestTimersForgetAGang(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	timers := newTimers(clock)
+	fired := map[string]int{}
+	var mu sync.Mutex
+	count := func(name string) func() {
+		return func() { mu.Lock(); fired[name]++; mu.Unlock() }
+	}
+	gone := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "gone"}
+	kept := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "kept"}
+	timers.forGang(gone, time.Second, count("gone backoff"))
+	timers.forGang(gone, 2*time.Second, count("gone avoid"))
+	timers.once(membersCheck(gone), time.Second, count("gone members"))
+	timers.forGang(kept, time.Second, count("kept backoff"))
+	timers.once(planDeadline(7), time.Second, count("deadline"))
+
+	timers.forget(gone)
+	clock.Step(time.Minute)
+	assert.Equal(t, map[string]int{"kept backoff": 1, "deadline": 1}, fired)
+	assert.False(t, clock.HasWaiters())
 }
