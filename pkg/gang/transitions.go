@@ -410,10 +410,13 @@ func (m *Manager) TryPreemption(key Key, now time.Time, interval time.Duration) 
 	return true
 }
 
-// Forget drops a gang that has no pods left.
-func (m *Manager) Forget(key Key) {
+// Forget drops a gang that has no pods left. It reports whether the gang
+// was known.
+func (m *Manager) Forget(key Key) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	_, known := m.gangs[key]
 	delete(m.gangs, key)
 	delete(m.planned, key)
+	return known
 }

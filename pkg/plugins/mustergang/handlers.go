@@ -117,10 +117,12 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 }
 
 // forget drops a gang that has no pods left, and the timers that would
-// wake its members.
+// wake its members. Every bound pod scheduled alone comes here: only a gang
+// the manager knew can have timers.
 func (p *Plugin) forget(key gang.Key) {
-	p.gangs.Forget(key)
-	p.timers.forget(key)
+	if p.gangs.Forget(key) {
+		p.timers.forget(key)
+	}
 }
 
 // onNodeChange drops the active plans that a node change breaks: a planned

@@ -228,7 +228,11 @@ func TestEvictionEndsWithTheScheduler(t *testing.T) {
 	f.fw.RunPostFilterPlugins(ctx, state, a, framework.NewDefaultNodeToStatus())
 	cancel() // the cycle ends
 	key, _ := gang.KeyOf(a)
-	require.NotNil(t, f.plugin.gangs.Plan(key), "no preemption")
+	plan := f.plugin.gangs.Plan(key)
+	require.NotNil(t, plan, "no preemption")
+	// The clock steps below must not expire the plan: its deadline would
+	// end the eviction too.
+	f.plugin.timers.cancel(planDeadline(plan.ID))
 	stepUntil(func() bool { return deletes.Load() >= 3 }, "the eviction stopped retrying with the cycle")
 	assert.Equal(t, before+1, running(), "the eviction is running")
 
