@@ -81,7 +81,7 @@ func (p *Plugin) recordFinished(key gang.Key, pod *v1.Pod) {
 
 // onPodDelete releases a gang whose planned member disappeared (deleted,
 // failed or succeeded: the informer only holds live pods) and forgets gangs
-// with no pods left.
+// that ended (gangEnded).
 func (p *Plugin) onPodDelete(obj interface{}) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -110,7 +110,7 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 		go p.recordFinished(key, pod)
 	}
 	p.carryOut(ctx, p.gangs.MemberGone(key, pod.UID, pod.Name, p.now(), p.backoffBase()), nil)
-	if !p.source.gangHasPods(key) {
+	if p.source.gangEnded(key) {
 		p.forget(key)
 	}
 	p.status.enqueue(key)
@@ -269,7 +269,7 @@ func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
 		}
 		p.status.enqueue(key)
 	}
-	return cache.ResourceEventHandlerFuncs{
+	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc: wake,
 		UpdateFunc: func(oldObj, obj interface{}) {
 			if quorumUnchanged(oldObj, obj) {
@@ -278,6 +278,21 @@ func (p *Plugin) ownerHandler(kind gang.Kind) cache.ResourceEventHandler {
 			wake(obj)
 		},
 	}
+	if kind == gang.KindPodGroup {
+		// A PodGroup's gang outlives its pods until the object goes
+		// (gangEnded).
+		handler.DeleteFunc = func(obj interface{}) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if m, err := meta.Accessor(obj); err == nil {
+				if key := (gang.Key{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}); p.source.gangEnded(key) {
+					p.forget(key)
+				}
+			}
+		}
+	}
+	return handler
 }
 
 // quorumUnchanged reports whether an update of a gang's owner cannot change

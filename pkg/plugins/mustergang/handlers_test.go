@@ -9,8 +9,13 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
@@ -115,4 +120,43 @@ func TestForgottenGangLeavesNoTimer(t *testing.T) {
 	}
 	assert.False(t, f.clock.HasWaiters(), "a timer of the forgotten gang is pending")
 	assert.Equal(t, gang.PhaseNew, f.plugin.gangs.Phase(key), "the gang is forgotten")
+}
+
+// A PodGroup's gang lives as long as its object, not only its pods: the
+// last member's success, recorded after it left the informer, still
+// counts, and once the PodGroup is deleted nothing of it remains for a new
+// PodGroup of the same name to inherit (its quorum would be short of the
+// finished member).
+func TestPodGroupGangEndsWithItsObject(t *testing.T) {
+	done := worker("pg", 0, 1, "n1")
+	done.OwnerReferences = nil
+	done.Labels[v1alpha1.PodGroupLabel] = "pg"
+	f := newQuietFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, nil, []*v1.Pod{done})
+	key, _ := gang.KeyOf(done)
+	groups := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	group := &unstructured.Unstructured{}
+	group.SetAPIVersion(v1alpha1.SchemeGroupVersion.String())
+	group.SetKind("PodGroup")
+	group.SetNamespace("ns")
+	group.SetName("pg")
+	require.NoError(t, groups.Add(group))
+	f.plugin.source.podGroups = cache.NewGenericLister(groups, v1alpha1.Resource.GroupResource())
+	finished := done.DeepCopy()
+	finished.Status.Phase = v1.PodSucceeded
+	f.plugin.handle.ClientSet().(*fake.Clientset).PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, finished, nil
+	})
+	f.plugin.gangs.FirstSeen(key, t0)
+
+	// The member finished and left the informer; its success is read from
+	// the API server after that.
+	require.NoError(t, f.plugin.source.pods.Delete(done))
+	f.plugin.onPodDelete(done)
+	f.plugin.recordFinished(key, done)
+	assert.Equal(t, 1, f.plugin.gangs.Succeeded(key), "the PodGroup stands: its finished member counts")
+
+	require.NoError(t, groups.Delete(group))
+	f.plugin.ownerHandler(gang.KindPodGroup).OnDelete(group)
+	assert.Zero(t, f.plugin.gangs.Succeeded(key), "the deleted PodGroup's gang is forgotten")
+	assert.False(t, f.plugin.gangs.Forget(key), "nothing of the gang was left")
 }

@@ -61,36 +61,33 @@ func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
 	status := *pg.DeepCopy()
 	desired := &status.Status
 	set := src.members(key)
-	bound, total := set.bound(), set.total
-	desired.Succeeded = max(pg.Status.Succeeded, int32(w.gangs.Succeeded(key)))
-	if total == 0 && (pg.Status.Phase == v1alpha1.PodGroupRunning || pg.Status.Phase == v1alpha1.PodGroupScheduled) {
-		return nil // finished members leave the informer; keep the last state
-	}
-	running := 0
+	members := memberCounts{total: set.total, bound: set.bound(),
+		succeeded: int(max(pg.Status.Succeeded, int32(w.gangs.Succeeded(key))))}
 	objs, _ := src.pods.ByIndex(src.gangIndex, key.String())
 	for _, o := range objs {
 		if o.(*v1.Pod).Status.Phase == v1.PodRunning {
-			running++
+			members.running++
 		}
 	}
-	desired.Scheduled, desired.Running = int32(bound), int32(running)
 	plan := w.gangs.Plan(key)
-	switch min := int(pg.Spec.MinMember); {
-	case min > 0 && running >= min:
-		desired.Phase = v1alpha1.PodGroupRunning
-	case min > 0 && bound >= min:
-		desired.Phase = v1alpha1.PodGroupScheduled
-	case plan != nil:
-		desired.Phase = v1alpha1.PodGroupScheduling
-	default:
-		desired.Phase = v1alpha1.PodGroupPending
+	phase, keep := podGroupPhase(pg.Status.Phase, int(pg.Spec.MinMember), members, plan != nil)
+	desired.Succeeded = int32(members.succeeded)
+	if keep {
+		// The members left the informer (finished or deleted): the last
+		// state stands, with the count of those that succeeded.
+		if desired.Succeeded == pg.Status.Succeeded {
+			return nil
+		}
+		return w.update(ctx, &status)
 	}
+	desired.Phase = phase
+	desired.Scheduled, desired.Running = int32(members.bound), int32(members.running)
 	if plan != nil && desired.ScheduleStartTime == nil {
 		desired.ScheduleStartTime = &metav1.Time{Time: plan.Created}
 	}
 	outcome, message := w.gangs.LastNotice(key)
 	cond := metav1.Condition{Type: "Scheduled", Status: metav1.ConditionFalse, Reason: outcome.Reason(), Message: message, ObservedGeneration: pg.Generation}
-	if desired.Phase == v1alpha1.PodGroupScheduled || desired.Phase == v1alpha1.PodGroupRunning {
+	if phase == v1alpha1.PodGroupScheduled || phase == v1alpha1.PodGroupRunning || phase == v1alpha1.PodGroupSucceeded {
 		cond.Status = metav1.ConditionTrue
 		if outcome != gang.OutcomeScheduled {
 			cond.Reason, cond.Message = gang.OutcomeScheduled.Reason(), "gang reached its quorum of bound members"
@@ -103,8 +100,40 @@ func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
 	if reflect.DeepEqual(pg.Status, *desired) {
 		return nil
 	}
+	return w.update(ctx, &status)
+}
+
+func (w *statusWriter) update(ctx context.Context, pg *v1alpha1.PodGroup) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = src.pgClient.UpdateStatus(ctx, &status)
+	_, err := w.source.pgClient.UpdateStatus(ctx, pg)
 	return err
+}
+
+// memberCounts are a PodGroup's members as the status counts them: total,
+// bound and running count the live ones (in the pod informer), succeeded
+// those that finished successfully (gone from the informer).
+type memberCounts struct {
+	total, bound, running, succeeded int
+}
+
+// podGroupPhase is a PodGroup's phase: members that succeeded count toward
+// minMember with the running and the bound ones, so a gang whose members
+// finish one by one stays Running and ends Succeeded. keep: no member is
+// live and the group has not succeeded, so the members that left (finished
+// or deleted) leave the last phase, Running or Scheduled, as it was.
+func podGroupPhase(last v1alpha1.PodGroupPhase, minMember int, m memberCounts, planned bool) (phase v1alpha1.PodGroupPhase, keep bool) {
+	switch {
+	case minMember > 0 && m.total == 0 && m.succeeded >= minMember:
+		return v1alpha1.PodGroupSucceeded, false
+	case m.total == 0 && (last == v1alpha1.PodGroupRunning || last == v1alpha1.PodGroupScheduled):
+		return last, true
+	case minMember > 0 && m.running+m.succeeded >= minMember:
+		return v1alpha1.PodGroupRunning, false
+	case minMember > 0 && m.bound+m.succeeded >= minMember:
+		return v1alpha1.PodGroupScheduled, false
+	case planned:
+		return v1alpha1.PodGroupScheduling, false
+	}
+	return v1alpha1.PodGroupPending, false
 }

@@ -248,6 +248,23 @@ func (src *gangSource) gangHasPods(key gang.Key) bool {
 	return false
 }
 
+// gangEnded reports whether the gang is over: it has no pods left and, for
+// a PodGroup, its object is gone too. A PodGroup's finished members are
+// counted on the gang (Manager.Succeed) as long as the object stands: the
+// last member's success is recorded after it left the informer, and a new
+// PodGroup of the same name starts from none.
+func (src *gangSource) gangEnded(key gang.Key) bool {
+	if src.gangHasPods(key) {
+		return false
+	}
+	if key.Kind == gang.KindPodGroup && src.podGroups != nil {
+		if _, err := src.podGroups.ByNamespace(key.Namespace).Get(key.Name); err == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // gangIndexes are the pod informer's gang indexes, one per muster profile.
 func (src *gangSource) gangIndexes() []string {
 	var out []string
