@@ -156,7 +156,11 @@ func (n *nodeViews) views(nodes []fwk.NodeInfo, dra *draState) ([]gang.NodeView,
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.kept) > 2*len(nodes)+1024 {
-		n.kept = make(map[string]cachedView, len(nodes)) // forget nodes that left
+		// Forget the nodes that left. Every node of this snapshot goes
+		// back in on this pass, changed or not: subtractHeld finds nodes
+		// only there.
+		n.kept = make(map[string]cachedView, len(nodes))
+		n.last = nil
 	}
 	// The snapshot updates its NodeInfos in place and keeps their order, so
 	// most nodes are found at the same position as in the last call.

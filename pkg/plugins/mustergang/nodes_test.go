@@ -2,6 +2,7 @@ package mustergang
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -53,6 +54,27 @@ func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
 	// The list reordered (a node left and came back): positions follow.
 	views, _ = f.plugin.nodes.views([]fwk.NodeInfo{n2, n1}, nil)
 	assert.Equal(t, []int64{3, 8}, gpus(f.plugin.nodes.subtractHeld(views, held)), "held found at the node's new position")
+}
+
+// Forgetting the nodes that left (the kept views grew past twice the
+// cluster, as spot nodes with new names come and go) keeps every node of
+// the snapshot findable: capacity held on a node whose NodeInfo did not
+// change is still subtracted.
+func TestNodeViewsForgetOnlyNodesThatLeft(t *testing.T) {
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil)
+	n1, n2 := framework.NewNodeInfo(), framework.NewNodeInfo()
+	n1.SetNode(gpuNode("n1", 8))
+	n2.SetNode(gpuNode("n2", 8))
+	nodes := []fwk.NodeInfo{n1, n2}
+	views, _ := f.plugin.nodes.views(nodes, nil)
+	for i := range 2*len(nodes) + 1025 {
+		f.plugin.nodes.kept[fmt.Sprintf("gone-%d", i)] = cachedView{pos: -1}
+	}
+	views, _ = f.plugin.nodes.views(nodes, nil)
+	assert.Len(t, f.plugin.nodes.kept, 2, "the nodes that left are forgotten")
+	held := map[string]gang.Resources{"n2": {Scalars: map[v1.ResourceName]int64{configv1.DefaultGPUResourceName: 3}}}
+	out := f.plugin.nodes.subtractHeld(views, held)
+	assert.Equal(t, int64(5), out[1].Free.Scalars[configv1.DefaultGPUResourceName], "capacity held on an unchanged node")
 }
 
 // TestCordonIsDecidedOnce: a cordoned node is the framework's
