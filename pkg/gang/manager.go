@@ -67,6 +67,10 @@ type state struct {
 	// failedPlan remembers the last failed plan, so the gang's other
 	// members do not plan again while nothing changed.
 	failedPlan *failedAttempt
+	// preempted are the pods the gang's last preemption evicted, kept
+	// after its plan is gone: while one still terminates, the gang does
+	// not evict others.
+	preempted sets.Set[types.UID]
 }
 
 type failedAttempt struct {
@@ -320,6 +324,17 @@ func (u *failedAttempt) reusable(epoch Epoch, pending, needed int, now time.Time
 		return "", false
 	}
 	return u.message, true
+}
+
+// Preempted returns the pods the gang's last preemption evicted (nil when
+// it never preempted), whether its plan is still active or not.
+func (m *Manager) Preempted(key Key) sets.Set[types.UID] {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.gangs[key]; s != nil {
+		return s.preempted.Clone()
+	}
+	return nil
 }
 
 // IsVictim reports whether a pod was chosen as a victim by a plan that

@@ -73,6 +73,27 @@ func TestInstall(t *testing.T) {
 	}
 }
 
+// The pods a gang's preemption evicted are remembered after its plan is
+// dropped, until its next preemption.
+func TestPreemptedOutlivesThePlan(t *testing.T) {
+	m := NewManager()
+	assert.Nil(t, m.Preempted(jobA), "never preempted")
+	plan := twoMembers("v1", "v2")
+	_, ok := m.Install(jobA, plan, "a0", "preempting", t0)
+	require.True(t, ok)
+	m.VictimGone("v1", "muster")
+	m.Expire(jobA, plan.ID, t0.Add(time.Minute), time.Second)
+	assert.Equal(t, sets.New[types.UID]("v1", "v2"), m.Preempted(jobA), "every pod evicted, gone or not")
+
+	_, ok = m.Install(jobA, twoMembers(), "a0", "planned", t0.Add(time.Hour))
+	require.True(t, ok)
+	assert.Equal(t, sets.New[types.UID]("v1", "v2"), m.Preempted(jobA), "a plan without victims keeps them")
+	m.Drop(jobA, 0, DropRejected, "test", t0.Add(time.Hour), time.Second)
+	_, ok = m.Install(jobA, twoMembers("v3"), "a0", "preempting again", t0.Add(2*time.Hour))
+	require.True(t, ok)
+	assert.Equal(t, sets.New[types.UID]("v3"), m.Preempted(jobA), "the last preemption's")
+}
+
 func TestArriveCompletesThePlanOnce(t *testing.T) {
 	plan := twoMembers()
 	m := installed(t, jobA, plan)

@@ -14,6 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	applyv1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -78,6 +80,13 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if admission.Planning == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang has a plan or backs off")
 	}
+	if n, err := p.stillTerminating(p.gangs.Preempted(key)); err != nil {
+		return nil, fwk.AsStatus(err)
+	} else if n > 0 {
+		// Their capacity is coming free; evicting others now would only
+		// add victims (the plan that waited for them timed out first).
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s waits for %d pods it preempted to terminate", key.Subject(), n))
+	}
 	gr, status := p.prepareGang(ctx, pod, info, constraints, admission.Planning)
 	if status != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, status.Message())
@@ -133,6 +142,27 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	}()
 	return framework.NewPostFilterResultWithNominatedNode(active.Slots[pod.UID]),
 		fwk.NewStatus(fwk.Unschedulable, msg+"; waiting for them to terminate")
+}
+
+// stillTerminating counts the pods of uids the scheduler's snapshot still
+// shows.
+func (p *Plugin) stillTerminating(uids sets.Set[types.UID]) (int, error) {
+	if uids.Len() == 0 {
+		return 0, nil
+	}
+	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, ni := range nodes {
+		for _, pi := range ni.GetPods() {
+			if uids.Has(pi.GetPod().UID) {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 // victimSearch is the outcome of searchVictims: the chosen units (indexes

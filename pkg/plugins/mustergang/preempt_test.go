@@ -240,6 +240,36 @@ func TestEvictionEndsWithTheScheduler(t *testing.T) {
 	stepUntil(func() bool { return running() == before }, "the eviction outlived the scheduler")
 }
 
+// A gang whose plan timed out while the pods it preempted were still
+// terminating (a trainer's long grace period, to checkpoint) does not evict
+// another gang on its next try: it waits for those pods, as
+// DefaultPreemption waits for the victims on its nominated node.
+func TestNoSecondPreemptionWhileVictimsTerminate(t *testing.T) {
+	low := append(lowGang("low", "n1"), lowGang("other", "n2")...)
+	high := worker("j", 0, 8, "")
+	high.Spec.Priority = ptr.To[int32](100)
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(low, high))
+	f.keepPodsInAPI()
+	plan := f.preemptFor(t, high)
+	require.NotNil(t, plan, "no preemption")
+	first := victimNames(plan, low)
+	require.Equal(t, 1, first.Len(), "victims %v", sets.List(first))
+	// The victim takes its grace period: the snapshot shows it terminating.
+	for _, p := range low {
+		if first.Has(p.Name) {
+			p.DeletionTimestamp = &metav1.Time{Time: f.clock.Now()}
+		}
+	}
+	key, _ := gang.KeyOf(high)
+	f.plugin.expirePlan(key, plan.ID)
+	f.clock.Step(time.Minute) // past the backoff and the preemption interval
+
+	assert.Nil(t, f.preemptFor(t, high), "a second preemption while the first one's victim terminates")
+	for _, p := range low {
+		assert.False(t, f.plugin.gangs.IsVictim(p.UID), "%s chosen again", p.Name)
+	}
+}
+
 // TestNodeChangeDropsAWaitingPlan: a member waits at Permit on a node that
 // is then deleted, cordoned, tainted for reclaim or with a taint the member
 // does not tolerate: the plan is dropped at once, the waiting member
