@@ -492,14 +492,22 @@ func (d *draGPUs) allocatedGPUs(claim *resourceapi.ResourceClaim) int64 {
 	return n
 }
 
-// withClaimGPUs adds to req (a pod's request as the framework counts it)
-// the GPUs of the pod's ResourceClaims: those still to allocate when
-// pending, those allocated to it when bound (what its eviction frees).
-// counted, for the members of one gang, holds the claims already counted
-// for another member: a claim several members share is allocated once and
-// counts once, for the first. A bound pod's claim that serves other pods
-// too is counted for none (its eviction frees nothing while they run).
-func (d *draGPUs) withClaimGPUs(req gang.Resources, pod *v1.Pod, counted sets.Set[types.UID]) gang.Resources {
+// request is a pod's request as muster counts it, from req (as the
+// framework counts it):
+//   - the GPUs of the pod's ResourceClaims are added: those still to
+//     allocate when pending, those allocated to it when bound (what its
+//     eviction frees). counted, for the members of one gang, holds the
+//     claims already counted for another member: a claim several members
+//     share is allocated once and counts once, for the first. A bound pod's
+//     claim that serves other pods too is counted for none (its eviction
+//     frees nothing while they run);
+//   - extended resources other than the GPU that a DeviceClass serves are
+//     left out: nodes do not list them in allocatable, NodeResourcesFit
+//     leaves them to DynamicResources, and the plan's filter check asks
+//     that plugin node by node. (The GPU's DRA devices are counted on the
+//     nodes, nodeGPUs.)
+func (d *draGPUs) request(req gang.Resources, pod *v1.Pod, counted sets.Set[types.UID]) gang.Resources {
+	d.leaveToDRA(&req)
 	claims := d.podClaims(pod)
 	var n int64
 	for _, c := range claims {
@@ -522,6 +530,19 @@ func (d *draGPUs) withClaimGPUs(req gang.Resources, pod *v1.Pod, counted sets.Se
 	}
 	req.Scalars[d.gpu] += n
 	return req
+}
+
+// leaveToDRA takes out of req the extended resources, other than the GPU,
+// that a DeviceClass serves (request). req's Scalars are its own.
+func (d *draGPUs) leaveToDRA(req *gang.Resources) {
+	if !d.enabled() {
+		return
+	}
+	for name := range req.Scalars {
+		if name != d.gpu && schedutil.IsDRAExtendedResourceName(name) && d.manager.DeviceClassResolver().GetDeviceClass(name) != nil {
+			delete(req.Scalars, name)
+		}
+	}
 }
 
 // shared reports whether claim is reserved for other pods than pod too.

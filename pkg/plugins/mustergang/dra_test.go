@@ -188,6 +188,39 @@ func TestDRAExtendedResourceGPUsArePlanned(t *testing.T) {
 	})
 }
 
+// An extended resource other than the GPU that a DeviceClass serves (an
+// RDMA NIC of a DRA driver) is in no node's allocatable: muster leaves it to
+// the filters (DynamicResources allocates it), as NodeResourcesFit does,
+// instead of finding no node with room for it.
+func TestDRAOtherExtendedResourcesAreLeftToTheFilters(t *testing.T) {
+	rdma := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "rdma.example.com"},
+		Spec: resourceapi.DeviceClassSpec{
+			ExtendedResourceName: ptr.To("example.com/rdma"),
+			Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "rdma.example.com"`}}},
+		}}
+	nic := func(node string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-nics"},
+			Spec: resourceapi.ResourceSliceSpec{Driver: "rdma.example.com", NodeName: ptr.To(node),
+				Pool:    resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
+				Devices: []resourceapi.Device{{Name: "nic-0"}}}}
+	}
+	nodes := []*v1.Node{testobj.MakeNode("n1").GPUs(8).Rack("r1").Obj(), testobj.MakeNode("n2").GPUs(8).Rack("r1").Obj()}
+	pods := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+	for _, pod := range pods {
+		res := &pod.Spec.Containers[0].Resources
+		res.Requests["example.com/rdma"] = resource.MustParse("1")
+		if res.Limits == nil {
+			res.Limits = v1.ResourceList{}
+		}
+		res.Limits["example.com/rdma"] = resource.MustParse("1")
+	}
+	f := newTestFrameworkWith(t, 2, nodes, pods, append(draObjects(), rdma, nic("n1"), nic("n2"))...)
+	_, status := f.preFilter(t, pods[0])
+	require.True(t, status.IsSuccess(), status.Message())
+	key, _ := gang.KeyOf(pods[0])
+	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, slotsByNode(f.plugin.gangs.Plan(key)), "one NIC per node: one member each")
+}
+
 func TestDRAMixedNodesAreOnePool(t *testing.T) {
 	// One DRA node and one device-plugin node of 8 GPUs each: a gang of
 	// two 8-GPU workers spans both.

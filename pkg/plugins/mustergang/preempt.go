@@ -349,7 +349,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 		loneHere := lone(i)
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()
-			request := p.dra.withClaimGPUs(podRequest(pi.CalculateResource()), pod, nil)
+			request := p.dra.request(podRequest(pi.CalculateResource()), pod, nil)
 			gpus := request.Scalars[gpu]
 			k, inGang := p.source.victimKey(pod)
 			if !inGang && gpus == 0 && !loneHere {

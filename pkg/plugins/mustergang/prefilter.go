@@ -222,7 +222,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 			nc = gang.ConstraintsOf(klog.FromContext(ctx), m)
 			byTemplate[tmpl] = nc
 		}
-		req := p.dra.withClaimGPUs(podRequest(pi.CalculateResource()), m, sharedClaims)
+		req := p.dra.request(podRequest(pi.CalculateResource()), m, sharedClaims)
 		gr.req.Members = append(gr.req.Members, gang.Member{UID: m.UID, Name: m.Name, Request: req, Constraints: nc})
 		// A nomination left from an earlier attempt (a failover, a Permit
 		// wait that ended) must not make the framework count this pending
@@ -238,7 +238,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 // the GPUs of its ResourceClaims: what it takes when pending, what its
 // eviction frees when bound.
 func (p *Plugin) requestOf(pod *v1.Pod) gang.Resources {
-	return p.dra.withClaimGPUs(podRequest((&framework.PodInfo{Pod: pod}).CalculateResource()), pod, nil)
+	return p.dra.request(podRequest((&framework.PodInfo{Pod: pod}).CalculateResource()), pod, nil)
 }
 
 // computePlan plans the gang over the node views with what other gangs'
