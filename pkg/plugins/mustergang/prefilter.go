@@ -325,7 +325,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 			if u := (*gang.Unplaceable)(nil); errors.As(err, &u) {
 				closest = u.Closest
 			}
-			p.failedPlans.record(info.key, &gang.FailedPlan{Time: p.now(), Nodes: gang.TallyNodes(gr.req, held, check.refuser(), closest), Message: msg})
+			p.failedPlans.record(p.source.speaker(info.key), &gang.FailedPlan{Time: p.now(), Nodes: gang.TallyNodes(gr.req, held, check.refuser(), closest), Message: msg})
 		}
 		p.carryOut(ctx, effects, info.owner)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)

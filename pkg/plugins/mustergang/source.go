@@ -180,13 +180,34 @@ func (src *gangSource) ownerOf(key gang.Key) (runtime.Object, error) {
 }
 
 // ownerRef is the object Events about gang key are recorded on (nil when
-// it cannot be read).
+// it cannot be read): its speaker's.
 func (src *gangSource) ownerRef(key gang.Key) *v1.ObjectReference {
-	obj, err := src.ownerOf(key)
+	obj, err := src.ownerOf(src.speaker(key))
 	if err != nil {
 		return nil
 	}
 	return refOf(obj)
+}
+
+// speaker is the gang whose object speaks for gang key to users: Events,
+// the failed plan's record. A Kubernetes PodGroup of the basic policy (with
+// WorkloadWithJob every Job gets one) is no gang: its pods are their Job's
+// or StatefulSet's (resolve), and that object speaks, the one kubectl
+// muster reads for them. Every other gang speaks for itself.
+func (src *gangSource) speaker(key gang.Key) gang.Key {
+	if key.Kind != gang.KindWorkloadPodGroup {
+		return key
+	}
+	if pg, err := src.workloadGroup(key); err != nil || pg.Spec.SchedulingPolicy.Gang != nil {
+		return key
+	}
+	objs, _ := src.pods.ByIndex(src.gangIndex, key.String())
+	for _, o := range objs {
+		if owner, ok := gang.ControllerKey(o.(*v1.Pod)); ok {
+			return owner
+		}
+	}
+	return key
 }
 
 // refOf refers to a gang's owner object.

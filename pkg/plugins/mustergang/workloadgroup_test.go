@@ -10,6 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -115,6 +117,36 @@ func TestResolveWorkloadGroup(t *testing.T) {
 			assert.Equal(t, tc.ownerIsGroup, ref.APIVersion == "scheduling.k8s.io/v1beta1" && ref.Kind == "PodGroup")
 		})
 	}
+}
+
+// Every Event about the pods of a basic PodGroup (with WorkloadWithJob,
+// every Job's) goes on their Job, where kubectl muster looks for the Job's
+// gang: the ones the scheduling cycle records (resolve's owner) and the
+// ones recorded later by the gang's key (ownerRef); so does the record of
+// its failed plan. A gang-policy group speaks for itself.
+func TestBasicGroupEventsGoOnItsJob(t *testing.T) {
+	job := testobj.MakeJob("ns", "train").UID("job-uid").Obj()
+	src := sourceWithGroups(
+		workloadGroup("train", func(pg *schedulingv1beta1.PodGroup) {
+			pg.Spec.SchedulingPolicy = schedulingv1beta1.PodGroupSchedulingPolicy{Basic: &schedulingv1beta1.BasicSchedulingPolicy{}}
+		}),
+		workloadGroup("gang"))
+	jobs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	require.NoError(t, jobs.Add(job))
+	src.jobs = batchlisters.NewJobLister(jobs)
+	src.gangIndex = gangIndexPrefix + "muster"
+	src.pods = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{src.gangIndex: gangIndexFunc("muster")})
+	member := testobj.MakePod("ns", "train-0").SchedulerName("muster").PodGroup("train").JobMember(job, 0).Obj()
+	require.NoError(t, src.pods.Add(member))
+
+	info, inGang, err := src.resolve(member)
+	require.NoError(t, err)
+	require.True(t, inGang)
+	jobRef := &v1.ObjectReference{APIVersion: "batch/v1", Kind: "Job", Namespace: "ns", Name: "train", UID: "job-uid"}
+	assert.Equal(t, jobRef, info.owner, "the cycle's Events")
+	assert.Equal(t, jobRef, src.ownerRef(info.key), "the Events recorded by the gang's key")
+	assert.Equal(t, gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "train"}, src.speaker(info.key), "the failed plan's record")
+	assert.Equal(t, "PodGroup", src.ownerRef(gang.Key{Kind: gang.KindWorkloadPodGroup, Namespace: "ns", Name: "gang"}).Kind)
 }
 
 func TestVictimKeyFollowsDisruptionMode(t *testing.T) {
