@@ -20,18 +20,7 @@ func BenchmarkAdmit(b *testing.B) {
 	key := Key{Kind: KindJob, Namespace: "ns", Name: "waiting"}
 	for _, plans := range []int{10, 1000} {
 		m := NewManager()
-		for g := range plans {
-			plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{}}, Requests: map[types.UID]Resources{},
-				Reserved: sets.New[types.UID](), Created: now, Deadline: now.Add(time.Minute)}
-			for i := range 8 {
-				uid := types.UID(fmt.Sprintf("g%d-%d", g, i))
-				plan.Slots[uid] = fmt.Sprintf("n%d", g)
-				plan.Requests[uid] = Resources{MilliCPU: 1000, Scalars: map[v1.ResourceName]int64{"nvidia.com/gpu": 1}}
-			}
-			if _, ok := m.Install(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("g%d", g)}, plan, "", "planned", now); !ok {
-				b.Fatal("Install refused")
-			}
-		}
+		installPlansOf8(b, m, plans, now)
 		b.Run(fmt.Sprintf("plans=%d/reuse", plans), func(b *testing.B) {
 			for b.Loop() {
 				if a := m.Admit(key, now, now); a.Planning == nil {
@@ -59,18 +48,7 @@ func BenchmarkLookupsAmongBoundGangs(b *testing.B) {
 	for g := range 2000 {
 		m.MemberBound(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("bound%d", g)}, types.UID(fmt.Sprintf("bound%d-0", g)), now)
 	}
-	for g := range 10 {
-		plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{}}, Requests: map[types.UID]Resources{},
-			Reserved: sets.New[types.UID](), Created: now, Deadline: now.Add(time.Minute)}
-		for i := range 8 {
-			uid := types.UID(fmt.Sprintf("g%d-%d", g, i))
-			plan.Slots[uid] = fmt.Sprintf("n%d", g)
-			plan.Requests[uid] = Resources{MilliCPU: 1000, Scalars: map[v1.ResourceName]int64{"nvidia.com/gpu": 1}}
-		}
-		if _, ok := m.Install(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("g%d", g)}, plan, "", "planned", now); !ok {
-			b.Fatal("Install refused")
-		}
-	}
+	installPlansOf8(b, m, 10, now)
 	b.Run("Held", func(b *testing.B) {
 		for b.Loop() {
 			if len(m.Held()) != 10 {
@@ -85,4 +63,22 @@ func BenchmarkLookupsAmongBoundGangs(b *testing.B) {
 			}
 		}
 	})
+}
+
+// installPlansOf8 installs plans for gangs g0..g<n-1>, each of 8 unreserved
+// 1-GPU members on node n<g>.
+func installPlansOf8(b *testing.B, m *Manager, n int, now time.Time) {
+	b.Helper()
+	for g := range n {
+		plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{}}, Requests: map[types.UID]Resources{},
+			Reserved: sets.New[types.UID](), Created: now, Deadline: now.Add(time.Minute)}
+		for i := range 8 {
+			uid := types.UID(fmt.Sprintf("g%d-%d", g, i))
+			plan.Slots[uid] = fmt.Sprintf("n%d", g)
+			plan.Requests[uid] = Resources{MilliCPU: 1000, Scalars: map[v1.ResourceName]int64{"nvidia.com/gpu": 1}}
+		}
+		if _, ok := m.Install(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("g%d", g)}, plan, "", "planned", now); !ok {
+			b.Fatal("Install refused")
+		}
+	}
 }

@@ -16,16 +16,23 @@ import (
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
+// twoNodeViewsFramework is a framework over two 8-GPU nodes and their
+// NodeInfos, which a test changes as the snapshot would.
+func twoNodeViewsFramework(t *testing.T) (*testFramework, *framework.NodeInfo, *framework.NodeInfo) {
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil)
+	n1, n2 := framework.NewNodeInfo(), framework.NewNodeInfo()
+	n1.SetNode(gpuNode("n1", 8))
+	n2.SetNode(gpuNode("n2", 8))
+	return f, n1, n2
+}
+
 // TestNodeViewsFollowNodeInfoChanges: a node's view is reused while its
 // NodeInfo is unchanged and recomputed when a pod lands on it; the snapshot
 // generation is the highest NodeInfo's; capacity held for other gangs is
 // subtracted from the right node without touching the kept views, and
 // each subtraction starts from the views, not from the last one.
 func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
-	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil)
-	n1, n2 := framework.NewNodeInfo(), framework.NewNodeInfo()
-	n1.SetNode(gpuNode("n1", 8))
-	n2.SetNode(gpuNode("n2", 8))
+	f, n1, n2 := twoNodeViewsFramework(t)
 	nodes := []fwk.NodeInfo{n1, n2}
 	gpus := func(views []gang.NodeView) []int64 {
 		var out []int64
@@ -61,10 +68,7 @@ func TestNodeViewsFollowNodeInfoChanges(t *testing.T) {
 // the snapshot findable: capacity held on a node whose NodeInfo did not
 // change is still subtracted.
 func TestNodeViewsForgetOnlyNodesThatLeft(t *testing.T) {
-	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil)
-	n1, n2 := framework.NewNodeInfo(), framework.NewNodeInfo()
-	n1.SetNode(gpuNode("n1", 8))
-	n2.SetNode(gpuNode("n2", 8))
+	f, n1, n2 := twoNodeViewsFramework(t)
 	nodes := []fwk.NodeInfo{n1, n2}
 	views, _ := f.plugin.nodes.views(nodes, nil)
 	for i := range 2*len(nodes) + 1025 {

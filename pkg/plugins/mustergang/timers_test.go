@@ -95,16 +95,21 @@ func TestShortGangExplainedAfterTheGrace(t *testing.T) {
 	})
 }
 
+// firedCounter counts, by name, the callbacks count(name) returns that ran.
+func firedCounter() (fired map[string]int, count func(name string) func()) {
+	fired = map[string]int{}
+	var mu sync.Mutex
+	return fired, func(name string) func() {
+		return func() { mu.Lock(); fired[name]++; mu.Unlock() }
+	}
+}
+
 // The timers type alone: a named timer is set once until it fires or is
 // cancelled; nothing is set or left pending once the scheduler stopped.
 func TestTimersOnceCancelStop(t *testing.T) {
 	clock := clocktesting.NewFakeClock(t0)
 	timers := newTimers(clock)
-	fired := map[string]int{}
-	var mu sync.Mutex
-	count := func(name string) func() {
-		return func() { mu.Lock(); fired[name]++; mu.Unlock() }
-	}
+	fired, count := firedCounter()
 	require.True(t, timers.once(planDeadline(1), time.Second, count("deadline")))
 	assert.False(t, timers.once(planDeadline(1), time.Second, count("deadline")), "a second timer of the same name while one is pending")
 	require.True(t, timers.once(planDeadline(2), time.Second, count("cancelled")))
@@ -128,11 +133,7 @@ func TestTimersOnceCancelStop(t *testing.T) {
 func TestTimersForgetAGang(t *testing.T) {
 	clock := clocktesting.NewFakeClock(t0)
 	timers := newTimers(clock)
-	fired := map[string]int{}
-	var mu sync.Mutex
-	count := func(name string) func() {
-		return func() { mu.Lock(); fired[name]++; mu.Unlock() }
-	}
+	fired, count := firedCounter()
 	gone := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "gone"}
 	kept := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "kept"}
 	timers.forGang(gone, time.Second, count("gone backoff"))
