@@ -28,9 +28,12 @@ type Manager struct {
 	// planned are the gangs with an active plan: what the holdings and
 	// the lookups by member or node read, without walking every gang the
 	// scheduler knows (most of them run bound).
-	planned  map[Key]*state
-	planID   int64
-	victimOf map[types.UID]victimRef
+	planned map[Key]*state
+	// unplaceable are the gangs in PhaseUnplaceable (setPhase): a dropped
+	// plan's capacity wakes them.
+	unplaceable sets.Set[Key]
+	planID      int64
+	victimOf    map[types.UID]victimRef
 	// releases counts dropped plans: capacity a plan held and the
 	// scheduler's snapshot does not show being freed.
 	releases uint64
@@ -115,7 +118,7 @@ func (p *ActivePlan) copy() *ActivePlan {
 
 // NewManager returns a manager that has seen no gang.
 func NewManager() *Manager {
-	return &Manager{gangs: map[Key]*state{}, planned: map[Key]*state{}, victimOf: map[types.UID]victimRef{}}
+	return &Manager{gangs: map[Key]*state{}, planned: map[Key]*state{}, unplaceable: sets.New[Key](), victimOf: map[types.UID]victimRef{}}
 }
 
 func (m *Manager) get(key Key, seen time.Time) *state {

@@ -38,10 +38,10 @@ func BenchmarkAdmit(b *testing.B) {
 	}
 }
 
-// BenchmarkLookupsAmongBoundGangs is what a pod scheduled alone (Held) and
-// a failed cycle (PlanOf) ask of the manager on a cluster where most gangs
-// the scheduler knows run bound and only a few hold plans: 2000 bound gangs
-// and 10 plans of 8 members.
+// BenchmarkLookupsAmongBoundGangs is what a pod scheduled alone (Held), a
+// failed cycle (PlanOf) and a dropped plan ask of the manager on a cluster
+// where most gangs the scheduler knows run bound and only a few hold plans:
+// 2000 bound gangs and 10 plans of 8 members.
 func BenchmarkLookupsAmongBoundGangs(b *testing.B) {
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	m := NewManager()
@@ -53,6 +53,23 @@ func BenchmarkLookupsAmongBoundGangs(b *testing.B) {
 		for b.Loop() {
 			if len(m.Held()) != 10 {
 				b.Fatal("holdings not read")
+			}
+		}
+	})
+	// A plan installed and dropped: the drop wakes the gangs that found no
+	// room (10 of them here).
+	for g := range 10 {
+		m.Unplaceable(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("waiting%d", g)}, "no room", now, nil)
+	}
+	churn := Key{Kind: KindJob, Namespace: "ns", Name: "churn"}
+	b.Run("InstallDrop", func(b *testing.B) {
+		for b.Loop() {
+			plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"c0": "n0"}}, Reserved: sets.New[types.UID](), Created: now, Deadline: now.Add(time.Minute)}
+			if _, ok := m.Install(churn, plan, "", "planned", now); !ok {
+				b.Fatal("Install refused")
+			}
+			if e := m.Drop(churn, 0, DropNodeChanged, "churn", now, 0); len(e.Wake) != 10 {
+				b.Fatalf("woke %d gangs, want 10", len(e.Wake))
 			}
 		}
 	})

@@ -20,7 +20,7 @@ func (m *Manager) Waiting(key Key, message string, at time.Time) Effects {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(key, at)
-	s.setPhaseWithoutPlan(PhaseWaitingForMembers)
+	m.setPhaseWithoutPlan(key, s, PhaseWaitingForMembers)
 	return Effects{Notice: s.notice(key, OutcomeWaitingForMembers, message)}
 }
 
@@ -30,7 +30,7 @@ func (m *Manager) Invalid(key Key, outcome Outcome, message string, now time.Tim
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(key, now)
-	s.setPhaseWithoutPlan(PhaseInvalid)
+	m.setPhaseWithoutPlan(key, s, PhaseInvalid)
 	return Effects{Notice: s.notice(key, outcome, message)}
 }
 
@@ -48,7 +48,7 @@ func (m *Manager) Unplaceable(key Key, message string, now time.Time, reuse *Fai
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(key, now)
-	s.setPhaseWithoutPlan(PhaseUnplaceable)
+	m.setPhaseWithoutPlan(key, s, PhaseUnplaceable)
 	if reuse != nil {
 		s.failedPlan = &failedAttempt{epoch: reuse.Epoch, shape: [2]int{reuse.Pending, reuse.Needed}, until: now.Add(reuse.Valid), message: message}
 	}
@@ -78,11 +78,11 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	e.Timers = []Timer{{Key: key, Kind: TimerPlanDeadline, After: plan.Deadline.Sub(plan.Created), PlanID: plan.ID}}
 	if plan.Victims.Len() > 0 {
 		s.preempted = plan.Victims.Clone()
-		s.phase = PhasePreempting
+		m.setPhase(key, s, PhasePreempting)
 		e.Notice = s.notice(key, OutcomePreempting, message)
 		return e, true
 	}
-	s.phase = PhasePlanned
+	m.setPhase(key, s, PhasePlanned)
 	e.Notice = s.notice(key, OutcomePlanned, message)
 	e.Wake = []Wake{{Key: key, Reason: WakePlanMade, Plan: plan.copy(), Except: self}}
 	return e, true
@@ -141,7 +141,7 @@ func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, ba
 	}
 	s.plan = nil
 	delete(m.planned, key)
-	s.phase = PhasePermitted
+	m.setPhase(key, s, PhasePermitted)
 	var e Effects
 	for member, node := range c.Slots {
 		s.inFlight[member] = node
@@ -190,10 +190,10 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 		base = 0
 	}
 	backoff := min(base<<min(s.failures, 16), 5*time.Minute)
-	s.phase = PhaseDropped
+	m.setPhase(key, s, PhaseDropped)
 	if base > 0 {
 		s.failures++
-		s.phase = PhaseBackingOff
+		m.setPhase(key, s, PhaseBackingOff)
 	}
 	s.backoffUntil = now.Add(backoff)
 	s.lastFailure = reason
@@ -205,10 +205,8 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 		Notice:       s.notice(key, cause.Outcome(), msg),
 		Timers:       []Timer{{Key: key, Kind: TimerBackoffEnded, After: backoff}},
 	}
-	for other, os := range m.gangs {
-		if os.phase == PhaseUnplaceable {
-			e.Wake = append(e.Wake, Wake{Key: other, Reason: WakeCapacityFreed, AllProfiles: true})
-		}
+	for other := range m.unplaceable {
+		e.Wake = append(e.Wake, Wake{Key: other, Reason: WakeCapacityFreed, AllProfiles: true})
 	}
 	slices.SortFunc(e.Wake, func(a, b Wake) int { return compareKeys(a.Key, b.Key) })
 	return e
@@ -246,7 +244,7 @@ func (m *Manager) Rejected(key Key, planID int64, uid types.UID, name, node stri
 	defer m.mu.Unlock()
 	var avoided []Timer
 	if s := m.gangs[key]; s != nil {
-		s.leftFlight(uid)
+		m.leftFlight(key, s, uid)
 		if s.plan != nil && s.plan.ID == planID {
 			avoided = append(avoided, m.avoid(s, key, node, now, avoidUntil, uid))
 		}
@@ -298,7 +296,7 @@ func (m *Manager) MemberGone(key Key, uid types.UID, name string, now time.Time,
 	if s == nil {
 		return Effects{}
 	}
-	s.leftFlight(uid)
+	m.leftFlight(key, s, uid)
 	if s.plan == nil {
 		return Effects{}
 	}
@@ -312,25 +310,36 @@ func (m *Manager) MemberGone(key Key, uid types.UID, name string, now time.Time,
 	return m.drop(key, s.plan.ID, DropMemberGone, fmt.Sprintf("%s %s was deleted or finished", what, name), now, base)
 }
 
+// setPhase is the one place a gang's phase changes, so the index of
+// unplaceable gangs follows it.
+func (m *Manager) setPhase(key Key, s *state, p Phase) {
+	s.phase = p
+	if p == PhaseUnplaceable {
+		m.unplaceable.Insert(key)
+	} else {
+		m.unplaceable.Delete(key)
+	}
+}
+
 // setPhaseWithoutPlan sets the phase of a gang that has no active plan:
 // while one is active, its phase (Planned, Preempting) stands until the
 // plan completes or is dropped.
-func (s *state) setPhaseWithoutPlan(p Phase) {
+func (m *Manager) setPhaseWithoutPlan(key Key, s *state, p Phase) {
 	if s.plan == nil {
-		s.phase = p
+		m.setPhase(key, s, p)
 	}
 }
 
 // leftFlight: member uid, if allowed and binding, will not be seen bound
 // (it failed to bind, or was deleted). The gang is no longer on its way to
 // Bound: the member is placed again by a new plan, without backoff.
-func (s *state) leftFlight(uid types.UID) {
+func (m *Manager) leftFlight(key Key, s *state, uid types.UID) {
 	if _, ok := s.inFlight[uid]; !ok {
 		return
 	}
 	delete(s.inFlight, uid)
 	if s.phase == PhasePermitted {
-		s.phase = PhaseDropped
+		m.setPhase(key, s, PhaseDropped)
 	}
 }
 
@@ -342,7 +351,7 @@ func (m *Manager) MemberBound(key Key, uid types.UID, seen time.Time) {
 	s := m.get(key, seen)
 	delete(s.inFlight, uid)
 	if s.phase == PhasePermitted && len(s.inFlight) == 0 {
-		s.phase = PhaseBound
+		m.setPhase(key, s, PhaseBound)
 	}
 }
 
@@ -394,7 +403,7 @@ func (m *Manager) VictimGone(uid types.UID, profile string) Effects {
 	if s.plan.Victims.Len() > 0 {
 		return Effects{}
 	}
-	s.phase = PhasePlanned
+	m.setPhase(ref.key, s, PhasePlanned)
 	return Effects{Wake: []Wake{{Key: ref.key, Reason: WakeVictimsGone, Plan: s.plan.copy()}}}
 }
 
@@ -419,5 +428,6 @@ func (m *Manager) Forget(key Key) bool {
 	_, known := m.gangs[key]
 	delete(m.gangs, key)
 	delete(m.planned, key)
+	m.unplaceable.Delete(key)
 	return known
 }

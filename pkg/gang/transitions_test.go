@@ -94,6 +94,24 @@ func TestPreemptedOutlivesThePlan(t *testing.T) {
 	assert.Equal(t, sets.New[types.UID]("v3"), m.Preempted(jobA), "the last preemption's")
 }
 
+// A dropped plan's capacity wakes exactly the gangs that found no room:
+// not one planned since, nor one forgotten, nor one that reported itself
+// short of members.
+func TestDropWakesTheUnplaceableGangs(t *testing.T) {
+	m := installed(t, jobA, twoMembers())
+	job := func(name string) Key { return Key{Kind: KindJob, Namespace: "ns", Name: name} }
+	for _, name := range []string{"b", "c", "d", "e"} {
+		m.Unplaceable(job(name), "no room", t0, nil)
+	}
+	_, ok := m.Install(job("c"), twoMembers(), "a0", "planned", t0)
+	require.True(t, ok)
+	m.Forget(job("d"))
+	m.Waiting(job("e"), "short", t0)
+
+	e := m.Drop(jobA, 0, DropRejected, "test", t0, time.Second)
+	assert.Equal(t, []Wake{{Key: job("b"), Reason: WakeCapacityFreed, AllProfiles: true}}, e.Wake)
+}
+
 func TestArriveCompletesThePlanOnce(t *testing.T) {
 	plan := twoMembers()
 	m := installed(t, jobA, plan)
