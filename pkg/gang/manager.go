@@ -25,9 +25,9 @@ import (
 type Manager struct {
 	mu    sync.Mutex
 	gangs map[Key]*state
-	// planned are the gangs with an active plan: what the holdings and
-	// the lookups by member or node read, without walking every gang the
-	// scheduler knows (most of them run bound).
+	// planned are the gangs with an active plan (setPlan): what the
+	// holdings and the lookups by member or node read, without walking
+	// every gang the scheduler knows (most of them run bound).
 	planned map[Key]*state
 	// unplaceable are the gangs in PhaseUnplaceable (setPhase): a dropped
 	// plan's capacity wakes them.

@@ -69,8 +69,7 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	}
 	m.planID++
 	plan.ID = m.planID
-	s.plan = plan.copy() // the caller keeps plan; the manager changes its own
-	m.planned[key] = s
+	m.setPlan(key, s, plan.copy()) // the caller keeps plan; the manager changes its own
 	s.failedPlan = nil
 	for uid := range plan.Victims {
 		m.victimOf[uid] = victimRef{key: key, profile: plan.Profile}
@@ -139,8 +138,7 @@ func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, ba
 	if s.plan.Reserved.Len() < len(s.plan.Slots) {
 		return ArrivalWait, c, Effects{Wake: []Wake{{Key: key, Reason: WakeMemberWaiting, Plan: c, Except: uid}}}
 	}
-	s.plan = nil
-	delete(m.planned, key)
+	m.setPlan(key, s, nil)
 	m.setPhase(key, s, PhasePermitted)
 	var e Effects
 	for member, node := range c.Slots {
@@ -176,8 +174,7 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 		return Effects{}
 	}
 	plan := s.plan
-	s.plan = nil
-	delete(m.planned, key)
+	m.setPlan(key, s, nil)
 	m.releases++
 	// Victims not gone yet are no longer waited for: a victim whose
 	// deletion failed may be chosen again by a later preemption.
@@ -190,11 +187,12 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 		base = 0
 	}
 	backoff := min(base<<min(s.failures, 16), 5*time.Minute)
-	m.setPhase(key, s, PhaseDropped)
+	phase := PhaseDropped
 	if base > 0 {
 		s.failures++
-		m.setPhase(key, s, PhaseBackingOff)
+		phase = PhaseBackingOff
 	}
+	m.setPhase(key, s, phase)
 	s.backoffUntil = now.Add(backoff)
 	s.lastFailure = reason
 	msg := fmt.Sprintf("%s: %s; released all %d planned members (retry in %s)", key.Subject(), reason, len(plan.Slots), backoff)
@@ -318,6 +316,17 @@ func (m *Manager) setPhase(key Key, s *state, p Phase) {
 		m.unplaceable.Insert(key)
 	} else {
 		m.unplaceable.Delete(key)
+	}
+}
+
+// setPlan is the one place a gang's active plan changes (nil: none), so
+// the index of planned gangs follows it.
+func (m *Manager) setPlan(key Key, s *state, plan *ActivePlan) {
+	s.plan = plan
+	if plan != nil {
+		m.planned[key] = s
+	} else {
+		delete(m.planned, key)
 	}
 }
 
