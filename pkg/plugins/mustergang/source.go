@@ -143,8 +143,8 @@ func (info *gangInfo) capTimeout() *gangInfo {
 func (src *gangSource) ownerOf(key gang.Key) (runtime.Object, error) {
 	switch key.Kind {
 	case gang.KindPod:
-		if obj, ok, _ := src.pods.GetByKey(key.Namespace + "/" + key.Name); ok {
-			return obj.(*v1.Pod), nil
+		if pod := src.lonePod(key); pod != nil {
+			return pod, nil
 		}
 		return nil, fmt.Errorf("pod %s/%s is gone", key.Namespace, key.Name)
 	case gang.KindJob:
@@ -269,6 +269,15 @@ func (src *gangSource) gangHasPods(key gang.Key) bool {
 	return false
 }
 
+// lonePod is the pod of a lone pod's key (gang.LoneKey), nil when it is
+// gone.
+func (src *gangSource) lonePod(key gang.Key) *v1.Pod {
+	if obj, ok, _ := src.pods.GetByKey(key.Namespace + "/" + key.Name); ok {
+		return obj.(*v1.Pod)
+	}
+	return nil
+}
+
 // gangEnded reports whether the gang is over: it has no pods left and, for
 // a PodGroup, its object is gone too. A PodGroup's finished members are
 // counted on the gang (Manager.Succeed) as long as the object stands: the
@@ -278,8 +287,8 @@ func (src *gangSource) gangEnded(key gang.Key) bool {
 	if src.gangHasPods(key) {
 		return false
 	}
-	if key.Kind == gang.KindPodGroup && src.podGroups != nil {
-		if _, err := src.podGroups.ByNamespace(key.Namespace).Get(key.Name); err == nil {
+	if key.Kind == gang.KindPodGroup {
+		if _, err := src.ownerOf(key); err == nil {
 			return false
 		}
 	}
@@ -303,8 +312,8 @@ func (src *gangSource) membersIn(index string, key gang.Key) memberSet {
 	var objs []interface{}
 	if key.Kind == gang.KindPod {
 		// A pod scheduled alone that preempted is a gang of itself.
-		if obj, ok, _ := src.pods.GetByKey(key.Namespace + "/" + key.Name); ok {
-			objs = append(objs, obj)
+		if pod := src.lonePod(key); pod != nil {
+			objs = append(objs, pod)
 		}
 	} else {
 		objs, _ = src.pods.ByIndex(index, key.String())
