@@ -214,7 +214,9 @@ func TestDRAOtherExtendedResourcesAreLeftToTheFilters(t *testing.T) {
 		}
 		res.Limits["example.com/rdma"] = resource.MustParse("1")
 	}
-	f := newTestFrameworkWith(t, 2, nodes, pods, append(draObjects(), rdma, nic("n1"), nic("n2"))...)
+	// Priority-0 CPU pods run on both nodes, as on a real cluster.
+	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...)
+	f := newTestFrameworkWith(t, 2, nodes, append(pods, background...), append(draObjects(), rdma, nic("n1"), nic("n2"))...)
 	_, status := f.preFilter(t, pods[0])
 	require.True(t, status.IsSuccess(), status.Message())
 	key, _ := gang.KeyOf(pods[0])

@@ -2,11 +2,14 @@ package mustergang
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-base/metrics/testutil"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -85,7 +88,9 @@ func TestMissingStateIsAnErrorNotALonePod(t *testing.T) {
 // pair is not avoided and no rejection is counted.
 func TestLateArrivalTimesThePlanOut(t *testing.T) {
 	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
-	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	// Priority-0 CPU pods run on both nodes, as on a real cluster.
+	pods := append([]*v1.Pod{a, b}, append(cpuPods("n1", 5), cpuPods("n2", 5)...)...)
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, pods)
 	key, _ := gang.KeyOf(a)
 	_, plan := f.planAndWait(t, a)
 	state, status := f.preFilter(t, b)
@@ -114,4 +119,35 @@ func TestLateArrivalTimesThePlanOut(t *testing.T) {
 	assert.Equal(t, timeoutsBefore+1, timeoutsAfter, "muster_gang_timeouts_total")
 	rejectedAfter, _ := testutil.GetCounterMetricValue(rejections.WithLabelValues(gang.DropRejected.String()))
 	assert.Equal(t, rejectedBefore, rejectedAfter, "rejections counted with cause rejected")
+}
+
+// A worker whose binding fails after its gang was released (the API server
+// refused it) is placed again at once, alone, beside its sibling that is
+// binding: no backoff, and the gang is not reported Bound meanwhile.
+func TestFailedBindingAfterReleaseIsPlacedAgainAtOnce(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	pods := append([]*v1.Pod{a, b}, append(cpuPods("n1", 5), cpuPods("n2", 5)...)...)
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, pods)
+	key, _ := gang.KeyOf(a)
+	_, plan := f.planAndWait(t, a)
+	state, status := f.preFilter(t, b)
+	require.True(t, status.IsSuccess(), "PreFilter of b: %v", status)
+	slot := plan.Slots[b.UID]
+	require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, b, slot).IsSuccess())
+	_, st := f.fw.RunPermitPlugins(context.Background(), state, b, slot)
+	require.True(t, st.IsSuccess(), "the last member's Permit releases the gang: %v", st)
+	require.Equal(t, gang.PhasePermitted, f.plugin.gangs.Phase(key))
+
+	// b's binding fails; a is still binding.
+	f.fw.RunReservePluginsUnreserve(context.Background(), state, b, slot)
+	assert.Equal(t, gang.PhaseDropped, f.plugin.gangs.Phase(key), "the gang lost a member on its way to Bound")
+	assert.Empty(t, f.plugin.gangs.Avoided(key, f.clock.Now()), "the node did not refuse b in a cycle")
+
+	_, status = f.preFilter(t, b)
+	require.True(t, status.IsSuccess(), "b is planned again at once: %v", status)
+	again := f.plugin.gangs.Plan(key)
+	require.NotNil(t, again)
+	// (This framework's snapshot does not assume a on its node, as the
+	// scheduler's cache would; where b goes is the filters' business.)
+	assert.Equal(t, []types.UID{b.UID}, slices.Collect(maps.Keys(again.Slots)), "b alone, beside its binding sibling")
 }

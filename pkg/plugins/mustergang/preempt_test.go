@@ -248,7 +248,9 @@ func TestNoSecondPreemptionWhileVictimsTerminate(t *testing.T) {
 	low := append(lowGang("low", "n1"), lowGang("other", "n2")...)
 	high := worker("j", 0, 8, "")
 	high.Spec.Priority = ptr.To[int32](100)
-	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(low, high))
+	// Priority-0 CPU pods run on both nodes, as on a real cluster.
+	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...)
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(append(low, background...), high))
 	f.keepPodsInAPI()
 	plan := f.preemptFor(t, high)
 	require.NotNil(t, plan, "no preemption")
@@ -265,7 +267,7 @@ func TestNoSecondPreemptionWhileVictimsTerminate(t *testing.T) {
 	f.clock.Step(time.Minute) // past the backoff and the preemption interval
 
 	assert.Nil(t, f.preemptFor(t, high), "a second preemption while the first one's victim terminates")
-	for _, p := range low {
+	for _, p := range append(low, background...) {
 		assert.False(t, f.plugin.gangs.IsVictim(p.UID), "%s chosen again", p.Name)
 	}
 }
