@@ -340,6 +340,16 @@ func (m *Manager) Preempted(key Key) sets.Set[types.UID] {
 	return nil
 }
 
+// PreemptedGone forgets the pods the gang's last preemption evicted: none
+// of them is left.
+func (m *Manager) PreemptedGone(key Key) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.gangs[key]; s != nil {
+		s.preempted = nil
+	}
+}
+
 // IsVictim reports whether a pod was chosen as a victim by a plan that
 // still waits for it.
 func (m *Manager) IsVictim(uid types.UID) bool {

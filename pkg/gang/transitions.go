@@ -76,7 +76,7 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	}
 	e.Timers = []Timer{{Key: key, Kind: TimerPlanDeadline, After: plan.Deadline.Sub(plan.Created), PlanID: plan.ID}}
 	if plan.Victims.Len() > 0 {
-		s.preempted = plan.Victims.Clone()
+		s.preempted = s.plan.Evicted // read-only, as the plan's
 		m.setPhase(key, s, PhasePreempting)
 		e.Notice = s.notice(key, OutcomePreempting, message)
 		return e, true

@@ -14,8 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	applyv1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -80,7 +78,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if admission.Planning == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang has a plan or backs off")
 	}
-	if n, err := p.stillTerminating(p.gangs.Preempted(key)); err != nil {
+	if n, err := p.stillTerminating(key); err != nil {
 		return nil, fwk.AsStatus(err)
 	} else if n > 0 {
 		// Their capacity is coming free; evicting others now would only
@@ -144,9 +142,12 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		fwk.NewStatus(fwk.Unschedulable, msg+"; waiting for them to terminate")
 }
 
-// stillTerminating counts the pods of uids the scheduler's snapshot still
-// shows.
-func (p *Plugin) stillTerminating(uids sets.Set[types.UID]) (int, error) {
+// stillTerminating counts the pods the gang's last preemption evicted that
+// the scheduler's snapshot still shows terminating. A victim whose deletion
+// failed and that runs on holds nothing back (it may be chosen again); once
+// none is left the gang stops looking.
+func (p *Plugin) stillTerminating(key gang.Key) (int, error) {
+	uids := p.gangs.Preempted(key)
 	if uids.Len() == 0 {
 		return 0, nil
 	}
@@ -154,15 +155,21 @@ func (p *Plugin) stillTerminating(uids sets.Set[types.UID]) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	terminating, left := 0, 0
 	for _, ni := range nodes {
 		for _, pi := range ni.GetPods() {
-			if uids.Has(pi.GetPod().UID) {
-				n++
+			if pod := pi.GetPod(); uids.Has(pod.UID) {
+				left++
+				if pod.DeletionTimestamp != nil {
+					terminating++
+				}
 			}
 		}
 	}
-	return n, nil
+	if left == 0 {
+		p.gangs.PreemptedGone(key)
+	}
+	return terminating, nil
 }
 
 // victimSearch is the outcome of searchVictims: the chosen units (indexes

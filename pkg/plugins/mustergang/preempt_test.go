@@ -272,6 +272,24 @@ func TestNoSecondPreemptionWhileVictimsTerminate(t *testing.T) {
 	}
 }
 
+// A victim whose deletion failed runs on, not terminating: once its plan
+// is gone it holds nothing back, and the gang may preempt again.
+func TestFailedEvictionDoesNotBlockTheNextPreemption(t *testing.T) {
+	low := append(lowGang("low", "n1"), lowGang("other", "n2")...)
+	high := worker("j", 0, 8, "")
+	high.Spec.Priority = ptr.To[int32](100)
+	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...)
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(append(low, background...), high))
+	f.keepPodsInAPI() // every deletion fails
+	plan := f.preemptFor(t, high)
+	require.NotNil(t, plan, "no preemption")
+	key, _ := gang.KeyOf(high)
+	f.plugin.expirePlan(key, plan.ID)
+	f.clock.Step(time.Minute)
+
+	assert.NotNil(t, f.preemptFor(t, high), "the gang preempts again")
+}
+
 // TestNodeChangeDropsAWaitingPlan: a member waits at Permit on a node that
 // is then deleted, cordoned, tainted for reclaim or with a taint the member
 // does not tolerate: the plan is dropped at once, the waiting member
