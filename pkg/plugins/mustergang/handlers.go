@@ -168,8 +168,9 @@ func (p *Plugin) brokenPlacement(node *v1.Node, deleted bool, np gang.NodePlan) 
 	for _, uid := range np.Members {
 		planned[uid] = true
 	}
+	logger := p.logger()
 	for _, m := range p.source.members(np.Key).pending {
-		if planned[m.UID] && !gang.ConstraintsOf(p.logger(), m).Match(node) {
+		if planned[m.UID] && !gang.ConstraintsOf(logger, m).Match(node) {
 			return fmt.Sprintf("no longer fits member %s (a taint it does not tolerate, or its node selector or affinity)", m.Name)
 		}
 	}
