@@ -82,21 +82,30 @@ func TestMissingStateIsAnErrorNotALonePod(t *testing.T) {
 	}
 }
 
+// secondMemberReserved is a gang of two 8-GPU workers on two nodes that
+// also run priority-0 CPU pods, as on a real cluster: the first member
+// waits at Permit, the second (b) is reserved at its slot.
+func secondMemberReserved(t *testing.T) (f *testFramework, b *v1.Pod, key gang.Key, plan *gang.ActivePlan, state fwk.CycleState, slot string) {
+	t.Helper()
+	a := worker("j", 0, 8, "")
+	b = worker("j", 1, 8, "")
+	pods := append([]*v1.Pod{a, b}, append(cpuPods("n1", 5), cpuPods("n2", 5)...)...)
+	f = newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, pods)
+	key, _ = gang.KeyOf(a)
+	_, plan = f.planAndWait(t, a)
+	state, status := f.preFilter(t, b)
+	require.True(t, status.IsSuccess(), "PreFilter of b: %v", status)
+	slot = plan.Slots[b.UID]
+	require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, b, slot).IsSuccess())
+	return f, b, key, plan, state, slot
+}
+
 // The last member reaches Permit just after the plan's deadline, before
 // the deadline's timer fired: the plan times out there, as the timer would
 // have done it. The late member is not taken for a node's refusal: its
 // pair is not avoided and no rejection is counted.
 func TestLateArrivalTimesThePlanOut(t *testing.T) {
-	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
-	// Priority-0 CPU pods run on both nodes, as on a real cluster.
-	pods := append([]*v1.Pod{a, b}, append(cpuPods("n1", 5), cpuPods("n2", 5)...)...)
-	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, pods)
-	key, _ := gang.KeyOf(a)
-	_, plan := f.planAndWait(t, a)
-	state, status := f.preFilter(t, b)
-	require.True(t, status.IsSuccess(), "PreFilter of b: %v", status)
-	slot := plan.Slots[b.UID]
-	require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, b, slot).IsSuccess())
+	f, b, key, plan, state, slot := secondMemberReserved(t)
 
 	// The timer is late: it has not fired when b arrives.
 	f.plugin.timers.cancel(planDeadline(plan.ID))
@@ -110,7 +119,7 @@ func TestLateArrivalTimesThePlanOut(t *testing.T) {
 	require.Equal(t, fwk.Unschedulable, st.Code(), "Permit of the late member: %v", st)
 	f.fw.RunReservePluginsUnreserve(context.Background(), state, b, slot)
 
-	waited := f.fw.WaitOnPermit(context.Background(), a)
+	waited := f.fw.WaitOnPermit(context.Background(), worker("j", 0, 8, "")) // the waiting member, a
 	assert.Contains(t, waited.Message(), "timed out", "the waiting member is rejected because the gang timed out")
 	assert.Nil(t, f.plugin.gangs.Plan(key))
 	assert.Empty(t, f.plugin.gangs.Held())
@@ -125,15 +134,7 @@ func TestLateArrivalTimesThePlanOut(t *testing.T) {
 // refused it) is placed again at once, alone, beside its sibling that is
 // binding: no backoff, and the gang is not reported Bound meanwhile.
 func TestFailedBindingAfterReleaseIsPlacedAgainAtOnce(t *testing.T) {
-	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
-	pods := append([]*v1.Pod{a, b}, append(cpuPods("n1", 5), cpuPods("n2", 5)...)...)
-	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, pods)
-	key, _ := gang.KeyOf(a)
-	_, plan := f.planAndWait(t, a)
-	state, status := f.preFilter(t, b)
-	require.True(t, status.IsSuccess(), "PreFilter of b: %v", status)
-	slot := plan.Slots[b.UID]
-	require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, b, slot).IsSuccess())
+	f, b, key, _, state, slot := secondMemberReserved(t)
 	_, st := f.fw.RunPermitPlugins(context.Background(), state, b, slot)
 	require.True(t, st.IsSuccess(), "the last member's Permit releases the gang: %v", st)
 	require.Equal(t, gang.PhasePermitted, f.plugin.gangs.Phase(key))
@@ -143,7 +144,7 @@ func TestFailedBindingAfterReleaseIsPlacedAgainAtOnce(t *testing.T) {
 	assert.Equal(t, gang.PhaseDropped, f.plugin.gangs.Phase(key), "the gang lost a member on its way to Bound")
 	assert.Empty(t, f.plugin.gangs.Avoided(key, f.clock.Now()), "the node did not refuse b in a cycle")
 
-	_, status = f.preFilter(t, b)
+	_, status := f.preFilter(t, b)
 	require.True(t, status.IsSuccess(), "b is planned again at once: %v", status)
 	again := f.plugin.gangs.Plan(key)
 	require.NotNil(t, again)

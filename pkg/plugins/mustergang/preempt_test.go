@@ -240,17 +240,24 @@ func TestEvictionEndsWithTheScheduler(t *testing.T) {
 	stepUntil(func() bool { return running() == before }, "the eviction outlived the scheduler")
 }
 
+// twoLowGangsOneHigh: two 8-GPU nodes, each running one member of a
+// priority-1 gang (low, other) and priority-0 CPU pods (background), as on
+// a real cluster; a priority-100 8-GPU worker (high) finds no room.
+func twoLowGangsOneHigh(t *testing.T) (f *testFramework, low, background []*v1.Pod, high *v1.Pod) {
+	low = append(lowGang("low", "n1"), lowGang("other", "n2")...)
+	high = worker("j", 0, 8, "")
+	high.Spec.Priority = ptr.To[int32](100)
+	background = append(cpuPods("n1", 5), cpuPods("n2", 5)...)
+	f = newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(append(low, background...), high))
+	return f, low, background, high
+}
+
 // A gang whose plan timed out while the pods it preempted were still
 // terminating (a trainer's long grace period, to checkpoint) does not evict
 // another gang on its next try: it waits for those pods, as
 // DefaultPreemption waits for the victims on its nominated node.
 func TestNoSecondPreemptionWhileVictimsTerminate(t *testing.T) {
-	low := append(lowGang("low", "n1"), lowGang("other", "n2")...)
-	high := worker("j", 0, 8, "")
-	high.Spec.Priority = ptr.To[int32](100)
-	// Priority-0 CPU pods run on both nodes, as on a real cluster.
-	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...)
-	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(append(low, background...), high))
+	f, low, background, high := twoLowGangsOneHigh(t)
 	f.keepPodsInAPI()
 	plan := f.preemptFor(t, high)
 	require.NotNil(t, plan, "no preemption")
@@ -275,11 +282,7 @@ func TestNoSecondPreemptionWhileVictimsTerminate(t *testing.T) {
 // A victim whose deletion failed runs on, not terminating: once its plan
 // is gone it holds nothing back, and the gang may preempt again.
 func TestFailedEvictionDoesNotBlockTheNextPreemption(t *testing.T) {
-	low := append(lowGang("low", "n1"), lowGang("other", "n2")...)
-	high := worker("j", 0, 8, "")
-	high.Spec.Priority = ptr.To[int32](100)
-	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...)
-	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(append(low, background...), high))
+	f, _, _, high := twoLowGangsOneHigh(t)
 	f.keepPodsInAPI() // every deletion fails
 	plan := f.preemptFor(t, high)
 	require.NotNil(t, plan, "no preemption")
