@@ -59,7 +59,7 @@ func BenchmarkLookupsAmongBoundGangs(b *testing.B) {
 	// A plan installed and dropped: the drop wakes the gangs that found no
 	// room (10 of them here).
 	for g := range 10 {
-		m.Unplaceable(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("waiting%d", g)}, "no room", now, nil)
+		m.Refused(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("waiting%d", g)}, Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, now)
 	}
 	churn := Key{Kind: KindJob, Namespace: "ns", Name: "churn"}
 	b.Run("InstallDrop", func(b *testing.B) {

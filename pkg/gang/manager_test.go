@@ -92,7 +92,7 @@ func TestFailedPlanIsReusedOnlyWhileNothingChanged(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	key := Key{Kind: KindJob, Namespace: "ns", Name: "a"}
 	epoch := Epoch{Snapshot: 7, Releases: releases(r, key)}
-	r.Unplaceable(key, "no room", now, &FailedAttempt{Epoch: epoch, Pending: 4, Needed: 4, Valid: 2 * time.Second})
+	r.Refused(key, Refusal{Outcome: OutcomeUnschedulable, Message: "no room", Reuse: &FailedAttempt{Epoch: epoch, Pending: 4, Needed: 4, Valid: 2 * time.Second}}, now)
 	if msg, ok := failedPlan(r, key, epoch, 4, 4, now.Add(time.Second)); !ok || msg != "no room" {
 		t.Errorf("sibling did not reuse the failed plan: %q, %v", msg, ok)
 	}

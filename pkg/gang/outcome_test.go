@@ -33,9 +33,9 @@ func TestCapacityFreedRetriesTheUnplaceable(t *testing.T) {
 	r := NewManager()
 	noRoom, waiting, planned := Key{Kind: KindJob, Namespace: "ns", Name: "a"}, Key{Kind: KindJob, Namespace: "ns", Name: "b"}, Key{Kind: KindJob, Namespace: "ns", Name: "c"}
 	seen := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	assert.NotNil(t, r.Unplaceable(noRoom, "no room", seen, nil).Notice)
-	assert.Nil(t, r.Unplaceable(noRoom, "no room", seen, nil).Notice, "the same notice twice is announced once")
-	r.Waiting(waiting, "1 of 2", seen)
+	assert.NotNil(t, r.Refused(noRoom, Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, seen).Notice)
+	assert.Nil(t, r.Refused(noRoom, Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, seen).Notice, "the same notice twice is announced once")
+	r.Refused(waiting, Refusal{Outcome: OutcomeWaitingForMembers, Message: "1 of 2"}, seen)
 	plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"c0": "n1"}}, Reserved: sets.New[types.UID](), Created: seen, Deadline: seen.Add(time.Minute)}
 	_, ok := r.Install(planned, plan, "c0", "planned", seen)
 	require.True(t, ok)

@@ -14,26 +14,6 @@ import (
 // The transitions of a gang's life: each one lock, each returning what the
 // scheduler must do (Effects), never calling out.
 
-// Waiting: the gang has fewer members than its quorum (at: when that was
-// decided).
-func (m *Manager) Waiting(key Key, message string, at time.Time) Effects {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.get(key, at)
-	m.setPhaseWithoutPlan(key, s, PhaseWaitingForMembers)
-	return Effects{Notice: s.notice(key, OutcomeWaitingForMembers, message)}
-}
-
-// Invalid: the gang cannot be served as asked (outcome OutcomeInvalid), or
-// can never be a gang and is placed pod by pod (OutcomeNotPossible).
-func (m *Manager) Invalid(key Key, outcome Outcome, message string, now time.Time) Effects {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.get(key, now)
-	m.setPhaseWithoutPlan(key, s, PhaseInvalid)
-	return Effects{Notice: s.notice(key, outcome, message)}
-}
-
 // FailedAttempt is a failed plan other members may reuse (FailedPlan):
 // what it was computed against and for how long it stands.
 type FailedAttempt struct {
@@ -42,17 +22,41 @@ type FailedAttempt struct {
 	Valid           time.Duration
 }
 
-// Unplaceable: planning the gang found no room. With reuse set, the
-// gang's other members reuse the answer while nothing changed.
-func (m *Manager) Unplaceable(key Key, message string, now time.Time, reuse *FailedAttempt) Effects {
+// Refusal is why a gang cannot go ahead now. Its outcome sets the phase:
+// OutcomeWaitingForMembers (fewer members than the quorum), OutcomeInvalid
+// (it cannot be served as asked), OutcomeNotPossible (it can never be a
+// gang and is placed pod by pod), OutcomeUnschedulable (no room).
+type Refusal struct {
+	Outcome Outcome
+	Message string
+	// Reuse, with OutcomeUnschedulable: the gang's other members reuse
+	// the answer while nothing changed.
+	Reuse *FailedAttempt
+}
+
+// phase is the phase a gang without an active plan is in after r.
+func (r Refusal) phase() Phase {
+	switch r.Outcome {
+	case OutcomeWaitingForMembers:
+		return PhaseWaitingForMembers
+	case OutcomeUnschedulable:
+		return PhaseUnplaceable
+	}
+	return PhaseInvalid
+}
+
+// Refused: the gang cannot go ahead, for r (now: when that was decided).
+// An active plan keeps its phase: another profile's cycle, or one member's
+// own trouble, does not undo it.
+func (m *Manager) Refused(key Key, r Refusal, now time.Time) Effects {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(key, now)
-	m.setPhaseWithoutPlan(key, s, PhaseUnplaceable)
-	if reuse != nil {
-		s.failedPlan = &failedAttempt{epoch: reuse.Epoch, shape: [2]int{reuse.Pending, reuse.Needed}, until: now.Add(reuse.Valid), message: message}
+	m.setPhaseWithoutPlan(key, s, r.phase())
+	if r.Reuse != nil {
+		s.failedPlan = &failedAttempt{epoch: r.Reuse.Epoch, shape: [2]int{r.Reuse.Pending, r.Reuse.Needed}, until: now.Add(r.Reuse.Valid), message: r.Message}
 	}
-	return Effects{Notice: s.notice(key, OutcomeUnschedulable, message)}
+	return Effects{Notice: s.notice(key, r.Outcome, r.Message)}
 }
 
 // Install makes plan the gang's active plan unless another one was set in

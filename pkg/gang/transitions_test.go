@@ -101,12 +101,12 @@ func TestDropWakesTheUnplaceableGangs(t *testing.T) {
 	m := installed(t, jobA, twoMembers())
 	job := func(name string) Key { return Key{Kind: KindJob, Namespace: "ns", Name: name} }
 	for _, name := range []string{"b", "c", "d", "e"} {
-		m.Unplaceable(job(name), "no room", t0, nil)
+		m.Refused(job(name), Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, t0)
 	}
 	_, ok := m.Install(job("c"), twoMembers(), "a0", "planned", t0)
 	require.True(t, ok)
 	m.Forget(job("d"))
-	m.Waiting(job("e"), "short", t0)
+	m.Refused(job("e"), Refusal{Outcome: OutcomeWaitingForMembers, Message: "short"}, t0)
 
 	e := m.Drop(jobA, 0, DropRejected, "test", t0, time.Second)
 	assert.Equal(t, []Wake{{Key: job("b"), Reason: WakeCapacityFreed, AllProfiles: true}}, e.Wake)
@@ -178,9 +178,15 @@ func TestActivePlanKeepsItsPhase(t *testing.T) {
 		name   string
 		report func(m *Manager) Effects
 	}{
-		{"waiting", func(m *Manager) Effects { return m.Waiting(jobA, "short", t0) }},
-		{"invalid", func(m *Manager) Effects { return m.Invalid(jobA, OutcomeNotPossible, "one at a time", t0) }},
-		{"unplaceable", func(m *Manager) Effects { return m.Unplaceable(jobA, "no room", t0, nil) }},
+		{"waiting", func(m *Manager) Effects {
+			return m.Refused(jobA, Refusal{Outcome: OutcomeWaitingForMembers, Message: "short"}, t0)
+		}},
+		{"invalid", func(m *Manager) Effects {
+			return m.Refused(jobA, Refusal{Outcome: OutcomeNotPossible, Message: "one at a time"}, t0)
+		}},
+		{"unplaceable", func(m *Manager) Effects {
+			return m.Refused(jobA, Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, t0)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := installed(t, jobA, twoMembers())
@@ -353,9 +359,13 @@ func TestExplanations(t *testing.T) {
 		phase   Phase
 		outcome Outcome
 	}{
-		{"waiting for members", func(m *Manager) Effects { return m.Waiting(jobA, "1 of 2", t0) }, PhaseWaitingForMembers, OutcomeWaitingForMembers},
-		{"invalid", func(m *Manager) Effects { return m.Invalid(jobA, OutcomeInvalid, "bad", t0) }, PhaseInvalid, OutcomeInvalid},
-		{"unplaceable", func(m *Manager) Effects { return m.Unplaceable(jobA, "no room", t0, nil) }, PhaseUnplaceable, OutcomeUnschedulable},
+		{"waiting for members", func(m *Manager) Effects {
+			return m.Refused(jobA, Refusal{Outcome: OutcomeWaitingForMembers, Message: "1 of 2"}, t0)
+		}, PhaseWaitingForMembers, OutcomeWaitingForMembers},
+		{"invalid", func(m *Manager) Effects { return m.Refused(jobA, Refusal{Outcome: OutcomeInvalid, Message: "bad"}, t0) }, PhaseInvalid, OutcomeInvalid},
+		{"unplaceable", func(m *Manager) Effects {
+			return m.Refused(jobA, Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, t0)
+		}, PhaseUnplaceable, OutcomeUnschedulable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := NewManager()
@@ -388,7 +398,7 @@ func TestAdmit(t *testing.T) {
 	_, ok := m.Install(other, twoMembers(), "a0", "planned", t0)
 	require.True(t, ok)
 	avoidFor(m, jobA, "n3", t0, t0.Add(time.Hour), "a0")
-	m.Unplaceable(jobA, "no room", t0, &FailedAttempt{Epoch: Epoch{Snapshot: 1, Releases: 1}, Pending: 2, Needed: 2, Valid: time.Hour})
+	m.Refused(jobA, Refusal{Outcome: OutcomeUnschedulable, Message: "no room", Reuse: &FailedAttempt{Epoch: Epoch{Snapshot: 1, Releases: 1}, Pending: 2, Needed: 2, Valid: time.Hour}}, t0)
 	later := t0.Add(5 * time.Second)
 	a = m.Admit(jobA, t0, later)
 	require.NotNil(t, a.Planning)

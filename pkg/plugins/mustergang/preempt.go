@@ -85,9 +85,9 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		// add victims (the plan that waited for them timed out first).
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s waits for %d pods it preempted to terminate", key.Subject(), n))
 	}
-	gr, status := p.prepareGang(ctx, pod, info, constraints, admission.Planning)
-	if status != nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, status.Message())
+	gr, r := p.prepareGang(ctx, pod, info, constraints, admission.Planning)
+	if r != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, p.refuse(ctx, info, r).Message())
 	}
 	prio, never := p.preemptorPriority(pod, gr.candidates)
 	if never != "" {

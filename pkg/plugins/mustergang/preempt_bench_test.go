@@ -46,9 +46,9 @@ func BenchmarkVictimSearch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			gr, status := f.plugin.prepareGang(ctx, high[0], info, c, &gang.Planning{})
-			if status != nil {
-				b.Fatal(status)
+			gr, r := f.plugin.prepareGang(ctx, high[0], info, c, &gang.Planning{})
+			if r != nil {
+				b.Fatal(r.status)
 			}
 			checks := 0
 			b.ReportAllocs()
@@ -89,9 +89,9 @@ func BenchmarkLonePodVictimSearch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gr, status := f.plugin.prepareGang(ctx, high, info, c, &gang.Planning{})
-	if status != nil {
-		b.Fatal(status)
+	gr, r := f.plugin.prepareGang(ctx, high, info, c, &gang.Planning{})
+	if r != nil {
+		b.Fatal(r.status)
 	}
 	checks, victims := 0, 0
 	b.ReportAllocs()

@@ -32,53 +32,96 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		err = resolveErr
 	}
 	if err != nil {
-		if info != nil {
-			p.carryOut(ctx, p.gangs.Invalid(info.key, gang.OutcomeInvalid, err.Error(), p.now()), info.owner)
-		} else {
+		if info == nil {
 			p.podEvent(pod, gang.OutcomeInvalid, err.Error())
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 		}
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		return nil, p.refuse(ctx, info, refuseGang(gang.OutcomeInvalid, err.Error()))
 	}
 	if !inGang {
-		// A pod scheduled alone has a plan only when it preempted.
-		plan := p.gangs.Plan(gang.LoneKey(pod))
-		if plan == nil {
-			st := &cycleState{policy: constraints.Policy, held: p.gangs.Held()}
-			if len(st.held) > 0 {
-				// Filter reads the request only on nodes with held capacity;
-				// summing it costs the framework's PodRequests twice.
-				st.request = p.requestOf(pod)
-				var err error
-				if st.dra, err = p.dra.snapshot(ctx); err != nil {
-					return nil, fwk.AsStatus(err)
-				}
-			}
-			cs.Write(stateKey, st)
-			return nil, nil
-		}
-		return p.steer(cs, pod, gang.LoneKey(pod), plan, constraints)
+		return p.preFilterAlone(ctx, cs, pod, constraints)
 	}
-	key := info.key
 	if info.noGang != "" {
-		p.carryOut(ctx, p.gangs.Invalid(key, gang.OutcomeNotPossible, info.noGang, p.now()), info.owner)
+		// Said, not refused: its pods are placed one by one (quorum 1).
+		p.carryOut(ctx, p.gangs.Refused(info.key, gang.Refusal{Outcome: gang.OutcomeNotPossible, Message: info.noGang}, p.now()), info.owner)
 		p.podEvent(pod, gang.OutcomeNotPossible, info.noGang)
 	}
+	plan, r := p.gangPlan(ctx, pod, info, constraints, nodes)
+	if r != nil {
+		return nil, p.refuse(ctx, info, r)
+	}
+	return p.steer(cs, pod, info.key, plan, constraints)
+}
+
+// preFilterAlone serves a pod scheduled alone: it has a plan only when it
+// preempted; otherwise Filter keeps it off capacity other gangs' plans hold.
+func (p *Plugin) preFilterAlone(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, constraints gang.Constraints) (*fwk.PreFilterResult, *fwk.Status) {
+	if plan := p.gangs.Plan(gang.LoneKey(pod)); plan != nil {
+		return p.steer(cs, pod, gang.LoneKey(pod), plan, constraints)
+	}
+	st := &cycleState{policy: constraints.Policy, held: p.gangs.Held()}
+	if len(st.held) > 0 {
+		// Filter reads the request only on nodes with held capacity;
+		// summing it costs the framework's PodRequests twice.
+		st.request = p.requestOf(pod)
+		var err error
+		if st.dra, err = p.dra.snapshot(ctx); err != nil {
+			return nil, fwk.AsStatus(err)
+		}
+	}
+	cs.Write(stateKey, st)
+	return nil, nil
+}
+
+// gangPlan is the gang's active plan, made now when it has none and does
+// not back off.
+func (p *Plugin) gangPlan(ctx context.Context, pod *v1.Pod, info *gangInfo, constraints gang.Constraints, nodes []fwk.NodeInfo) (*gang.ActivePlan, *refusal) {
 	// One reading of the clock: the manager and this check must agree on
 	// whether the gang still backs off (Planning is set only when not).
 	now := p.now()
-	admission := p.gangs.Admit(key, pod.CreationTimestamp.Time, now)
+	admission := p.gangs.Admit(info.key, pod.CreationTimestamp.Time, now)
 	if until := admission.BackoffUntil; now.Before(until) {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("gang %s backs off until %s after: %s", key, until.Format(time.RFC3339), admission.Why))
+		return nil, refuseCycle(fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("gang %s backs off until %s after: %s", info.key, until.Format(time.RFC3339), admission.Why)))
 	}
-	plan := admission.Plan
-	if plan == nil {
-		var status *fwk.Status
-		if plan, status = p.planGang(ctx, pod, info, constraints, nodes, admission.Planning); status != nil {
-			return nil, status
+	if admission.Plan != nil {
+		return admission.Plan, nil
+	}
+	return p.planGang(ctx, pod, info, constraints, nodes, admission.Planning)
+}
+
+// refusal is why a member cannot go ahead in this cycle: the status the
+// framework gets and, when the gang's phase changes with it, what the gang
+// manager records. refuse records it, in one place.
+type refusal struct {
+	status *fwk.Status
+	// gang is nil when nothing new is said of the gang (it backs off, a
+	// sibling's failed plan stands, the cycle failed).
+	gang *gang.Refusal
+	// failedPlan, for a gang with no room, tallies the nodes for the
+	// record kubectl muster reads; asked only when the refusal is news.
+	failedPlan func() *gang.FailedPlan
+}
+
+// refuseGang refuses the gang for outcome: recorded, announced, and the
+// member unschedulable and unresolvable with msg.
+func refuseGang(outcome gang.Outcome, msg string) *refusal {
+	return &refusal{status: fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), gang: &gang.Refusal{Outcome: outcome, Message: msg}}
+}
+
+// refuseCycle refuses this cycle only; the gang's phase stands.
+func refuseCycle(status *fwk.Status) *refusal { return &refusal{status: status} }
+
+// refuse records r for the gang of info and returns the framework's status.
+func (p *Plugin) refuse(ctx context.Context, info *gangInfo, r *refusal) *fwk.Status {
+	if r.gang != nil {
+		effects := p.gangs.Refused(info.key, *r.gang, p.now())
+		if effects.Notice != nil && r.failedPlan != nil {
+			p.failedPlans.record(p.source.speaker(info.key), r.failedPlan())
 		}
+		p.carryOut(ctx, effects, info.owner)
 	}
-	return p.steer(cs, pod, key, plan, constraints)
+	return r.status
 }
 
 // steer sends a planned member to its slot: PreFilter narrows to it and
@@ -168,20 +211,16 @@ type gangRequest struct {
 
 // prepareGang gathers the gang of pod for planning: the pending members to
 // place, around the members already bound.
-func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints, planning *gang.Planning) (*gangRequest, *fwk.Status) {
+func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints, planning *gang.Planning) (*gangRequest, *refusal) {
 	key := info.key
 	set := p.source.members(key)
 	if set.total < info.quorum {
-		msg := shortMessage(key, set.total, info.quorum)
-		p.carryOut(ctx, p.gangs.Waiting(key, msg, p.now()), info.owner)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		return nil, refuseGang(gang.OutcomeWaitingForMembers, shortMessage(key, set.total, info.quorum))
 	}
 	needed := info.quorum - set.bound()
 	if needed > len(set.pending) {
-		msg := fmt.Sprintf("gang %s needs %d more members but only %d can be scheduled; %d are held by scheduling gates",
-			key, needed, len(set.pending), set.total-set.bound()-len(set.pending))
-		p.carryOut(ctx, p.gangs.Waiting(key, msg, p.now()), info.owner)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		return nil, refuseGang(gang.OutcomeWaitingForMembers, fmt.Sprintf("gang %s needs %d more members but only %d can be scheduled; %d are held by scheduling gates",
+			key, needed, len(set.pending), set.total-set.bound()-len(set.pending)))
 	}
 	candidates := set.pending
 	if needed <= 0 {
@@ -190,8 +229,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		candidates, needed = []*v1.Pod{pod}, 1
 	}
 	if msg := disagreement(key, pod, c, candidates, p.nodes.levels); msg != "" {
-		p.carryOut(ctx, p.gangs.Invalid(key, gang.OutcomeInvalid, msg, p.now()), info.owner)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		return nil, refuseGang(gang.OutcomeInvalid, msg)
 	}
 	// The owner's own topology requirement narrows the members' wishes.
 	c.Required = gang.NarrowerLevel(p.nodes.levels, c.Required, info.required)
@@ -211,9 +249,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 	for _, m := range candidates {
 		pi, err := framework.NewPodInfo(m)
 		if err != nil {
-			msg := fmt.Sprintf("gang %s: member %s: %v", key, m.Name, err)
-			p.carryOut(ctx, p.gangs.Invalid(key, gang.OutcomeInvalid, msg, p.now()), info.owner)
-			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+			return nil, refuseGang(gang.OutcomeInvalid, fmt.Sprintf("gang %s: member %s: %v", key, m.Name, err))
 		}
 		gr.candidates = append(gr.candidates, pi)
 		tmpl := templateKey(m)
@@ -273,22 +309,22 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 // planGang computes and installs a plan for the gang of pod: every pending
 // member, around the members already bound, each choice confirmed by the
 // profile's own filters.
-func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints, nodes []fwk.NodeInfo, planning *gang.Planning) (*gang.ActivePlan, *fwk.Status) {
-	gr, status := p.prepareGang(ctx, pod, info, c, planning)
-	if status != nil {
-		return nil, status
+func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints, nodes []fwk.NodeInfo, planning *gang.Planning) (*gang.ActivePlan, *refusal) {
+	gr, r := p.prepareGang(ctx, pod, info, c, planning)
+	if r != nil {
+		return nil, r
 	}
 	// A sibling's cycle found no plan on this very snapshot, with no plan
 	// dropped since: the answer is the same.
 	dra, err := p.dra.snapshot(ctx)
 	if err != nil {
-		return nil, fwk.AsStatus(err)
+		return nil, refuseCycle(fwk.AsStatus(err))
 	}
 	views, generation := p.nodes.views(nodes, dra)
 	epoch := gang.Epoch{Snapshot: generation, Releases: planning.Releases}
 	if !gr.alone {
 		if msg, ok := planning.FailedPlan(epoch, len(gr.candidates), gr.req.Needed, p.now()); ok {
-			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+			return nil, refuseCycle(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg))
 		}
 	}
 	// Members still waiting at Permit from a plan that was dropped while they
@@ -312,12 +348,11 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		// Reused only when the planner's own screening decided: what the
 		// filters see (volumes, claims, pod labels) changes without the
 		// snapshot's generation, and members released here change it next.
-		var reuse *gang.FailedAttempt
+		r := refuseGang(gang.OutcomeUnschedulable, msg)
 		if !gr.alone && check != nil && len(check.rejected) == 0 && released == 0 {
-			reuse = &gang.FailedAttempt{Epoch: epoch, Pending: len(gr.candidates), Needed: gr.req.Needed, Valid: reuseFailedPlan}
+			r.gang.Reuse = &gang.FailedAttempt{Epoch: epoch, Pending: len(gr.candidates), Needed: gr.req.Needed, Valid: reuseFailedPlan}
 		}
-		effects := p.gangs.Unplaceable(info.key, msg, p.now(), reuse)
-		if effects.Notice != nil {
+		r.failedPlan = func() *gang.FailedPlan {
 			// Counted on the views the plan saw: other gangs' holdings
 			// taken out, as computePlan did.
 			held := p.nodes.subtractHeld(views, planning.HeldByOthers())
@@ -325,13 +360,16 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 			if u := (*gang.Unplaceable)(nil); errors.As(err, &u) {
 				closest = u.Closest
 			}
-			p.failedPlans.record(p.source.speaker(info.key), &gang.FailedPlan{Time: p.now(), Nodes: gang.TallyNodes(gr.req, held, check.refuser(), closest), Message: msg})
+			return &gang.FailedPlan{Time: p.now(), Nodes: gang.TallyNodes(gr.req, held, check.refuser(), closest), Message: msg}
 		}
-		p.carryOut(ctx, effects, info.owner)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		return nil, r
 	}
 	klog.FromContext(ctx).V(4).Info("Plan checked with the framework's filters", "gang", info.key, "filterChecks", check.checks)
-	return p.installPlan(ctx, pod, gr, plan, nil, "")
+	active, status := p.installPlan(ctx, pod, gr, plan, nil, "")
+	if status != nil {
+		return nil, refuseCycle(status)
+	}
+	return active, nil
 }
 
 // installPlan makes plan the gang's active plan, holding its slots in the

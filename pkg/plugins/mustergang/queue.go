@@ -200,7 +200,7 @@ func (p *Plugin) explainShortLater(info *gangInfo) {
 		if total := p.source.members(key).total; total < quorum {
 			// At the time the check was due: a timer's callback must not
 			// read a fake clock that is running it.
-			p.carryOut(p.handlerCtx(), p.gangs.Waiting(key, shortMessage(key, total, quorum), due), owner)
+			p.carryOut(p.handlerCtx(), p.gangs.Refused(key, gang.Refusal{Outcome: gang.OutcomeWaitingForMembers, Message: shortMessage(key, total, quorum)}, due), owner)
 		}
 	})
 }

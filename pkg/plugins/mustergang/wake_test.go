@@ -123,7 +123,7 @@ func TestWakeWhenAPlanIsDropped(t *testing.T) {
 	waiting := worker("o", 0, 8, "") // another Job's gang, last told there is no room
 	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil, []*v1.Pod{a, b, waiting})
 	other, _ := gang.KeyOf(waiting)
-	f.plugin.gangs.Unplaceable(other, "no room", t0, nil)
+	f.plugin.gangs.Refused(other, gang.Refusal{Outcome: gang.OutcomeUnschedulable, Message: "no room"}, t0)
 	state, plan := f.planAndWait(t, a)
 	f.takeActivated()
 	before := wakeCounts(t)
@@ -310,7 +310,7 @@ func TestProfilesShareWakesAndGangState(t *testing.T) {
 	require.NoError(t, f.plugin.handle.SharedInformerFactory().Core().V1().Pods().Informer().
 		AddIndexers(cache.Indexers{gangIndexPrefix + "other": gangIndexFunc("other")}))
 	other, _ := gang.KeyOf(waiting)
-	f.plugin.gangs.Unplaceable(other, "no room", t0, nil)
+	f.plugin.gangs.Refused(other, gang.Refusal{Outcome: gang.OutcomeUnschedulable, Message: "no room"}, t0)
 
 	state, plan := f.planAndWait(t, a)
 	f.takeActivated()
