@@ -14,9 +14,9 @@ import (
 // members allowed but not yet seen bound, backoff after a failure, the
 // (member, node) pairs to avoid and what was last announced.
 //
-// Each transition (Install, Reserved, Arrive, Drop, Expire, Rejected,
-// PlanBroken, MemberGone, MemberBound,
-// NodeChanged, VictimGone, Unplaceable, Waiting, Invalid) is one method
+// Each transition (Refused, Install, Reserved, Arrive, Drop, Expire,
+// Rejected, PlanBroken, MemberGone, MemberBound, NodeChanged, VictimGone,
+// HeldOut) is one method
 // under one lock that returns its Effects: whom to wake and why, the notice
 // to publish, the members to allow or reject at Permit, the timers to set.
 // The manager never calls out; the scheduler plugin carries the effects

@@ -20,7 +20,8 @@ const (
 	PhaseWaitingForMembers
 	// PhaseInvalid: the gang's spec or annotations cannot be served.
 	PhaseInvalid
-	// PhaseUnplaceable: the last plan found no room; capacity freed by
+	// PhaseUnplaceable: the last plan found no room (for a pod scheduled
+	// alone: gang plans held what it needs, HeldOut); capacity freed by
 	// another gang retries it.
 	PhaseUnplaceable
 	// PhasePreempting: planned, waiting for the pods it preempted to go.

@@ -59,6 +59,24 @@ func (m *Manager) Refused(key Key, r Refusal, now time.Time) Effects {
 	return Effects{Notice: s.notice(key, r.Outcome, r.Message)}
 }
 
+// HeldOut records whether a pod scheduled alone (key: its LoneKey) found
+// no node because gang plans hold the capacity it needs (heldOut). No
+// cluster event follows when such a plan is dropped, so while it is held
+// out the drop wakes it with the gangs that found no room
+// (PhaseUnplaceable), until it is bound or gone (Forget) or refused for
+// another reason. Nothing is announced: the pod's own condition says why.
+func (m *Manager) HeldOut(key Key, heldOut bool, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !heldOut {
+		if s := m.gangs[key]; s != nil && s.phase == PhaseUnplaceable {
+			m.setPhaseWithoutPlan(key, s, PhaseNew)
+		}
+		return
+	}
+	m.setPhaseWithoutPlan(key, m.get(key, now), PhaseUnplaceable)
+}
+
 // Install makes plan the gang's active plan unless another one was set in
 // the meantime (ok false): its slots are held from now on, its deadline
 // timer set, and, unless it waits for victims, its other members (all but

@@ -112,6 +112,26 @@ func TestDropWakesTheUnplaceableGangs(t *testing.T) {
 	assert.Equal(t, []Wake{{Key: job("b"), Reason: WakeCapacityFreed, AllProfiles: true}}, e.Wake)
 }
 
+// A pod alone held out by the plans' holdings is woken by a drop, as long
+// as it is held out: refused for another reason, or bound (Forget), it is
+// not. Nothing is announced either way.
+func TestHeldOutLonePodsAreWokenByADrop(t *testing.T) {
+	m := installed(t, jobA, twoMembers())
+	held := Key{Kind: KindPod, Namespace: "ns", Name: "held"}
+	refusedSince := Key{Kind: KindPod, Namespace: "ns", Name: "refused-since"}
+	bound := Key{Kind: KindPod, Namespace: "ns", Name: "bound"}
+	for _, k := range []Key{held, refusedSince, bound} {
+		m.HeldOut(k, true, t0)
+		assert.Equal(t, PhaseUnplaceable, m.Phase(k))
+	}
+	m.HeldOut(refusedSince, false, t0)
+	assert.Equal(t, PhaseNew, m.Phase(refusedSince))
+	m.Forget(bound)
+
+	e := m.Drop(jobA, 0, DropRejected, "test", t0, time.Second)
+	assert.Equal(t, []Wake{{Key: held, Reason: WakeCapacityFreed, AllProfiles: true}}, e.Wake)
+}
+
 func TestArriveCompletesThePlanOnce(t *testing.T) {
 	plan := twoMembers()
 	m := installed(t, jobA, plan)

@@ -35,8 +35,12 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 		nodeGPUs(&free, ni, v1.ResourceName(p.args.GPUResourceName), s.dra.freeOn(node.Name))
 		free.Sub(h)
 		if !free.Fits(s.request) {
-			return fwk.NewStatus(fwk.Unschedulable, "capacity held for a planned gang")
+			return fwk.NewStatus(fwk.Unschedulable, heldByPlans)
 		}
 	}
 	return nil
 }
+
+// heldByPlans is Filter's reason for keeping a pod scheduled alone off a
+// node: PostFilter reads it (noteHeldOut).
+const heldByPlans = "capacity held for a planned gang"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -26,6 +27,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if plan == nil {
 		// No plan: the gang (or the lone pod) does not fit. Preemption may
 		// make room; otherwise any stale nomination is cleared.
+		p.noteHeldOut(cs, pod, statuses)
 		result, status := p.preempt(ctx, pod)
 		if result == nil {
 			result = clear
@@ -61,6 +63,28 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	now := p.now()
 	p.carryOut(ctx, p.gangs.PlanBroken(key, plan.ID, pod.UID, slot, reason, avoid, now, now.Add(avoidFor), p.backoffBase()), nil)
 	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s", key.Subject(), reason))
+}
+
+// noteHeldOut tells the gang manager whether Filter kept a pod scheduled
+// alone off capacity that gang plans hold (heldByPlans): when such a plan
+// is dropped, no cluster event moves the pod, and the drop must wake it.
+func (p *Plugin) noteHeldOut(cs fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) {
+	s, err := readState(cs)
+	if err != nil || s.slot != "" {
+		return // a gang member, or refused before muster's Filter ran
+	}
+	heldOut := false
+	for node := range s.held {
+		if st := statuses.Get(node); st != nil && st.Plugin() == Name && slices.Contains(st.Reasons(), heldByPlans) {
+			heldOut = true
+			break
+		}
+	}
+	key := gang.LoneKey(pod)
+	p.gangs.HeldOut(key, heldOut, p.now())
+	if heldOut && p.source.lonePod(key) == nil {
+		p.forget(key) // deleted during its cycle: its deletion's forget came first
+	}
 }
 
 // waitingForVictims reports whether a member was turned away only because

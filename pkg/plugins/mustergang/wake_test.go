@@ -17,6 +17,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
+	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -140,6 +141,43 @@ func TestWakeWhenAPlanIsDropped(t *testing.T) {
 	f.clock.Step(time.Millisecond)
 	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated(), "the gang's members when its backoff ends")
 	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeCapacityFreed: 1, gang.WakeBackoffEnded: 1}, wakesSince(t, before))
+}
+
+// A pod scheduled alone that Filter kept off the capacity a plan holds is
+// woken when that plan is dropped: no cluster event says the capacity is
+// free again. Until then it is not woken, nor is a pod alone that fits
+// nowhere whatever the plans hold.
+func TestWakeALonePodHeldOutWhenAPlanIsDropped(t *testing.T) {
+	a, b := worker("g", 0, 8, ""), worker("g", 1, 8, "")
+	lone := testobj.MakePod("ns", "lone").UID("lone").SchedulerName("muster").
+		Container(testobj.MakeContainer("c").GPUs(1).Obj()).Obj()
+	tooBig := testobj.MakePod("ns", "too-big").UID("too-big").SchedulerName("muster").
+		Container(testobj.MakeContainer("c").GPUs(16).Obj()).Obj()
+	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil, []*v1.Pod{a, b, lone, tooBig})
+	_, status := f.preFilter(t, a)
+	require.True(t, status.IsSuccess(), "PreFilter of a: %v", status)
+	key, _ := gang.KeyOf(a)
+	plan := f.plugin.gangs.Plan(key)
+	require.NotNil(t, plan)
+	f.takeActivated()
+
+	for _, pod := range []*v1.Pod{lone, tooBig} {
+		state, status := f.preFilter(t, pod)
+		require.True(t, status.IsSuccess(), "PreFilter of %s: %v", pod.Name, status)
+		statuses := framework.NewDefaultNodeToStatus()
+		for _, ni := range f.nodes {
+			st := f.fw.RunFilterPlugins(context.Background(), state, pod, ni)
+			require.False(t, st.IsSuccess(), "%s fits on node %s", pod.Name, ni.Node().Name)
+			statuses.Set(ni.Node().Name, st)
+		}
+		f.fw.RunPostFilterPlugins(context.Background(), state, pod, statuses)
+	}
+	assert.Empty(t, f.takeActivated(), "nothing was freed yet")
+	before := wakeCounts(t)
+
+	f.plugin.expirePlan(key, plan.ID)
+	assert.Equal(t, []string{"ns/lone"}, f.takeActivated(), "the lone pod held out is woken when the capacity held is free")
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeCapacityFreed: 1}, wakesSince(t, before))
 }
 
 // A member a Filter turned away from its planned node backs the gang off
