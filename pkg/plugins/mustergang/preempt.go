@@ -14,12 +14,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	applyv1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
 	"github.com/muster-sched/muster/pkg/gang"
@@ -83,7 +86,10 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	} else if n > 0 {
 		// Their capacity is coming free; evicting others now would only
 		// add victims (the plan that waited for them timed out first).
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s waits for %d pods it preempted to terminate", key.Subject(), n))
+		// The preemptor keeps its nomination: it holds the room, and
+		// after a restart it says where the victims are.
+		return framework.NewPostFilterResultWithNominatedNode(pod.Status.NominatedNodeName),
+			fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s waits for %d pods it preempted to terminate", key.Subject(), n))
 	}
 	gr, r := p.prepareGang(ctx, pod, info, constraints, admission.Planning)
 	if r != nil {
@@ -145,11 +151,13 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 // stillTerminating counts the pods the gang's last preemption evicted that
 // the scheduler's snapshot still shows terminating. A victim whose deletion
 // failed and that runs on holds nothing back (it may be chosen again); once
-// none is left the gang stops looking.
+// none is left the gang stops looking. After a restart the manager knows
+// none of them: then the nominations the scheduler wrote for the gang's
+// members (the preemptor's names its slot) say where to look.
 func (p *Plugin) stillTerminating(key gang.Key) (int, error) {
 	uids := p.gangs.Preempted(key)
 	if uids.Len() == 0 {
-		return 0, nil
+		return p.terminatingWhereNominated(key), nil
 	}
 	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
 	if err != nil {
@@ -170,6 +178,32 @@ func (p *Plugin) stillTerminating(key gang.Key) (int, error) {
 		p.gangs.PreemptedGone(key)
 	}
 	return terminating, nil
+}
+
+// terminatingWhereNominated counts the pods of lower priority terminating
+// by preemption on the nodes the gang's pending members are nominated to,
+// as DefaultPreemption's PodEligibleToPreemptOthers does for one pod.
+func (p *Plugin) terminatingWhereNominated(key gang.Key) int {
+	infos := p.handle.SnapshotSharedLister().NodeInfos()
+	seen := sets.New[string]()
+	n := 0
+	for _, m := range p.source.members(key).pending {
+		node := m.Status.NominatedNodeName
+		if node == "" || seen.Has(node) {
+			continue
+		}
+		seen.Insert(node)
+		ni, err := infos.Get(node)
+		if err != nil {
+			continue // the node left: nothing terminates there
+		}
+		for _, pi := range ni.GetPods() {
+			if v := pi.GetPod(); preemption.PodTerminatingByPreemption(v) && corev1helpers.PodPriority(v) < corev1helpers.PodPriority(m) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // victimSearch is the outcome of searchVictims: the chosen units (indexes

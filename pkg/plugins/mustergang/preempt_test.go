@@ -279,6 +279,36 @@ func TestNoSecondPreemptionWhileVictimsTerminate(t *testing.T) {
 	}
 }
 
+// After a restart the manager has forgotten what a gang preempted. The
+// nomination the scheduler wrote for its preemptor still names the node
+// where the victim terminates: the gang waits for it, as DefaultPreemption
+// does, keeps its nomination, and evicts no other gang.
+func TestNoSecondPreemptionAfterARestartWhileVictimsTerminate(t *testing.T) {
+	low := append(lowGang("low", "n1"), lowGang("other", "n2")...)
+	terminating := low[0]
+	terminating.DeletionTimestamp = &metav1.Time{Time: t0}
+	terminating.Status.Conditions = append(terminating.Status.Conditions,
+		v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler})
+	high := worker("j", 0, 8, "")
+	high.Spec.Priority = ptr.To[int32](100)
+	high.Status.NominatedNodeName = "n1"
+	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...)
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(append(low, background...), high))
+	f.keepPodsInAPI()
+
+	state, status := f.preFilter(t, high)
+	require.False(t, status.IsSuccess(), "PreFilter of %s succeeded; the test wants a full cluster", high.Name)
+	result, status := f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
+	assert.Contains(t, status.Message(), "waits for 1 pods it preempted to terminate")
+	require.NotNil(t, result)
+	assert.Equal(t, "n1", result.NominatedNodeName, "the preemptor keeps its nomination")
+	key, _ := gang.KeyOf(high)
+	assert.Nil(t, f.plugin.gangs.Plan(key), "a second preemption while the first one's victim terminates")
+	for _, p := range append(low, background...) {
+		assert.False(t, f.plugin.gangs.IsVictim(p.UID), "%s chosen", p.Name)
+	}
+}
+
 // A victim whose deletion failed runs on, not terminating: once its plan
 // is gone it holds nothing back, and the gang may preempt again.
 func TestFailedEvictionDoesNotBlockTheNextPreemption(t *testing.T) {
