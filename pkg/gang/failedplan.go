@@ -118,7 +118,7 @@ func TallyNodes(req Request, nodes []NodeView, refusedBy func(node string) strin
 		n := &nodes[i]
 		k := key{reason: NodeHasRoom}
 		switch {
-		case n.Node.Spec.Unschedulable:
+		case n.Cordoned:
 			k.reason = NodeCordoned
 		case n.Unavailable():
 			k.reason = NodeReclaiming

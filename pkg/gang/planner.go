@@ -36,19 +36,21 @@ type NodeView struct {
 	// gangs' plans hold on it. Change it with Take, which keeps the cache.
 	Free        Resources
 	Preemptible bool
-	// Reclaiming nodes (spot reclaim notice, disruption taint) never receive
-	// a member; nor do cordoned ones (see Unavailable).
+	// Reclaiming nodes (spot reclaim notice, disruption taint) and
+	// Cordoned ones (spec.unschedulable) never receive a member
+	// (Unavailable).
 	Reclaiming bool
+	Cordoned   bool
 
-	gpu     v1.ResourceName // set by NewNodeView: Reclaiming includes cordon
+	gpu     v1.ResourceName // set by NewNodeView
 	freeGPU int64           // Free.Scalars[gpu]
 }
 
 // NewNodeView returns the view of node with free resources free, gpu the
-// name of the GPU resource the plans will ask for. The view folds a cordon
-// into Reclaiming, so planning reads no node object.
+// name of the GPU resource the plans will ask for. The view keeps the
+// node's cordon, so planning reads no node object for it.
 func NewNodeView(node *v1.Node, free Resources, gpu v1.ResourceName, preemptible, reclaiming bool) NodeView {
-	return NodeView{Node: node, Free: free, Preemptible: preemptible, Reclaiming: reclaiming || node.Spec.Unschedulable,
+	return NodeView{Node: node, Free: free, Preemptible: preemptible, Reclaiming: reclaiming, Cordoned: node.Spec.Unschedulable,
 		gpu: gpu, freeGPU: free.Scalars[gpu]}
 }
 
@@ -72,7 +74,7 @@ func (n *NodeView) gpus(name v1.ResourceName) int64 {
 // reclaimed or it is cordoned. It is the one place that decides it, for
 // plans and for choosing preemption victims.
 func (n *NodeView) Unavailable() bool {
-	return n.Reclaiming || (n.gpu == "" && n.Node.Spec.Unschedulable)
+	return n.Reclaiming || n.Cordoned
 }
 
 // Eligible reports whether a gang of policy may use the node at all: it is

@@ -66,7 +66,7 @@ func TestNodeViewKeepsGPUsAndCordon(t *testing.T) {
 	made := views(testNode{name: "a", rack: "r1", used: 3}, testNode{name: "b", rack: "r1", used: 5}, testNode{name: "c", rack: "r1", cordoned: true})
 	literal := make([]NodeView, len(made))
 	for i, v := range made {
-		literal[i] = NodeView{Node: v.Node, Free: v.Free, Preemptible: v.Preemptible}
+		literal[i] = NodeView{Node: v.Node, Free: v.Free, Preemptible: v.Preemptible, Cordoned: v.Cordoned}
 	}
 	for name, nodes := range map[string][]NodeView{"NewNodeView": made, "literal": literal} {
 		plan, err := Compute(request(gangOf(2, 3)), nodes)

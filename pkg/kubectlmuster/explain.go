@@ -535,7 +535,8 @@ func limitLevel(req gang.Request) (gang.Level, bool) {
 // eligible reports whether a node may take a member at all: available, the
 // policy allows it, and the members' node constraints match.
 func eligible(s *nodeState, req gang.Request) bool {
-	return !s.unavailable && !req.Policy.Excludes(s.spot) && (len(req.Members) == 0 || req.Members[0].Constraints.Match(s.node))
+	view := s.view(req.GPU)
+	return view.Eligible(req.Policy) && (len(req.Members) == 0 || req.Members[0].Constraints.Match(s.node))
 }
 
 // closest is the domain of the gang's widest allowed level with room for
@@ -682,10 +683,10 @@ func (ix *index) nodeCounts(req gang.Request, states []nodeState, closest *domai
 	for i := range states {
 		s := &states[i]
 		name := s.node.Name
-		switch {
-		case s.cordoned:
+		switch view := s.view(req.GPU); {
+		case view.Cordoned:
 			count(NodeCordoned, "cordoned", name)
-		case s.reclaiming:
+		case view.Reclaiming:
 			count(NodeReclaiming, "being reclaimed (a reclaim taint)", name)
 		case req.Policy.Excludes(s.spot):
 			kind := "spot"

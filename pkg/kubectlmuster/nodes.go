@@ -14,13 +14,24 @@ type nodeState struct {
 	alloc gang.Resources
 	free  gang.Resources
 	// heldGPUs are the GPUs bound pods request.
-	heldGPUs    int64
-	spot        bool
-	reclaiming  bool // a reclaim taint
-	cordoned    bool
-	allocGPUs   int64
-	freeGPUs    int64
-	unavailable bool // reclaiming or cordoned: never receives a member
+	heldGPUs   int64
+	spot       bool
+	reclaiming bool // a reclaim taint
+	allocGPUs  int64
+	freeGPUs   int64
+}
+
+// view is the planner's view of the node as it stands: what decides, as in
+// the scheduler, whether it can take a member (gang.NodeView.Unavailable,
+// Eligible).
+func (s *nodeState) view(gpu corev1.ResourceName) gang.NodeView {
+	return gang.NewNodeView(s.node, s.free, gpu, s.spot, s.reclaiming)
+}
+
+// unavailable reports that the node never receives a member.
+func (s *nodeState) unavailable() bool {
+	view := s.view("")
+	return view.Unavailable()
 }
 
 // nodeStates accounts every node; the snapshot must hold every pod.
@@ -31,7 +42,7 @@ func (ix *index) nodeStates() []nodeState {
 		n := &ix.snap.Nodes[i]
 		alloc := resourcesOf(n.Status.Allocatable, 0)
 		states[i] = nodeState{node: n, alloc: alloc, free: alloc.Clone(),
-			spot: matchesAny(n, ix.opts.Spot), reclaiming: hasTaint(n, ix.opts.Reclaim), cordoned: n.Spec.Unschedulable}
+			spot: matchesAny(n, ix.opts.Spot), reclaiming: hasTaint(n, ix.opts.Reclaim)}
 		byName[n.Name] = i
 	}
 	for i := range ix.snap.Pods {
@@ -51,7 +62,6 @@ func (ix *index) nodeStates() []nodeState {
 		s := &states[i]
 		s.allocGPUs = s.alloc.Scalars[ix.opts.GPU]
 		s.freeGPUs = s.free.Scalars[ix.opts.GPU]
-		s.unavailable = s.reclaiming || s.cordoned
 	}
 	return states
 }
@@ -60,7 +70,7 @@ func (ix *index) nodeStates() []nodeState {
 func (ix *index) views(states []nodeState) []gang.NodeView {
 	views := make([]gang.NodeView, len(states))
 	for i := range states {
-		views[i] = gang.NewNodeView(states[i].node, states[i].free, ix.opts.GPU, states[i].spot, states[i].reclaiming)
+		views[i] = states[i].view(ix.opts.GPU)
 	}
 	return views
 }

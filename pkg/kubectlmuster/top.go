@@ -74,7 +74,7 @@ func build(d *Domain, states []nodeState, nodes []int, levels []gang.Level, work
 		} else {
 			d.FreeOnDemand += free
 		}
-		if s.unavailable {
+		if s.unavailable() {
 			d.Unavailable++
 		} else if worker > 0 {
 			d.LargestGang += free / worker
