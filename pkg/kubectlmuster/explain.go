@@ -256,7 +256,8 @@ func (ix *index) explain(st *gangState) *Explanation {
 	rep := ix.representative(st)
 	c, cErr := gang.ConstraintsFromPod(rep, ix.opts.Levels)
 	if cErr == nil {
-		c.Required = gang.NarrowerLevel(ix.opts.Levels, c.Required, ix.workloadRequired(st))
+		ask, _ := ix.ask(st)
+		c.Required = gang.NarrowerLevel(ix.opts.Levels, c.Required, ask.Required)
 	}
 	ex.Constraints = Constraints{TopologyRequired: c.Required, TopologyPreferred: c.Preferred, Preemptible: string(c.Policy)}
 	if p := rep.Spec.PreemptionPolicy; p != nil {
@@ -339,23 +340,6 @@ func (ix *index) template(st *gangState) *corev1.Pod {
 	pod := &corev1.Pod{ObjectMeta: *spec.ObjectMeta.DeepCopy(), Spec: *spec.Spec.DeepCopy()}
 	pod.Namespace = st.key.Namespace
 	return pod
-}
-
-// workloadRequired is the level a Kubernetes PodGroup's topology constraint
-// requires ("" when none, or its key is no level's label).
-func (ix *index) workloadRequired(st *gangState) string {
-	if st.workload == nil || st.workload.Spec.SchedulingConstraints == nil {
-		return ""
-	}
-	required := ""
-	for _, t := range st.workload.Spec.SchedulingConstraints.Topology {
-		for _, l := range ix.opts.Levels {
-			if l.Label == t.Key {
-				required = gang.NarrowerLevel(ix.opts.Levels, required, l.Name)
-			}
-		}
-	}
-	return required
 }
 
 // memberFindings explains members that are missing, gated or wait for a

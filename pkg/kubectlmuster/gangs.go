@@ -12,6 +12,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
@@ -298,68 +299,50 @@ func (ix *index) fill(st *gangState) {
 	sort.Slice(st.pods, func(i, j int) bool { return st.pods[i].Name < st.pods[j].Name })
 }
 
-// quorum is the gang's quorum as muster computes it, or an explanation of
-// why muster cannot.
-func (ix *index) quorum(st *gangState) (int, string) {
+// ask is what the gang's owner asks, read as muster reads it
+// (gang.AskOf), or why muster cannot: the owner is missing or invalid
+// (with an empty Ask), or its pods can never be one gang (Ask.NoGang).
+func (ix *index) ask(st *gangState) (gang.Ask, string) {
 	pod := &corev1.Pod{}
 	if len(st.pods) > 0 {
 		pod = st.pods[0]
 	}
+	var owner runtime.Object
 	switch st.key.Kind {
 	case gang.KindJob:
 		if st.job == nil {
-			return 0, fmt.Sprintf("Job %s not found in namespace %s", st.key.Name, st.key.Namespace)
+			return gang.Ask{}, fmt.Sprintf("Job %s not found in namespace %s", st.key.Name, st.key.Namespace)
 		}
 		if len(st.pods) == 0 {
 			pod = &corev1.Pod{ObjectMeta: st.job.Spec.Template.ObjectMeta}
 		}
-		q, err := gang.JobQuorum(st.job, pod)
-		if err != nil {
-			return 0, err.Error()
-		}
-		return q, ""
+		owner = st.job
 	case gang.KindStatefulSet:
 		if st.set == nil {
-			return 0, fmt.Sprintf("StatefulSet %s not found in namespace %s", st.key.Name, st.key.Namespace)
+			return gang.Ask{}, fmt.Sprintf("StatefulSet %s not found in namespace %s", st.key.Name, st.key.Namespace)
 		}
 		if len(st.pods) == 0 {
 			pod = &corev1.Pod{ObjectMeta: st.set.Spec.Template.ObjectMeta}
 		}
-		q, orderedReady, err := gang.StatefulSetQuorum(st.set, pod)
-		switch {
-		case err != nil:
-			return 0, err.Error()
-		case orderedReady:
-			return q, "podManagementPolicy OrderedReady: no gang, each pod is placed as it comes"
-		}
-		return q, ""
+		owner = st.set
 	case gang.KindPodGroup:
 		if st.group == nil {
-			return 0, fmt.Sprintf("PodGroup %s not found in namespace %s (or podgroups.scheduling.x-k8s.io not served)", st.key.Name, st.key.Namespace)
+			return gang.Ask{}, fmt.Sprintf("PodGroup %s not found in namespace %s (or podgroups.scheduling.x-k8s.io not served)", st.key.Name, st.key.Namespace)
 		}
-		if st.group.Spec.MinMember < 1 {
-			return 0, fmt.Sprintf("PodGroup spec.minMember must be at least 1, got %d", st.group.Spec.MinMember)
-		}
-		return max(int(st.group.Spec.MinMember)-int(st.group.Status.Succeeded), 1), ""
+		owner = st.group
 	case gang.KindWorkloadPodGroup:
 		if st.workload == nil {
-			return 0, fmt.Sprintf("PodGroup.scheduling.k8s.io %s not found in namespace %s (or scheduling.k8s.io/v1beta1 not served)", st.key.Name, st.key.Namespace)
+			return gang.Ask{}, fmt.Sprintf("PodGroup.scheduling.k8s.io %s not found in namespace %s (or scheduling.k8s.io/v1beta1 not served)", st.key.Name, st.key.Namespace)
 		}
-		g := st.workload.Spec.SchedulingPolicy.Gang
-		if g == nil || g.MinCount < 1 {
-			return 0, "PodGroup spec.schedulingPolicy.gang.minCount must be at least 1"
-		}
-		q := int(g.MinCount)
-		n, err := gang.MinAvailable(pod, q, "the PodGroup's gang.minCount is %d")
-		if err != nil {
-			return 0, err.Error()
-		}
-		if n > 0 {
-			q = n
-		}
-		return q, ""
+		owner = st.workload
+	default:
+		return gang.Ask{}, ""
 	}
-	return 0, ""
+	ask, err := gang.AskOf(owner, pod, ix.opts.Levels, 0)
+	if err != nil {
+		return gang.Ask{}, err.Error()
+	}
+	return ask, ask.NoGang
 }
 
 // signal is one thing the cluster says about a gang, with when.
@@ -491,7 +474,8 @@ func (ix *index) summarize(st *gangState) Gang {
 	}
 	g.Nodes = uniqueSorted(nodes)
 	g.Domain = ix.domainOf(g.Nodes)
-	quorum, invalid := ix.quorum(st)
+	ask, invalid := ix.ask(st)
+	quorum := ask.Quorum
 	g.Quorum = quorum
 	setPhase := func(p Phase, since time.Time, reason, msg string) {
 		g.Phase, g.Reason, g.Message = p, reason, msg

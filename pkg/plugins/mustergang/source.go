@@ -17,7 +17,6 @@ import (
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 	"github.com/muster-sched/muster/pkg/gang"
@@ -67,8 +66,9 @@ func ownerMissing(key gang.Key, kind string, err error) error {
 	return err
 }
 
-// resolve finds the pod's gang and its quorum. ok is false for a pod
-// scheduled alone; err explains a gang that cannot be served yet or at all.
+// resolve finds the pod's gang and what its owner asks (gang.AskOf). ok is
+// false for a pod scheduled alone; err explains a gang that cannot be
+// served yet or at all.
 func (src *gangSource) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
 	key, ok := gang.KeyOf(pod)
 	if !ok {
@@ -78,54 +78,44 @@ func (src *gangSource) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error)
 	// owner is what defines the quorum: the gang itself, or for a
 	// Kubernetes PodGroup of the basic policy the Job or StatefulSet that
 	// made it (with WorkloadWithJob every Job gets one).
-	owner := key
+	var obj runtime.Object
 	if key.Kind == gang.KindWorkloadPodGroup {
-		isGang, err := src.resolveWorkloadGroup(info, pod)
+		pg, err := src.workloadGroup(key)
 		if err != nil {
 			return info, true, err
 		}
-		if !isGang {
-			if owner, ok = gang.ControllerKey(pod); !ok {
+		info.owner = refOf(pg)
+		obj = pg
+		if pg.Spec.SchedulingPolicy.Gang == nil {
+			owner, ok := gang.ControllerKey(pod)
+			if !ok {
 				return info, false, nil
 			}
+			obj = nil
+			key = owner
 		}
 	}
-	if owner.Kind == gang.KindWorkloadPodGroup {
-		return info.capTimeout(), true, nil // resolveWorkloadGroup read the group
+	if obj == nil {
+		if obj, err = src.ownerOf(key); err != nil {
+			return info, true, err
+		}
+		if ref := refOf(obj); ref != nil {
+			info.owner = ref
+		}
 	}
-	obj, err := src.ownerOf(owner)
+	succeeded := 0
+	if info.key.Kind == gang.KindPodGroup {
+		// Only a PodGroup's finished members are counted (recordFinished):
+		// a Job's quorum follows the Job's own status.
+		succeeded = src.gangs.Succeeded(info.key)
+	}
+	ask, err := gang.AskOf(obj, pod, src.levels, succeeded)
 	if err != nil {
-		return info, true, err
+		return info, true, fmt.Errorf("gang %s: %w", info.key, err)
 	}
-	if ref := refOf(obj); ref != nil {
-		info.owner = ref
-	}
-	switch o := obj.(type) {
-	case *batchv1.Job:
-		if info.quorum, err = gang.JobQuorum(o, pod); err != nil {
-			return info, true, fmt.Errorf("gang %s: %w", key, err)
-		}
-	case *appsv1.StatefulSet:
-		var orderedReady bool
-		if info.quorum, orderedReady, err = gang.StatefulSetQuorum(o, pod); err != nil {
-			return info, true, fmt.Errorf("gang %s: %w", key, err)
-		}
-		if orderedReady && ptr.Deref(o.Spec.Replicas, 1) > 1 {
-			info.noGang = fmt.Sprintf("StatefulSet %s has podManagementPolicy OrderedReady: its controller creates one pod at a time and waits for it to be Ready, "+
-				"so its %d pods can never be placed as one gang; muster places each as it comes, next to its siblings when they fit. "+
-				"Set podManagementPolicy: Parallel for a gang", o.Name, *o.Spec.Replicas)
-		}
-	case *v1alpha1.PodGroup:
-		if o.Spec.MinMember < 1 {
-			return info, true, fmt.Errorf("gang %s: PodGroup spec.minMember must be at least 1, got %d", key, o.Spec.MinMember)
-		}
-		// Members that finished successfully leave the informer but still
-		// count: the rest are not held waiting for them.
-		done := max(int(o.Status.Succeeded), src.gangs.Succeeded(key))
-		info.quorum = max(int(o.Spec.MinMember)-done, 1)
-		if t := o.Spec.ScheduleTimeoutSeconds; t != nil && *t > 0 {
-			info.timeout = time.Duration(*t) * time.Second
-		}
+	info.quorum, info.required, info.noGang = ask.Quorum, ask.Required, ask.NoGang
+	if ask.Timeout > 0 {
+		info.timeout = ask.Timeout
 	}
 	return info.capTimeout(), true, nil
 }

@@ -3,7 +3,6 @@ package mustergang
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -49,66 +48,6 @@ func (src *gangSource) workloadGroup(key gang.Key) (*schedulingv1beta1.PodGroup,
 			key, key.Name, key.Namespace, err)
 	}
 	return pg, nil
-}
-
-// resolveWorkloadGroup fills info from the pod's PodGroup: quorum
-// gang.minCount (lowered by the member's muster.dev/min-available), the
-// topology level its schedulingConstraints require. isGang is false for a
-// group with the basic policy.
-func (src *gangSource) resolveWorkloadGroup(info *gangInfo, pod *v1.Pod) (isGang bool, err error) {
-	key := info.key
-	pg, err := src.workloadGroup(key)
-	if err != nil {
-		return true, err
-	}
-	info.owner = refOf(pg) // never nil for a PodGroup
-	policy := pg.Spec.SchedulingPolicy
-	if policy.Gang == nil {
-		return false, nil
-	}
-	if policy.Gang.MinCount < 1 {
-		return true, fmt.Errorf("gang %s: PodGroup spec.schedulingPolicy.gang.minCount must be at least 1, got %d", key, policy.Gang.MinCount)
-	}
-	info.quorum = int(policy.Gang.MinCount)
-	n, err := gang.MinAvailable(pod, info.quorum, "the PodGroup's gang.minCount is %d")
-	if err != nil {
-		return true, fmt.Errorf("gang %s: %w", key, err)
-	}
-	if n > 0 {
-		info.quorum = n
-	}
-	if c := pg.Spec.SchedulingConstraints; c != nil {
-		for _, t := range c.Topology {
-			level, found := src.levelOfLabel(t.Key)
-			if !found {
-				return true, fmt.Errorf("gang %s: PodGroup spec.schedulingConstraints.topology key %q is no topology level's nodeLabel (levels: %s); add a level with nodeLabel %s to MusterGang's topologyLevels",
-					key, t.Key, describeLevels(src.levels), t.Key)
-			}
-			info.required = gang.NarrowerLevel(src.levels, info.required, level)
-		}
-	}
-	return true, nil
-}
-
-func (src *gangSource) levelOfLabel(label string) (string, bool) {
-	for _, l := range src.levels {
-		if l.Label == label {
-			return l.Name, true
-		}
-	}
-	return "", false
-}
-
-func describeLevels(levels []gang.Level) string {
-	var parts []string
-	for _, l := range levels {
-		source := l.Label
-		if source == "" {
-			source = "device attribute " + l.Attribute
-		}
-		parts = append(parts, l.Name+"="+source)
-	}
-	return strings.Join(parts, ", ")
 }
 
 // priorityOf is the priority pod schedules and is preempted with: its
