@@ -80,6 +80,45 @@ func DecodeFailedPlan(s string) (*FailedPlan, error) {
 	return f, nil
 }
 
+// NodeReason is the first reason, in the order of the Node* reasons, that
+// node n cannot take member m of req as the planner screens it;
+// NodeHasRoom when it can. closest is the domain of the required level
+// that came closest ("" when unknown): a node with room elsewhere is
+// NodeOutsideDomain.
+func NodeReason(req Request, m Member, n *NodeView, closest string) string {
+	label := req.requiredLabel()
+	switch {
+	case n.Cordoned:
+		return NodeCordoned
+	case n.Unavailable():
+		return NodeReclaiming
+	case req.Policy.Excludes(n.Preemptible):
+		return NodePolicy
+	case !m.Constraints.Match(n.Node):
+		return NodeUnmatched
+	case label != "" && n.Node.Labels[label] == "":
+		return NodeNoDomain
+	case n.gpus(req.GPU) < m.Request.Scalars[req.GPU]:
+		return NodeInsufficientGPUs
+	case !n.Free.Fits(m.Request):
+		return NodeInsufficientOther
+	case label != "" && closest != "" && n.Node.Labels[label] != closest:
+		return NodeOutsideDomain
+	}
+	return NodeHasRoom
+}
+
+// requiredLabel is the node label of the level req requires: "" when it
+// requires none, or a level read from device attributes.
+func (req Request) requiredLabel() string {
+	for _, l := range req.Levels {
+		if l.Name == req.Required {
+			return l.Label
+		}
+	}
+	return ""
+}
+
 // LargestMember is the member asking for the most GPUs (the first of
 // them): the one a node must fit for any member to fit. req has members.
 func (req Request) LargestMember() Member {
@@ -93,54 +132,28 @@ func (req Request) LargestMember() Member {
 }
 
 // TallyNodes counts nodes by the first reason they cannot take the gang's
-// largest member (by GPUs): the planner's own screening of its views, then
-// refusedBy, the framework filter that refused a member on the node in the
-// plan's filter check ("" when none did), then closest, the domain of the
-// required level that came closest (Unplaceable.Closest; a node with room
-// elsewhere is OutsideDomain). The largest counts come first; at most
-// maxReasonCounts, the rest folded into the last.
+// largest member (by GPUs): the planner's own screening of its views
+// (NodeReason), then refusedBy, the framework filter that refused a member
+// on the node in the plan's filter check ("" when none did), then closest,
+// the domain of the required level that came closest (Unplaceable.Closest;
+// a node with room elsewhere is OutsideDomain). The largest counts come
+// first; at most maxReasonCounts, the rest folded into the last.
 func TallyNodes(req Request, nodes []NodeView, refusedBy func(node string) string, closest string) []NodeReasonCount {
 	if len(req.Members) == 0 {
 		return nil
 	}
 	m := req.LargestMember()
-	gpus := m.Request.Scalars[req.GPU]
-	var label string
-	for _, l := range req.Levels {
-		if l.Name == req.Required {
-			label = l.Label // "" for a device-attribute level
-		}
-	}
 	type key struct{ reason, filter string }
 	counts := map[key]int{}
 	var order []key
 	for i := range nodes {
 		n := &nodes[i]
-		k := key{reason: NodeHasRoom}
-		switch {
-		case n.Cordoned:
-			k.reason = NodeCordoned
-		case n.Unavailable():
-			k.reason = NodeReclaiming
-		case req.Policy.Excludes(n.Preemptible):
-			k.reason = NodePolicy
-		case !m.Constraints.Match(n.Node):
-			k.reason = NodeUnmatched
-		case label != "" && n.Node.Labels[label] == "":
-			k.reason = NodeNoDomain
-		case n.gpus(req.GPU) < gpus:
-			k.reason = NodeInsufficientGPUs
-		case !n.Free.Fits(m.Request):
-			k.reason = NodeInsufficientOther
-		default:
+		k := key{reason: NodeReason(req, m, n, closest)}
+		if k.reason == NodeHasRoom || k.reason == NodeOutsideDomain {
 			if refusedBy != nil {
 				if f := refusedBy(n.Node.Name); f != "" {
 					k = key{reason: NodeFilterRejected, filter: f}
-					break
 				}
-			}
-			if label != "" && closest != "" && n.Node.Labels[label] != closest {
-				k.reason = NodeOutsideDomain
 			}
 		}
 		if counts[k] == 0 {

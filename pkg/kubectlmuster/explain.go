@@ -649,7 +649,11 @@ func (ix *index) nodeCounts(req gang.Request, states []nodeState, closest *domai
 	}
 	m := req.LargestMember()
 	gpus := m.Request.Scalars[req.GPU]
-	level, limited := limitLevel(req)
+	level, _ := limitLevel(req)
+	closestName := ""
+	if closest != nil {
+		closestName = closest.name
+	}
 	counts := map[string]*NodeCount{}
 	var order []string
 	count := func(reason, message, node string) {
@@ -666,31 +670,34 @@ func (ix *index) nodeCounts(req gang.Request, states []nodeState, closest *domai
 	}
 	for i := range states {
 		s := &states[i]
-		name := s.node.Name
-		switch view := s.view(req.GPU); {
-		case view.Cordoned:
-			count(NodeCordoned, "cordoned", name)
-		case view.Reclaiming:
-			count(NodeReclaiming, "being reclaimed (a reclaim taint)", name)
-		case req.Policy.Excludes(s.spot):
+		view := s.view(req.GPU)
+		reason := gang.NodeReason(req, m, &view, closestName)
+		var message string
+		switch reason {
+		case NodeCordoned:
+			message = "cordoned"
+		case NodeReclaiming:
+			message = "being reclaimed (a reclaim taint)"
+		case NodePolicy:
 			kind := "spot"
 			if !s.spot {
 				kind = "on-demand"
 			}
-			count(NodePolicy, fmt.Sprintf("%s, which muster.dev/preemptible: %s excludes", kind, req.Policy), name)
-		case !m.Constraints.Match(s.node):
-			count(NodeConstraints, "taints, node selector or required node affinity exclude the members", name)
-		case limited && s.node.Labels[level.Label] == "":
-			count(NodeNoDomain, fmt.Sprintf("no %s label (%s), which topology-required needs", level.Name, level.Label), name)
-		case s.freeGPUs < gpus:
-			count(NodeInsufficientGPUs, fmt.Sprintf("fewer than %d free %s", gpus, req.GPU), name)
-		case !s.free.Fits(m.Request):
-			count(NodeInsufficientOther, fmt.Sprintf("enough %s but not enough cpu, memory or pod slots free", req.GPU), name)
-		case limited && closest != nil && s.node.Labels[level.Label] != closest.name:
-			count(NodeOutsideDomain, fmt.Sprintf("room for a member, but outside %s %s (the closest %s)", level.Name, closest.name, level.Name), name)
+			message = fmt.Sprintf("%s, which muster.dev/preemptible: %s excludes", kind, req.Policy)
+		case NodeConstraints:
+			message = "taints, node selector or required node affinity exclude the members"
+		case NodeNoDomain:
+			message = fmt.Sprintf("no %s label (%s), which topology-required needs", level.Name, level.Label)
+		case NodeInsufficientGPUs:
+			message = fmt.Sprintf("fewer than %d free %s", gpus, req.GPU)
+		case NodeInsufficientOther:
+			message = fmt.Sprintf("enough %s but not enough cpu, memory or pod slots free", req.GPU)
+		case NodeOutsideDomain:
+			message = fmt.Sprintf("room for a member, but outside %s %s (the closest %s)", level.Name, closestName, level.Name)
 		default:
-			count(NodeHasRoom, "room for a member", name)
+			message = "room for a member"
 		}
+		count(reason, message, s.node.Name)
 	}
 	out := make([]NodeCount, 0, len(order))
 	for _, r := range order {
