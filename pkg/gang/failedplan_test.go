@@ -115,3 +115,14 @@ func TestFailedPlanIsBounded(t *testing.T) {
 	_, err = DecodeFailedPlan("{")
 	assert.Error(t, err)
 }
+
+// A level read from device attributes has no node label for a node to
+// miss: NodeReason never counts a node as NoTopologyLabel for it.
+func TestNodeReasonDeviceAttributeLevel(t *testing.T) {
+	nodes := views(testNode{name: "n1"})
+	levels := []Level{{Name: "node", Label: v1.LabelHostname}, {Name: "nvlink", Attribute: "gpu.example.com/nvlinkDomain"}}
+	req := request(gangOf(1, 2), func(r *Request) { r.Levels, r.Required = levels, "nvlink" })
+	assert.Equal(t, NodeHasRoom, NodeReason(req, req.Members[0], &nodes[0], ""))
+	req.Levels, req.Required = defaultLevels, "rack"
+	assert.Equal(t, NodeNoDomain, NodeReason(req, req.Members[0], &nodes[0], ""), "a label level the node lacks")
+}
