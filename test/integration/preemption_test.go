@@ -254,3 +254,58 @@ func TestPreemptorDeletedReleasesItsHold(t *testing.T) {
 	c.createJob(jobSpec{name: "next", workers: 2, gpus: 8, mutate: withPriority("low")})
 	c.waitJobBound("next", 2)
 }
+
+// A scheduler restarted while the pods a gang preempted still terminate
+// (a long grace period, to checkpoint: here the kubelet stand-in is
+// paused) evicts no other gang. The new
+// scheduler knows nothing of the preemption; the preemptor's nomination,
+// written by the first one, names the node where its victim terminates,
+// and the gang waits for it. Once the victim is gone the gang runs there.
+func TestRestartDuringPreemptionEvictsNoOtherGang(t *testing.T) {
+	nodes := gpuNodes(3, 8)
+	c := startClusterWithoutScheduler(t, nodes...)
+	c.createPriorityClasses()
+	c.addBackground(4, nodes...)
+	k := c.startKubelet()
+	stop := c.startScheduler()
+	lows := []string{"low-a", "low-b", "low-c"}
+	c.fillWithGangs("low", map[string]int32{"low-a": 1, "low-b": 1, "low-c": 1})
+	k.running.Store(false) // the victim stays terminating until the kubelet runs again
+
+	c.createJob(jobSpec{name: "high", workers: 1, gpus: 8, mutate: withPriority("high")})
+	var nominated string
+	c.waitFor("a low gang preempted and the preemptor nominated", 30*time.Second, func() (bool, error) {
+		terminating := 0
+		for _, job := range lows {
+			terminating += 1 - c.liveBound(job)
+		}
+		for _, p := range c.jobPods("high") {
+			nominated = p.Status.NominatedNodeName
+		}
+		return terminating == 1 && nominated != "", nil
+	})
+	stop()
+
+	c.startScheduler()
+	c.waitJobUnschedulable("high", 1, "waits for 1 pods it preempted to terminate")
+	live := 0
+	for _, job := range lows {
+		live += c.liveBound(job)
+	}
+	if live != 2 {
+		t.Fatalf("%d of the 2 other low gangs still run after the restart", live)
+	}
+
+	k.running.Store(true)
+	pods := c.waitJobBound("high", 1)
+	if pods[0].Spec.NodeName != nominated {
+		t.Errorf("high bound on %s, want %s, where its victim was", pods[0].Spec.NodeName, nominated)
+	}
+	live = 0
+	for _, job := range lows {
+		live += c.liveBound(job)
+	}
+	if live != 2 || len(k.removedPods()) != 1 {
+		t.Errorf("%d other low gangs run, %d pods removed (%v); want 2 and 1", live, len(k.removedPods()), k.removedPods())
+	}
+}

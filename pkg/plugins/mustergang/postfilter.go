@@ -30,7 +30,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		p.noteHeldOut(cs, pod, statuses)
 		result, status := p.preempt(ctx, pod)
 		if result == nil {
-			result = clear
+			result = p.keptNomination(pod)
 		}
 		return result, status
 	}
@@ -63,6 +63,18 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	now := p.now()
 	p.carryOut(ctx, p.gangs.PlanBroken(key, plan.ID, pod.UID, slot, reason, avoid, now, now.Add(avoidFor), p.backoffBase()), nil)
 	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s", key.Subject(), reason))
+}
+
+// keptNomination clears pod's nomination, unless pods it preempted still
+// terminate on that node (terminatingFor): as with DefaultPreemption, the
+// nomination then keeps their room for it, and after a restart, when the
+// gang manager has forgotten the preemption, it says where they are.
+func (p *Plugin) keptNomination(pod *v1.Pod) *fwk.PostFilterResult {
+	node := pod.Status.NominatedNodeName
+	if node == "" || p.terminatingFor(pod, node) == 0 {
+		node = ""
+	}
+	return framework.NewPostFilterResultWithNominatedNode(node)
 }
 
 // noteHeldOut tells the gang manager whether Filter kept a pod scheduled

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	applyv1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -86,10 +85,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	} else if n > 0 {
 		// Their capacity is coming free; evicting others now would only
 		// add victims (the plan that waited for them timed out first).
-		// The preemptor keeps its nomination: it holds the room, and
-		// after a restart it says where the victims are.
-		return framework.NewPostFilterResultWithNominatedNode(pod.Status.NominatedNodeName),
-			fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s waits for %d pods it preempted to terminate", key.Subject(), n))
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s waits for %d pods it preempted to terminate", key.Subject(), n))
 	}
 	gr, r := p.prepareGang(ctx, pod, info, constraints, admission.Planning)
 	if r != nil {
@@ -180,30 +176,53 @@ func (p *Plugin) stillTerminating(key gang.Key) (int, error) {
 	return terminating, nil
 }
 
-// terminatingWhereNominated counts the pods of lower priority terminating
-// by preemption on the nodes the gang's pending members are nominated to,
-// as DefaultPreemption's PodEligibleToPreemptOthers does for one pod.
+// terminatingWhereNominated counts the pods terminating by preemption for
+// the gang's pending members on the nodes they are nominated to
+// (terminatingFor).
 func (p *Plugin) terminatingWhereNominated(key gang.Key) int {
-	infos := p.handle.SnapshotSharedLister().NodeInfos()
 	seen := sets.New[string]()
 	n := 0
 	for _, m := range p.source.members(key).pending {
-		node := m.Status.NominatedNodeName
-		if node == "" || seen.Has(node) {
-			continue
-		}
-		seen.Insert(node)
-		ni, err := infos.Get(node)
-		if err != nil {
-			continue // the node left: nothing terminates there
-		}
-		for _, pi := range ni.GetPods() {
-			if v := pi.GetPod(); preemption.PodTerminatingByPreemption(v) && corev1helpers.PodPriority(v) < corev1helpers.PodPriority(m) {
-				n++
-			}
+		if node := m.Status.NominatedNodeName; node != "" && !seen.Has(node) {
+			seen.Insert(node)
+			n += p.terminatingFor(m, node)
 		}
 	}
 	return n
+}
+
+// terminatingFor counts the pods of lower priority than pod terminating by
+// preemption on node, as DefaultPreemption's PodEligibleToPreemptOthers
+// does for the nominated node; none on a node that left, is cordoned or
+// reclaimed, or lost its kubelet (not ready, unreachable): what
+// terminates there may never finish, and the pod may preempt elsewhere.
+func (p *Plugin) terminatingFor(pod *v1.Pod, node string) int {
+	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node)
+	if err != nil || ni.Node() == nil {
+		return 0
+	}
+	if n := ni.Node(); n.Spec.Unschedulable || p.nodes.reclaiming(n) || kubeletLost(n) {
+		return 0
+	}
+	prio := p.source.priorityOf(pod)
+	count := 0
+	for _, pi := range ni.GetPods() {
+		if v := pi.GetPod(); preemption.PodTerminatingByPreemption(v) && p.source.priorityOf(v) < prio {
+			count++
+		}
+	}
+	return count
+}
+
+// kubeletLost reports that the node controller marked node not ready or
+// unreachable.
+func kubeletLost(node *v1.Node) bool {
+	for _, t := range node.Spec.Taints {
+		if t.Key == v1.TaintNodeNotReady || t.Key == v1.TaintNodeUnreachable {
+			return true
+		}
+	}
+	return false
 }
 
 // victimSearch is the outcome of searchVictims: the chosen units (indexes

@@ -282,31 +282,83 @@ func TestNoSecondPreemptionWhileVictimsTerminate(t *testing.T) {
 // After a restart the manager has forgotten what a gang preempted. The
 // nomination the scheduler wrote for its preemptor still names the node
 // where the victim terminates: the gang waits for it, as DefaultPreemption
-// does, keeps its nomination, and evicts no other gang.
+// does, keeps its nomination, and evicts no other gang. A node whose
+// kubelet is lost may never see its victim finish: there the gang
+// preempts elsewhere.
 func TestNoSecondPreemptionAfterARestartWhileVictimsTerminate(t *testing.T) {
-	low := append(lowGang("low", "n1"), lowGang("other", "n2")...)
-	terminating := low[0]
-	terminating.DeletionTimestamp = &metav1.Time{Time: t0}
-	terminating.Status.Conditions = append(terminating.Status.Conditions,
-		v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler})
-	high := worker("j", 0, 8, "")
-	high.Spec.Priority = ptr.To[int32](100)
-	high.Status.NominatedNodeName = "n1"
-	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...)
-	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(append(low, background...), high))
+	for _, tc := range []struct {
+		name        string
+		unreachable bool
+	}{
+		{name: "victim terminating"},
+		{name: "its node unreachable", unreachable: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			low := append(lowGang("low", "n1"), lowGang("other", "n2")...)
+			terminatingByPreemption(low[0], t0)
+			high := worker("j", 0, 8, "")
+			high.Spec.Priority = ptr.To[int32](100)
+			high.Status.NominatedNodeName = "n1"
+			background := append(cpuPods("n1", 5), cpuPods("n2", 5)...)
+			n1 := gpuNode("n1", 8)
+			if tc.unreachable {
+				n1.Spec.Taints = append(n1.Spec.Taints, v1.Taint{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoSchedule})
+			}
+			f := newTestFramework(t, 1, []*v1.Node{n1, gpuNode("n2", 8)}, append(append(low, background...), high))
+			f.keepPodsInAPI()
+
+			state, status := f.preFilter(t, high)
+			require.False(t, status.IsSuccess(), "PreFilter of %s succeeded; the test wants a full cluster", high.Name)
+			result, status := f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
+			key, _ := gang.KeyOf(high)
+			if tc.unreachable {
+				plan := f.plugin.gangs.Plan(key)
+				require.NotNil(t, plan, "no preemption: %v", status)
+				assert.Equal(t, sets.New("other-0"), victimNames(plan, low))
+				return
+			}
+			assert.Contains(t, status.Message(), "waits for 1 pods it preempted to terminate")
+			require.NotNil(t, result)
+			assert.Equal(t, "n1", result.NominatedNodeName, "the preemptor keeps its nomination")
+			assert.Nil(t, f.plugin.gangs.Plan(key), "a second preemption while the first one's victim terminates")
+			for _, p := range append(low, background...) {
+				assert.False(t, f.plugin.gangs.IsVictim(p.UID), "%s chosen", p.Name)
+			}
+		})
+	}
+}
+
+// A preemptor whose plan timed out while its victim terminates keeps its
+// nomination through the cycles that refuse it for another reason (its
+// backoff), so a restart later still finds where the victim is.
+func TestNominationKeptWhileVictimsTerminate(t *testing.T) {
+	f, low, _, high := twoLowGangsOneHigh(t)
 	f.keepPodsInAPI()
+	plan := f.preemptFor(t, high)
+	require.NotNil(t, plan, "no preemption")
+	slot := plan.Slots[high.UID]
+	for _, p := range low {
+		if plan.Evicted.Has(p.UID) {
+			terminatingByPreemption(p, f.clock.Now())
+		}
+	}
+	high.Status.NominatedNodeName = slot // as the scheduler writes the PostFilter's nomination
+	key, _ := gang.KeyOf(high)
+	f.plugin.expirePlan(key, plan.ID)
 
 	state, status := f.preFilter(t, high)
-	require.False(t, status.IsSuccess(), "PreFilter of %s succeeded; the test wants a full cluster", high.Name)
-	result, status := f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
-	assert.Contains(t, status.Message(), "waits for 1 pods it preempted to terminate")
+	require.Contains(t, status.Message(), "backs off")
+	result, _ := f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
 	require.NotNil(t, result)
-	assert.Equal(t, "n1", result.NominatedNodeName, "the preemptor keeps its nomination")
-	key, _ := gang.KeyOf(high)
-	assert.Nil(t, f.plugin.gangs.Plan(key), "a second preemption while the first one's victim terminates")
-	for _, p := range append(low, background...) {
-		assert.False(t, f.plugin.gangs.IsVictim(p.UID), "%s chosen", p.Name)
-	}
+	assert.Equal(t, slot, result.NominatedNodeName)
+}
+
+// terminatingByPreemption marks pod as deleted by a scheduler's
+// preemption and still terminating.
+func terminatingByPreemption(pod *v1.Pod, at time.Time) {
+	pod.DeletionTimestamp = &metav1.Time{Time: at}
+	pod.Status.Conditions = append(pod.Status.Conditions,
+		v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler})
 }
 
 // A victim whose deletion failed runs on, not terminating: once its plan
