@@ -32,6 +32,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodedeclaredfeatures"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodeunschedulable"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/tainttoleration"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
@@ -234,8 +235,12 @@ func newTestFrameworkWith(t testing.TB, workers int32, nodes []*v1.Node, pods []
 	newUnschedulable := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		return nodeunschedulable.New(ctx, nil, h, feature.Features{})
 	}
+	newTaints := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		return tainttoleration.New(ctx, nil, h, feature.Features{})
+	}
 	plugins = append([]tf.RegisterPluginFunc{
 		tf.RegisterPluginAsExtensions(nodeunschedulable.Name, newUnschedulable, "Filter"),
+		tf.RegisterPluginAsExtensions(tainttoleration.Name, newTaints, "Filter"),
 		tf.RegisterPluginAsExtensions(noderesources.Name, newFit, "PreFilter", "Filter"),
 		tf.RegisterPluginAsExtensions(interpodaffinity.Name, newAffinity, "PreFilter", "Filter"),
 	}, plugins...)

@@ -30,7 +30,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		p.noteHeldOut(cs, pod, statuses)
 		result, status := p.preempt(ctx, pod)
 		if result == nil {
-			result = p.keptNomination(pod)
+			result = p.keptNomination(ctx, pod)
 		}
 		return result, status
 	}
@@ -69,9 +69,9 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 // terminate on that node (terminatingFor): as with DefaultPreemption, the
 // nomination then keeps their room for it, and after a restart, when the
 // gang manager has forgotten the preemption, it says where they are.
-func (p *Plugin) keptNomination(pod *v1.Pod) *fwk.PostFilterResult {
+func (p *Plugin) keptNomination(ctx context.Context, pod *v1.Pod) *fwk.PostFilterResult {
 	node := pod.Status.NominatedNodeName
-	if node == "" || p.terminatingFor(pod, node) == 0 {
+	if node == "" || p.terminatingFor(ctx, pod, node) == 0 {
 		node = ""
 	}
 	return framework.NewPostFilterResultWithNominatedNode(node)

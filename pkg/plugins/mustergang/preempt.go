@@ -80,7 +80,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if admission.Planning == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang has a plan or backs off")
 	}
-	if n, err := p.stillTerminating(key); err != nil {
+	if n, err := p.stillTerminating(ctx, key); err != nil {
 		return nil, fwk.AsStatus(err)
 	} else if n > 0 {
 		// Their capacity is coming free; evicting others now would only
@@ -150,10 +150,10 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 // none is left the gang stops looking. After a restart the manager knows
 // none of them: then the nominations the scheduler wrote for the gang's
 // members (the preemptor's names its slot) say where to look.
-func (p *Plugin) stillTerminating(key gang.Key) (int, error) {
+func (p *Plugin) stillTerminating(ctx context.Context, key gang.Key) (int, error) {
 	uids := p.gangs.Preempted(key)
 	if uids.Len() == 0 {
-		return p.terminatingWhereNominated(key), nil
+		return p.terminatingWhereNominated(ctx, key), nil
 	}
 	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
 	if err != nil {
@@ -179,13 +179,13 @@ func (p *Plugin) stillTerminating(key gang.Key) (int, error) {
 // terminatingWhereNominated counts the pods terminating by preemption for
 // the gang's pending members on the nodes they are nominated to
 // (terminatingFor).
-func (p *Plugin) terminatingWhereNominated(key gang.Key) int {
+func (p *Plugin) terminatingWhereNominated(ctx context.Context, key gang.Key) int {
 	seen := sets.New[string]()
 	n := 0
 	for _, m := range p.source.members(key).pending {
 		if node := m.Status.NominatedNodeName; node != "" && !seen.Has(node) {
 			seen.Insert(node)
-			n += p.terminatingFor(m, node)
+			n += p.terminatingFor(ctx, m, node)
 		}
 	}
 	return n
@@ -193,15 +193,12 @@ func (p *Plugin) terminatingWhereNominated(key gang.Key) int {
 
 // terminatingFor counts the pods of lower priority than pod terminating by
 // preemption on node, as DefaultPreemption's PodEligibleToPreemptOthers
-// does for the nominated node; none on a node that left, is cordoned or
-// reclaimed, or lost its kubelet (not ready, unreachable): what
-// terminates there may never finish, and the pod may preempt elsewhere.
-func (p *Plugin) terminatingFor(pod *v1.Pod, node string) int {
+// does for the nominated node; none on a node that left or that the
+// profile's filters refuse pod for good (refusedForGood): what terminates
+// there may never finish, and the pod may preempt elsewhere.
+func (p *Plugin) terminatingFor(ctx context.Context, pod *v1.Pod, node string) int {
 	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node)
 	if err != nil || ni.Node() == nil {
-		return 0
-	}
-	if n := ni.Node(); n.Spec.Unschedulable || p.nodes.reclaiming(n) || kubeletLost(n) {
 		return 0
 	}
 	prio := p.source.priorityOf(pod)
@@ -211,18 +208,47 @@ func (p *Plugin) terminatingFor(pod *v1.Pod, node string) int {
 			count++
 		}
 	}
+	if count > 0 && p.refusedForGood(ctx, pod, ni) {
+		return 0
+	}
 	return count
 }
 
-// kubeletLost reports that the node controller marked node not ready or
-// unreachable.
-func kubeletLost(node *v1.Node) bool {
-	for _, t := range node.Spec.Taints {
-		if t.Key == v1.TaintNodeNotReady || t.Key == v1.TaintNodeUnreachable {
-			return true
-		}
+// refusedForGood reports whether a filter of the profile refuses pod on ni
+// for a reason no eviction there changes (UnschedulableAndUnresolvable: the
+// node cordoned, a taint of a lost kubelet; being reclaimed, which muster's
+// own Filter decides), as DefaultPreemption reads the nominated node's
+// status. The node is full until the victims are gone, so a filter that
+// refuses it for room (Unschedulable) is set aside and the rest asked, in
+// the profile's order. A pod its PreFilter plugins refuse everywhere is
+// not refused here: that is no reason to preempt elsewhere.
+func (p *Plugin) refusedForGood(ctx context.Context, pod *v1.Pod, ni fwk.NodeInfo) bool {
+	if p.nodes.reclaiming(ni.Node()) {
+		return true
 	}
-	return false
+	fw, ok := p.handle.(framework.Framework)
+	if !ok {
+		return false
+	}
+	state := framework.NewCycleState()
+	state.Write(dryRunKey, dryRunMarker{}) // muster's own PreFilter and Filter stand aside
+	if _, status, _ := fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
+		return false
+	}
+	skip := state.GetSkipFilterPlugins().Clone()
+	for {
+		state.SetSkipFilterPlugins(skip)
+		status := fw.RunFilterPlugins(ctx, state, pod, ni)
+		switch {
+		case status.IsSuccess():
+			return false
+		case status.Code() == fwk.UnschedulableAndUnresolvable:
+			return true
+		case status.Plugin() == "" || skip.Has(status.Plugin()):
+			return false
+		}
+		skip.Insert(status.Plugin())
+	}
 }
 
 // victimSearch is the outcome of searchVictims: the chosen units (indexes

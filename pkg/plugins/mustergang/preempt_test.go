@@ -289,9 +289,11 @@ func TestNoSecondPreemptionAfterARestartWhileVictimsTerminate(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		unreachable bool
+		cordoned    bool
 	}{
 		{name: "victim terminating"},
 		{name: "its node unreachable", unreachable: true},
+		{name: "its node cordoned", cordoned: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			low := append(lowGang("low", "n1"), lowGang("other", "n2")...)
@@ -304,6 +306,7 @@ func TestNoSecondPreemptionAfterARestartWhileVictimsTerminate(t *testing.T) {
 			if tc.unreachable {
 				n1.Spec.Taints = append(n1.Spec.Taints, v1.Taint{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoSchedule})
 			}
+			n1.Spec.Unschedulable = tc.cordoned
 			f := newTestFramework(t, 1, []*v1.Node{n1, gpuNode("n2", 8)}, append(append(low, background...), high))
 			f.keepPodsInAPI()
 
@@ -311,7 +314,7 @@ func TestNoSecondPreemptionAfterARestartWhileVictimsTerminate(t *testing.T) {
 			require.False(t, status.IsSuccess(), "PreFilter of %s succeeded; the test wants a full cluster", high.Name)
 			result, status := f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
 			key, _ := gang.KeyOf(high)
-			if tc.unreachable {
+			if tc.unreachable || tc.cordoned {
 				plan := f.plugin.gangs.Plan(key)
 				require.NotNil(t, plan, "no preemption: %v", status)
 				assert.Equal(t, sets.New("other-0"), victimNames(plan, low))
