@@ -75,33 +75,31 @@ func (src *gangSource) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error)
 		return nil, false, nil
 	}
 	info = &gangInfo{key: key, timeout: src.defaultTimeout}
-	// owner is what defines the quorum: the gang itself, or for a
-	// Kubernetes PodGroup of the basic policy the Job or StatefulSet that
-	// made it (with WorkloadWithJob every Job gets one).
-	var obj runtime.Object
+	// owner is the object that defines the quorum: the gang's own, or for
+	// a Kubernetes PodGroup of the basic policy the Job or StatefulSet
+	// that made it (with WorkloadWithJob every Job gets one).
+	var owner runtime.Object
 	if key.Kind == gang.KindWorkloadPodGroup {
 		pg, err := src.workloadGroup(key)
 		if err != nil {
 			return info, true, err
 		}
-		info.owner = refOf(pg)
-		obj = pg
+		info.owner, owner = refOf(pg), pg
 		if pg.Spec.SchedulingPolicy.Gang == nil {
-			owner, ok := gang.ControllerKey(pod)
+			controller, ok := gang.ControllerKey(pod)
 			if !ok {
 				return info, false, nil
 			}
-			obj = nil
-			key = owner
+			owner, err = src.ownerOf(controller)
 		}
+	} else {
+		owner, err = src.ownerOf(key)
 	}
-	if obj == nil {
-		if obj, err = src.ownerOf(key); err != nil {
-			return info, true, err
-		}
-		if ref := refOf(obj); ref != nil {
-			info.owner = ref
-		}
+	if err != nil {
+		return info, true, err
+	}
+	if ref := refOf(owner); ref != nil {
+		info.owner = ref
 	}
 	succeeded := 0
 	if info.key.Kind == gang.KindPodGroup {
@@ -109,7 +107,7 @@ func (src *gangSource) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error)
 		// a Job's quorum follows the Job's own status.
 		succeeded = src.gangs.Succeeded(info.key)
 	}
-	ask, err := gang.AskOf(obj, pod, src.levels, succeeded)
+	ask, err := gang.AskOf(owner, pod, src.levels, succeeded)
 	if err != nil {
 		return info, true, fmt.Errorf("gang %s: %w", info.key, err)
 	}
