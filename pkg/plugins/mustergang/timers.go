@@ -55,10 +55,9 @@ func (t *timers) once(name any, d time.Duration, f func()) bool {
 // forGang runs f after d unless forget(key) or the scheduler stops first.
 func (t *timers) forGang(key gang.Key, d time.Duration, f func()) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.seq++
-	name := gangTimer{key: key, seq: t.seq}
-	t.mu.Unlock()
-	t.set(name, d, f)
+	t.setLocked(gangTimer{key: key, seq: t.seq}, d, f)
 }
 
 // forget stops the pending timers of gang key set by forGang, and its
@@ -76,6 +75,11 @@ func (t *timers) forget(key gang.Key) {
 func (t *timers) set(name any, d time.Duration, f func()) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.setLocked(name, d, f)
+}
+
+// setLocked is set with t.mu held.
+func (t *timers) setLocked(name any, d time.Duration, f func()) bool {
 	if t.live == nil {
 		return false
 	}
