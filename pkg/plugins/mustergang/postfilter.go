@@ -32,6 +32,11 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		if result == nil {
 			result = p.keptNomination(ctx, pod)
 		}
+		if lone := gang.LoneKey(pod); p.source.lonePod(lone) == nil {
+			// Deleted during its cycle: its deletion's forget came before
+			// what this cycle recorded of it (held out, a refusal).
+			p.forget(lone)
+		}
 		return result, status
 	}
 	slot := plan.Slots[pod.UID]
@@ -92,11 +97,7 @@ func (p *Plugin) noteHeldOut(cs fwk.CycleState, pod *v1.Pod, statuses fwk.NodeTo
 			break
 		}
 	}
-	key := gang.LoneKey(pod)
-	p.gangs.HeldOut(key, heldOut, p.now())
-	if heldOut && p.source.lonePod(key) == nil {
-		p.forget(key) // deleted during its cycle: its deletion's forget came first
-	}
+	p.gangs.HeldOut(gang.LoneKey(pod), heldOut, p.now())
 }
 
 // waitingForVictims reports whether a member was turned away only because
