@@ -82,8 +82,13 @@ func TestManagerLedgerAndLifecycle(t *testing.T) {
 	}
 
 	// Succeeded members are counted once.
-	if !r.Succeed(a, "a0", now) || r.Succeed(a, "a0", now) || r.Succeeded(a) != 1 {
+	if !r.Succeed(a, "a0") || r.Succeed(a, "a0") || r.Succeeded(a) != 1 {
 		t.Errorf("succeeded = %d", r.Succeeded(a))
+	}
+	// A gang forgotten (its object gone) counts no success read later.
+	r.Forget(a)
+	if r.Succeed(a, "a1") || r.Succeeded(a) != 0 {
+		t.Errorf("a forgotten gang counted a success: %d", r.Succeeded(a))
 	}
 }
 

@@ -387,12 +387,15 @@ func (m *Manager) MemberBound(key Key, uid types.UID, seen time.Time) {
 }
 
 // Succeed records a member that finished successfully; it counts toward the
-// gang's quorum from now on. It reports whether the member was new.
-func (m *Manager) Succeed(key Key, uid types.UID, seen time.Time) bool {
+// gang's quorum from now on. It reports whether the member was new. A gang
+// the manager no longer knows (forgotten: its object is gone) counts
+// nothing: a success read after that must not start a new gang of the same
+// name with it.
+func (m *Manager) Succeed(key Key, uid types.UID) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.get(key, seen)
-	if s.succeeded.Has(uid) {
+	s := m.gangs[key]
+	if s == nil || s.succeeded.Has(uid) {
 		return false
 	}
 	s.succeeded.Insert(uid)

@@ -73,7 +73,7 @@ func (p *Plugin) recordFinished(key gang.Key, pod *v1.Pod) {
 	if err != nil || current.UID != pod.UID || current.Status.Phase != v1.PodSucceeded {
 		return
 	}
-	if p.gangs.Succeed(key, pod.UID, pod.CreationTimestamp.Time) {
+	if p.gangs.Succeed(key, pod.UID) {
 		p.wake(p.logger(), key, gang.WakeMemberSucceeded, p.source.members(key).pending)
 		p.status.enqueue(key)
 	}

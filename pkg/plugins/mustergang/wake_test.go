@@ -146,14 +146,18 @@ func TestWakeWhenAPlanIsDropped(t *testing.T) {
 // A pod scheduled alone that Filter kept off the capacity a plan holds is
 // woken when that plan is dropped: no cluster event says the capacity is
 // free again. Until then it is not woken, nor is a pod alone that fits
-// nowhere whatever the plans hold.
+// nowhere whatever the plans hold, nor one deleted during its cycle (the
+// manager forgets it). The nodes run priority-0 CPU pods, as a real
+// cluster's do.
 func TestWakeALonePodHeldOutWhenAPlanIsDropped(t *testing.T) {
 	a, b := worker("g", 0, 8, ""), worker("g", 1, 8, "")
-	lone := testobj.MakePod("ns", "lone").UID("lone").SchedulerName("muster").
-		Container(testobj.MakeContainer("c").GPUs(1).Obj()).Obj()
-	tooBig := testobj.MakePod("ns", "too-big").UID("too-big").SchedulerName("muster").
-		Container(testobj.MakeContainer("c").GPUs(16).Obj()).Obj()
-	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil, []*v1.Pod{a, b, lone, tooBig})
+	alone := func(name string, gpus int64) *v1.Pod {
+		return testobj.MakePod("ns", name).UID(name).SchedulerName("muster").
+			Container(testobj.MakeContainer("c").GPUs(gpus).Obj()).Obj()
+	}
+	lone, tooBig, gone := alone("lone", 1), alone("too-big", 16), alone("gone", 1)
+	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...)
+	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, background, []*v1.Pod{a, b, lone, tooBig, gone})
 	_, status := f.preFilter(t, a)
 	require.True(t, status.IsSuccess(), "PreFilter of a: %v", status)
 	key, _ := gang.KeyOf(a)
@@ -161,7 +165,7 @@ func TestWakeALonePodHeldOutWhenAPlanIsDropped(t *testing.T) {
 	require.NotNil(t, plan)
 	f.takeActivated()
 
-	for _, pod := range []*v1.Pod{lone, tooBig} {
+	for _, pod := range []*v1.Pod{lone, tooBig, gone} {
 		state, status := f.preFilter(t, pod)
 		require.True(t, status.IsSuccess(), "PreFilter of %s: %v", pod.Name, status)
 		statuses := framework.NewDefaultNodeToStatus()
@@ -170,9 +174,13 @@ func TestWakeALonePodHeldOutWhenAPlanIsDropped(t *testing.T) {
 			require.False(t, st.IsSuccess(), "%s fits on node %s", pod.Name, ni.Node().Name)
 			statuses.Set(ni.Node().Name, st)
 		}
+		if pod == gone {
+			require.NoError(t, f.plugin.source.pods.Delete(pod)) // deleted during its cycle
+		}
 		f.fw.RunPostFilterPlugins(context.Background(), state, pod, statuses)
 	}
 	assert.Empty(t, f.takeActivated(), "nothing was freed yet")
+	assert.Equal(t, gang.PhaseNew, f.plugin.gangs.Phase(gang.LoneKey(gone)), "a pod deleted during its cycle is forgotten")
 	before := wakeCounts(t)
 
 	f.plugin.expirePlan(key, plan.ID)
@@ -295,6 +303,7 @@ func TestWakeWhenAPodGroupMemberSucceeded(t *testing.T) {
 	done.Status.Phase = v1.PodSucceeded
 	f := newQuietFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{done}, []*v1.Pod{rest})
 	key, _ := gang.KeyOf(done)
+	f.plugin.gangs.FirstSeen(key, t0) // the pod handlers saw its members
 	before := wakeCounts(t)
 
 	f.plugin.recordFinished(key, done)
