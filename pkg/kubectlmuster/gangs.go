@@ -11,8 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
@@ -190,17 +191,39 @@ func eventKey(e *eventsv1.Event) (gang.Key, bool) {
 	return key, true
 }
 
-// keyOf is the gang of a muster pod, as muster resolves it: a Kubernetes
-// PodGroup with the basic policy is no gang, its pods stay their Job's or
-// StatefulSet's.
+// keyOf is the gang of a muster pod, as muster resolves it (gang.Resolve):
+// a Kubernetes PodGroup with the basic policy is no gang, its pods stay
+// their Job's or StatefulSet's.
 func (ix *index) keyOf(pod *corev1.Pod) (gang.Key, bool) {
-	key, ok := gang.KeyOf(pod)
-	if ok && key.Kind == gang.KindWorkloadPodGroup {
-		if w := ix.workloads[nsName(key.Namespace, key.Name)]; w != nil && w.Spec.SchedulingPolicy.Gang == nil {
-			return gang.ControllerKey(pod)
-		}
+	r, ok, _ := gang.Resolve(pod, ix, ix.opts.Levels, nil)
+	return r.OwnerKey, ok
+}
+
+// Job, StatefulSet, PodGroup and WorkloadPodGroup read gangs' owners from
+// the snapshot, for gang.OwnerOf.
+
+func (ix *index) Job(namespace, name string) (*batchv1.Job, error) {
+	return inSnapshot(ix.jobs, batchv1.Resource("jobs"), namespace, name)
+}
+
+func (ix *index) StatefulSet(namespace, name string) (*appsv1.StatefulSet, error) {
+	return inSnapshot(ix.sets, appsv1.Resource("statefulsets"), namespace, name)
+}
+
+func (ix *index) PodGroup(namespace, name string) (*v1alpha1.PodGroup, error) {
+	return inSnapshot(ix.groups, v1alpha1.SchemeGroupVersion.WithResource("podgroups").GroupResource(), namespace, name)
+}
+
+func (ix *index) WorkloadPodGroup(namespace, name string) (*schedulingv1beta1.PodGroup, error) {
+	return inSnapshot(ix.workloads, schedulingv1beta1.Resource("podgroups"), namespace, name)
+}
+
+// inSnapshot is the object of namespace/name in objects, or NotFound.
+func inSnapshot[T any](objects map[string]*T, resource schema.GroupResource, namespace, name string) (*T, error) {
+	if o := objects[nsName(namespace, name)]; o != nil {
+		return o, nil
 	}
-	return key, ok
+	return nil, apierrors.NewNotFound(resource, name)
 }
 
 // isMuster reports whether the pod is scheduled by muster.
@@ -307,36 +330,18 @@ func (ix *index) ask(st *gangState) (gang.Ask, string) {
 	if len(st.pods) > 0 {
 		pod = st.pods[0]
 	}
-	var owner runtime.Object
-	switch st.key.Kind {
-	case gang.KindJob:
-		if st.job == nil {
-			return gang.Ask{}, fmt.Sprintf("Job %s not found in namespace %s", st.key.Name, st.key.Namespace)
+	owner, err := gang.OwnerOf(st.key, ix)
+	if err != nil {
+		return gang.Ask{}, err.Error()
+	}
+	if len(st.pods) == 0 {
+		// A workload with no pods yet: its template's annotations.
+		switch o := owner.(type) {
+		case *batchv1.Job:
+			pod = &corev1.Pod{ObjectMeta: o.Spec.Template.ObjectMeta}
+		case *appsv1.StatefulSet:
+			pod = &corev1.Pod{ObjectMeta: o.Spec.Template.ObjectMeta}
 		}
-		if len(st.pods) == 0 {
-			pod = &corev1.Pod{ObjectMeta: st.job.Spec.Template.ObjectMeta}
-		}
-		owner = st.job
-	case gang.KindStatefulSet:
-		if st.set == nil {
-			return gang.Ask{}, fmt.Sprintf("StatefulSet %s not found in namespace %s", st.key.Name, st.key.Namespace)
-		}
-		if len(st.pods) == 0 {
-			pod = &corev1.Pod{ObjectMeta: st.set.Spec.Template.ObjectMeta}
-		}
-		owner = st.set
-	case gang.KindPodGroup:
-		if st.group == nil {
-			return gang.Ask{}, fmt.Sprintf("PodGroup %s not found in namespace %s (or podgroups.scheduling.x-k8s.io not served)", st.key.Name, st.key.Namespace)
-		}
-		owner = st.group
-	case gang.KindWorkloadPodGroup:
-		if st.workload == nil {
-			return gang.Ask{}, fmt.Sprintf("PodGroup.scheduling.k8s.io %s not found in namespace %s (or scheduling.k8s.io/v1beta1 not served)", st.key.Name, st.key.Namespace)
-		}
-		owner = st.workload
-	default:
-		return gang.Ask{}, ""
 	}
 	ask, err := gang.AskOf(owner, pod, ix.opts.Levels, 0)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
@@ -57,63 +56,28 @@ type gangInfo struct {
 	required string
 }
 
-// ownerMissing explains a failed lookup of the gang's owner: a missing one by
-// name, any other error as it is.
-func ownerMissing(key gang.Key, kind string, err error) error {
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("gang %s: %s %s not found in namespace %s", key, kind, key.Name, key.Namespace)
-	}
-	return err
-}
-
-// resolve finds the pod's gang and what its owner asks (gang.AskOf). ok is
-// false for a pod scheduled alone; err explains a gang that cannot be
+// resolve finds the pod's gang and what its owner asks (gang.Resolve). ok
+// is false for a pod scheduled alone; err explains a gang that cannot be
 // served yet or at all.
 func (src *gangSource) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
-	key, ok := gang.KeyOf(pod)
+	r, ok, err := gang.Resolve(pod, src, src.levels, src.gangs.Succeeded)
 	if !ok {
 		return nil, false, nil
 	}
-	info = &gangInfo{key: key, timeout: src.defaultTimeout}
-	// owner is the object that defines the quorum: the gang's own, or for
-	// a Kubernetes PodGroup of the basic policy the Job or StatefulSet
-	// that made it (with WorkloadWithJob every Job gets one).
-	var owner runtime.Object
-	if key.Kind == gang.KindWorkloadPodGroup {
-		pg, err := src.workloadGroup(key)
-		if err != nil {
-			return info, true, err
-		}
-		info.owner, owner = refOf(pg), pg
-		if pg.Spec.SchedulingPolicy.Gang == nil {
-			controller, ok := gang.ControllerKey(pod)
-			if !ok {
-				return info, false, nil
-			}
-			owner, err = src.ownerOf(controller)
-		}
-	} else {
-		owner, err = src.ownerOf(key)
+	info = &gangInfo{key: r.Key, timeout: src.defaultTimeout}
+	// Events go to the quorum's owner, or to the Kubernetes PodGroup when
+	// its owner cannot be read.
+	if ref := refOf(r.Owner); ref != nil {
+		info.owner = ref
+	} else if r.Group != nil {
+		info.owner = refOf(r.Group)
 	}
 	if err != nil {
 		return info, true, err
 	}
-	if ref := refOf(owner); ref != nil {
-		info.owner = ref
-	}
-	succeeded := 0
-	if info.key.Kind == gang.KindPodGroup {
-		// Only a PodGroup's finished members are counted (recordFinished):
-		// a Job's quorum follows the Job's own status.
-		succeeded = src.gangs.Succeeded(info.key)
-	}
-	ask, err := gang.AskOf(owner, pod, src.levels, succeeded)
-	if err != nil {
-		return info, true, fmt.Errorf("gang %s: %w", info.key, err)
-	}
-	info.quorum, info.required, info.noGang = ask.Quorum, ask.Required, ask.NoGang
-	if ask.Timeout > 0 {
-		info.timeout = ask.Timeout
+	info.quorum, info.required, info.noGang = r.Quorum, r.Required, r.NoGang
+	if r.Timeout > 0 {
+		info.timeout = r.Timeout
 	}
 	return info.capTimeout(), true, nil
 }
@@ -125,46 +89,39 @@ func (info *gangInfo) capTimeout() *gangInfo {
 	return info
 }
 
-// ownerOf reads the object that defines gang key from the informers: its
-// Job, StatefulSet, or PodGroup of either API; for a pod scheduled alone
-// that preempted, the pod itself.
+// ownerOf reads the object that defines gang key from the informers
+// (gang.OwnerOf); for a pod scheduled alone that preempted, the pod itself.
 func (src *gangSource) ownerOf(key gang.Key) (runtime.Object, error) {
-	switch key.Kind {
-	case gang.KindPod:
+	if key.Kind == gang.KindPod {
 		if pod := src.lonePod(key); pod != nil {
 			return pod, nil
 		}
 		return nil, fmt.Errorf("pod %s/%s is gone", key.Namespace, key.Name)
-	case gang.KindJob:
-		job, err := src.jobs.Jobs(key.Namespace).Get(key.Name)
-		if err != nil {
-			return nil, ownerMissing(key, "Job", err)
-		}
-		return job, nil
-	case gang.KindStatefulSet:
-		sts, err := src.sets.StatefulSets(key.Namespace).Get(key.Name)
-		if err != nil {
-			return nil, ownerMissing(key, "StatefulSet", err)
-		}
-		return sts, nil
-	case gang.KindWorkloadPodGroup:
-		pg, err := src.workloadGroup(key)
-		if err != nil {
-			return nil, err
-		}
-		return pg, nil
-	case gang.KindPodGroup:
-		if src.podGroups == nil {
-			return nil, fmt.Errorf("gang %s: pod has label %s but the PodGroup API (podgroups.scheduling.x-k8s.io) is not installed; apply manifests/crds and restart muster",
-				key, v1alpha1.PodGroupLabel)
-		}
-		obj, err := src.podGroups.ByNamespace(key.Namespace).Get(key.Name)
-		if err != nil {
-			return nil, ownerMissing(key, "PodGroup", err)
-		}
-		return v1alpha1.FromUnstructured(obj)
 	}
-	return nil, fmt.Errorf("gang %s has no owner object", key)
+	return gang.OwnerOf(key, src)
+}
+
+// Job, StatefulSet, PodGroup and WorkloadPodGroup read gangs' owners from
+// the informers, for gang.OwnerOf.
+
+func (src *gangSource) Job(namespace, name string) (*batchv1.Job, error) {
+	return src.jobs.Jobs(namespace).Get(name)
+}
+
+func (src *gangSource) StatefulSet(namespace, name string) (*appsv1.StatefulSet, error) {
+	return src.sets.StatefulSets(namespace).Get(name)
+}
+
+func (src *gangSource) PodGroup(namespace, name string) (*v1alpha1.PodGroup, error) {
+	if src.podGroups == nil {
+		return nil, fmt.Errorf("gang %s: pod has label %s but the PodGroup API (podgroups.scheduling.x-k8s.io) is not installed; apply manifests/crds and restart muster",
+			gang.Key{Kind: gang.KindPodGroup, Namespace: namespace, Name: name}, v1alpha1.PodGroupLabel)
+	}
+	obj, err := src.podGroups.ByNamespace(namespace).Get(name)
+	if err != nil {
+		return nil, err
+	}
+	return v1alpha1.FromUnstructured(obj)
 }
 
 // ownerRef is the object Events about gang key are recorded on (nil when
@@ -186,7 +143,7 @@ func (src *gangSource) speaker(key gang.Key) gang.Key {
 	if key.Kind != gang.KindWorkloadPodGroup {
 		return key
 	}
-	if pg, err := src.workloadGroup(key); err != nil || pg.Spec.SchedulingPolicy.Gang != nil {
+	if pg, err := src.WorkloadPodGroup(key.Namespace, key.Name); err != nil || pg.Spec.SchedulingPolicy.Gang != nil {
 		return key
 	}
 	objs, _ := src.pods.ByIndex(src.gangIndex, key.String())

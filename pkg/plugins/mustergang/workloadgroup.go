@@ -36,16 +36,19 @@ import (
 
 var _ fwk.PodGroupPostFilterPlugin = &Plugin{}
 
-// workloadGroup returns the PodGroup of key from the scheduler's cache.
-func (src *gangSource) workloadGroup(key gang.Key) (*schedulingv1beta1.PodGroup, error) {
+// WorkloadPodGroup returns a Kubernetes PodGroup from the scheduler's
+// cache (gang.Owners).
+func (src *gangSource) WorkloadPodGroup(namespace, name string) (*schedulingv1beta1.PodGroup, error) {
+	key := gang.Key{Kind: gang.KindWorkloadPodGroup, Namespace: namespace, Name: name}
 	manager := src.handle.PodGroupManager()
 	if manager == nil {
 		return nil, fmt.Errorf("gang %s: the scheduler keeps no PodGroups; run muster with --feature-gates=GenericWorkload=true", key)
 	}
-	pg, err := manager.PodGroups().Get(key.Namespace, key.Name)
+	pg, err := manager.PodGroups().Get(namespace, name)
 	if err != nil {
+		// Not a NotFound error: this message says what muster needs.
 		return nil, fmt.Errorf("gang %s: PodGroup %s not found in namespace %s (muster needs --feature-gates=GenericWorkload=true to see PodGroups): %v",
-			key, key.Name, key.Namespace, err)
+			key, name, namespace, err)
 	}
 	return pg, nil
 }
@@ -54,7 +57,7 @@ func (src *gangSource) workloadGroup(key gang.Key) (*schedulingv1beta1.PodGroup,
 // PodGroup's spec.priority when it joins one that has it, else its own.
 func (src *gangSource) priorityOf(pod *v1.Pod) int32 {
 	if key, ok := gang.KeyOf(pod); ok && key.Kind == gang.KindWorkloadPodGroup {
-		if pg, err := src.workloadGroup(key); err == nil && pg.Spec.Priority != nil {
+		if pg, err := src.WorkloadPodGroup(key.Namespace, key.Name); err == nil && pg.Spec.Priority != nil {
 			return *pg.Spec.Priority
 		}
 	}
@@ -71,7 +74,7 @@ func (src *gangSource) victimKey(pod *v1.Pod) (gang.Key, bool) {
 	if !ok || key.Kind != gang.KindWorkloadPodGroup {
 		return key, ok
 	}
-	pg, err := src.workloadGroup(key)
+	pg, err := src.WorkloadPodGroup(key.Namespace, key.Name)
 	if err != nil {
 		return gang.Key{}, false
 	}

@@ -1,0 +1,126 @@
+package gang
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+)
+
+// Owners reads the objects gangs are defined by, from wherever the reader
+// keeps them: the scheduler from its informers, kubectl muster from its
+// snapshot. A missing object is an error for which apierrors.IsNotFound
+// holds; any other error is the reader's own explanation.
+type Owners interface {
+	Job(namespace, name string) (*batchv1.Job, error)
+	StatefulSet(namespace, name string) (*appsv1.StatefulSet, error)
+	// PodGroup is a scheduler-plugins PodGroup.
+	PodGroup(namespace, name string) (*v1alpha1.PodGroup, error)
+	// WorkloadPodGroup is a Kubernetes scheduling.k8s.io PodGroup.
+	WorkloadPodGroup(namespace, name string) (*schedulingv1beta1.PodGroup, error)
+}
+
+// OwnerOf reads the object that defines gang key: its Job, StatefulSet, or
+// PodGroup of either API.
+func OwnerOf(key Key, owners Owners) (runtime.Object, error) {
+	var (
+		obj  runtime.Object
+		err  error
+		kind string
+	)
+	// Each case assigns only a found object: a nil pointer in a
+	// runtime.Object is no nil interface.
+	switch key.Kind {
+	case KindJob:
+		kind = "Job"
+		var o *batchv1.Job
+		if o, err = owners.Job(key.Namespace, key.Name); err == nil {
+			obj = o
+		}
+	case KindStatefulSet:
+		kind = "StatefulSet"
+		var o *appsv1.StatefulSet
+		if o, err = owners.StatefulSet(key.Namespace, key.Name); err == nil {
+			obj = o
+		}
+	case KindPodGroup:
+		kind = "PodGroup"
+		var o *v1alpha1.PodGroup
+		if o, err = owners.PodGroup(key.Namespace, key.Name); err == nil {
+			obj = o
+		}
+	case KindWorkloadPodGroup:
+		kind = "PodGroup"
+		var o *schedulingv1beta1.PodGroup
+		if o, err = owners.WorkloadPodGroup(key.Namespace, key.Name); err == nil {
+			obj = o
+		}
+	default:
+		return nil, fmt.Errorf("gang %s has no owner object", key)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("gang %s: %s %s not found in namespace %s", key, kind, key.Name, key.Namespace)
+	}
+	return obj, err
+}
+
+// Resolved is a pod's gang and what its owner asks of it.
+type Resolved struct {
+	Key Key
+	// OwnerKey is the gang whose object defines the quorum and speaks for
+	// the pods to users: Key itself, or for a Kubernetes PodGroup of the
+	// basic policy its pods' controller.
+	OwnerKey Key
+	// Owner is the object that defines the quorum (nil when it could not
+	// be read): the gang's own, or for a Kubernetes PodGroup of the basic
+	// policy the Job or StatefulSet that made it.
+	Owner runtime.Object
+	// Group is the Kubernetes PodGroup of a pod that joins one, read even
+	// when its Owner could not be.
+	Group *schedulingv1beta1.PodGroup
+	Ask
+}
+
+// Resolve finds pod's gang (KeyOf) and reads what its owner asks (AskOf).
+// A Kubernetes PodGroup of the basic policy (with WorkloadWithJob every Job
+// gets one) asks nothing itself: its pods' quorum is their controller's,
+// and a pod without one is scheduled alone. ok is false for a pod
+// scheduled alone; err explains a gang that cannot be served yet or at
+// all, with r.Key set. succeeded, when not nil, counts the members of a
+// scheduler-plugins PodGroup known to have finished (AskOf).
+func Resolve(pod *v1.Pod, owners Owners, levels []Level, succeeded func(Key) int) (r Resolved, ok bool, err error) {
+	if r.Key, ok = KeyOf(pod); !ok {
+		return r, false, nil
+	}
+	r.OwnerKey = r.Key
+	if r.Owner, err = OwnerOf(r.Key, owners); err != nil {
+		return r, true, err
+	}
+	if pg, isGroup := r.Owner.(*schedulingv1beta1.PodGroup); isGroup {
+		r.Group = pg
+		if pg.Spec.SchedulingPolicy.Gang == nil {
+			controller, owned := ControllerKey(pod)
+			if !owned {
+				return r, false, nil
+			}
+			r.OwnerKey = controller
+			if r.Owner, err = OwnerOf(controller, owners); err != nil {
+				return r, true, err
+			}
+		}
+	}
+	done := 0
+	if _, isGroup := r.Owner.(*v1alpha1.PodGroup); isGroup && succeeded != nil {
+		done = succeeded(r.Key)
+	}
+	if r.Ask, err = AskOf(r.Owner, pod, levels, done); err != nil {
+		return r, true, fmt.Errorf("gang %s: %w", r.Key, err)
+	}
+	return r, true, nil
+}
