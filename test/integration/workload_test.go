@@ -17,8 +17,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/kubernetes/pkg/features"
@@ -27,6 +29,7 @@ import (
 	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/internal/testobj"
 	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 // startWorkloadCluster is startCluster with the workload API on: the gates
@@ -251,4 +254,100 @@ func TestWorkloadGroupLeastPrivilege(t *testing.T) {
 	c.createJob(jobSpec{name: "train", workers: 4, gpus: 8, mutate: inGroup("train")})
 	c.waitJobBound("train", 4)
 	c.requireGroupScheduled("train")
+}
+
+// A PodGroup's plan waits for its victims; meanwhile the chief's volume
+// claim is deleted. In the group's cycle VolumeBinding's PreFilter refuses
+// the chief, the worker fits its slot, and the core counts the group as
+// placed: muster breaks the plan at once, not when it times out, and the
+// gang then holds nothing until the claim is back.
+func TestWorkloadMemberRefusedByAnotherPreFilterBreaksThePlan(t *testing.T) {
+	nodes := gpuNodes(2, 8)
+	c := startWorkloadCluster(t, nodes...)
+	c.createPriorityClasses()
+	k := c.startKubelet()
+	background := c.backgroundLeft()
+	c.createJob(jobSpec{name: "low", workers: 2, gpus: 8, mutate: withPriority("low")})
+	c.waitJobBound("low", 2)
+	c.createBoundClaim("ckpt")
+
+	// The victims stay terminating until the kubelet stand-in runs again.
+	k.running.Store(false)
+	c.createWorkloadGroup("high", 2, func(pg *schedulingv1beta1.PodGroup) { pg.Spec.PriorityClassName = "high" })
+	withClaim := func(job *batchv1.Job) {
+		spec := &job.Spec.Template.Spec
+		spec.Volumes = []corev1.Volume{{Name: "ckpt", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "ckpt"}}}}
+		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "ckpt", MountPath: "/ckpt"}}
+	}
+	c.createJob(jobSpec{name: "chief", workers: 1, gpus: 8, mutate: withPriority("high", inGroup("high"), withClaim)})
+	c.createJob(jobSpec{name: "worker", workers: 1, gpus: 8, mutate: withPriority("high", inGroup("high"))})
+	c.waitFor("the low gang preempted", 60*time.Second, func() (bool, error) {
+		pods := c.jobPods("low")
+		for _, p := range pods {
+			if p.DeletionTimestamp == nil {
+				return false, nil
+			}
+		}
+		return len(pods) == 2, nil
+	})
+
+	c.deleteClaim("ckpt")
+	// A pod alone that mounts the claim is refused once the scheduler's
+	// informer has seen the claim go: only then may the victims leave.
+	canary := testobj.MakePod(c.ns, "canary").SchedulerName("muster").Obj()
+	canary.Spec.Containers = []corev1.Container{{Name: "c", Image: "busybox"}}
+	canary.Spec.Volumes = []corev1.Volume{{Name: "ckpt", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "ckpt"}}}}
+	_, err := c.Client.CoreV1().Pods(c.ns).Create(c.ctx, canary, metav1.CreateOptions{})
+	require.NoError(t, err)
+	c.waitFor("the canary refused for the deleted claim", 30*time.Second, func() (bool, error) {
+		p, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, "canary", metav1.GetOptions{})
+		return err == nil && unschedulableWith(p, `"ckpt"`), err
+	})
+	require.NoError(t, c.Client.CoreV1().Pods(c.ns).Delete(c.ctx, "canary", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+
+	k.running.Store(true)
+	// Well within the plan's 120 s deadline.
+	c.waitForEvent("PodGroup", "high", string(gang.OutcomeRejected), "was refused in the PodGroup's cycle before muster's PreFilter ran")
+	c.waitFor("the chief refused for its claim, nothing of the gang held", 60*time.Second, func() (bool, error) {
+		chief, worker := c.jobPods("chief"), c.jobPods("worker")
+		if len(chief) != 1 || len(worker) != 1 || !unschedulableWith(&chief[0], `"ckpt"`) {
+			return false, nil
+		}
+		for _, p := range append(chief, worker...) {
+			if p.Spec.NodeName != "" || p.Status.NominatedNodeName != "" {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+
+	c.createBoundClaim("ckpt")
+	c.waitFor("the gang bound whole", 60*time.Second, func() (bool, error) {
+		return c.liveBound("chief") == 1 && c.liveBound("worker") == 1, nil
+	})
+	require.Equal(t, background, c.backgroundLeft(), "no background pod is evicted")
+}
+
+// deleteClaim deletes the claim createBoundClaim made, and its volume,
+// lifting the protection finalizer no controller lifts here.
+func (c *cluster) deleteClaim(name string) {
+	c.t.Helper()
+	claims := c.Client.CoreV1().PersistentVolumeClaims(c.ns)
+	require.NoError(c.t, claims.Delete(c.ctx, name, metav1.DeleteOptions{}))
+	_, err := claims.Patch(c.ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	if !apierrors.IsNotFound(err) {
+		require.NoError(c.t, err)
+	}
+	require.NoError(c.t, c.Client.CoreV1().PersistentVolumes().Delete(c.ctx, c.ns+"-"+name, metav1.DeleteOptions{}))
+	_, err = c.Client.CoreV1().PersistentVolumes().Patch(c.ctx, c.ns+"-"+name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	if !apierrors.IsNotFound(err) {
+		require.NoError(c.t, err)
+	}
+	c.waitFor("claim "+name+" and its volume gone", 30*time.Second, func() (bool, error) {
+		_, errClaim := claims.Get(c.ctx, name, metav1.GetOptions{})
+		_, errVolume := c.Client.CoreV1().PersistentVolumes().Get(c.ctx, c.ns+"-"+name, metav1.GetOptions{})
+		return apierrors.IsNotFound(errClaim) && apierrors.IsNotFound(errVolume), nil
+	})
 }

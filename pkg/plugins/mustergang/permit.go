@@ -68,13 +68,17 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	if s.slot == "" {
 		return nil, 0
 	}
-	if refused := s.pass.refusedMember(); refused != nil {
-		// The pod-group cycle placed this member but refused a sibling at
-		// its slot: the core counts the placed part as success, muster
-		// does not let it bind without the rest.
+	if refused, atSlot := p.refusedInPass(s); refused != nil {
+		// The pod-group cycle placed this member but refused a sibling:
+		// the core counts the placed part as success, muster does not let
+		// it bind without the rest. Only a refusal at the slot is the
+		// node's: that pair is avoided.
 		reason := fmt.Sprintf("member %s could not go to its planned node %s in the PodGroup's cycle", refused.name, refused.node)
+		if !atSlot {
+			reason = fmt.Sprintf("member %s was refused in the PodGroup's cycle before muster's PreFilter ran (see its PodScheduled condition)", refused.name)
+		}
 		now := p.now()
-		p.carryOut(ctx, p.gangs.PlanBroken(s.key, s.planID, refused.uid, refused.node, reason, true, now, now.Add(avoidFor), p.backoffBase()), nil)
+		p.carryOut(ctx, p.gangs.PlanBroken(s.key, s.planID, refused.uid, refused.node, reason, atSlot, now, now.Add(avoidFor), p.backoffBase()), nil)
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s", s.key.Subject(), reason)), 0
 	}
 	arrival, plan, effects := p.gangs.Arrive(s.key, s.planID, pod.UID, p.now(), p.backoffBase())

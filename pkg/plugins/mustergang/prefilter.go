@@ -134,6 +134,13 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 			fmt.Sprintf("%s is placing %d other members; this pod waits for that plan to finish", key.Subject(), len(plan.Slots)))
 	}
 	state := &cycleState{slot: node, planID: plan.ID, key: key, policy: constraints.Policy}
+	var pass *groupPass
+	if cs.IsPodGroupSchedulingCycle() {
+		// Seen, whether steered below or held back: a member of the plan
+		// the pass never shows muster was refused by another PreFilter.
+		pass = passOf(cs.GetPodGroupSchedulingCycle(), plan.ID)
+		pass.saw(pod.UID)
+	}
 	if n := plan.Victims.Len(); n > 0 {
 		// PostFilter reads that this refusal is the wait, not a failure.
 		state.heldForVictims = true
@@ -163,9 +170,9 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("%s preempted pods to make room and waits for their devices on %s to be released", key.Subject(), node))
 	}
-	if cs.IsPodGroupSchedulingCycle() {
-		state.pass = passOf(cs.GetPodGroupSchedulingCycle(), plan.ID)
-		state.pass.steered(pod, node)
+	if pass != nil {
+		state.pass = pass
+		pass.steered(pod, node)
 	}
 	cs.Write(stateKey, state)
 	return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil

@@ -3,15 +3,19 @@ package mustergang
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -105,14 +109,13 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleStat
 	}
 	if plan == nil {
 		result, status := p.preempt(ctx, pods[0])
-		if result == nil || result.NominatingInfo == nil || result.NominatedNodeName == "" {
-			return nil, status
+		if result != nil && result.NominatingInfo != nil && result.NominatedNodeName != "" {
+			if _, plan = p.gangs.PlanOf(pods[0].UID); plan != nil {
+				return nominations(pods, plan), fwk.NewStatus(fwk.Success, status.Message())
+			}
 		}
-		_, plan = p.gangs.PlanOf(pods[0].UID)
-		if plan == nil {
-			return nil, status
-		}
-		return nominations(pods, plan), fwk.NewStatus(fwk.Success, status.Message())
+		p.clearNominations(ctx, pods)
+		return nil, status
 	}
 	if msg, waiting := p.planWaits(key, plan, pods); waiting {
 		p.wakeAfterCacheLag(key, plan)
@@ -121,7 +124,30 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleStat
 	reason := fmt.Sprintf("%d members could not go to their planned nodes in the PodGroup's cycle", len(pods))
 	klog.FromContext(ctx).V(2).Info("Plan refused in a pod-group cycle", "gang", key, "members", len(pods))
 	p.drop(ctx, key, plan.ID, gang.DropPlanBroken, reason)
+	p.clearNominations(ctx, pods)
 	return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, reason))
+}
+
+// clearNominations clears the nominations of pods that nothing keeps
+// (keptNomination), as PostFilter does for a pod alone. The core applies a
+// PodGroupPostFilter's nominations only when it succeeds and otherwise
+// leaves the old ones in place (schedule_one_podgroup.go in kube-scheduler
+// 1.37), so a group that preempted once and then cannot fit would keep
+// its nodes' room from every pod of its priority or lower.
+func (p *Plugin) clearNominations(ctx context.Context, pods []*v1.Pod) {
+	for _, pod := range pods {
+		if pod.Status.NominatedNodeName == "" || p.keptNomination(ctx, pod).NominatedNodeName != "" {
+			continue
+		}
+		p.handle.DeleteNominatedPodIfExists(pod)
+		cleared := pod.Status.DeepCopy()
+		cleared.NominatedNodeName = ""
+		if err := schedutil.PatchPodStatus(ctx, p.handle.ClientSet(), pod.Name, pod.Namespace, &pod.Status, cleared); err != nil && !apierrors.IsNotFound(err) {
+			// The nominator forgot it; the next failed cycle clears the
+			// API's record again.
+			klog.FromContext(ctx).Error(err, "Could not clear a stale nomination", "pod", klog.KObj(pod), "node", pod.Status.NominatedNodeName)
+		}
+	}
 }
 
 // planWaits reports whether the plan's members were held back only for the
@@ -155,11 +181,13 @@ func nominations(pods []*v1.Pod, plan *gang.ActivePlan) *fwk.PodGroupPostFilterR
 }
 
 // groupPass is what muster saw of one pod-group cycle's tentative pass over
-// a plan: the members steered to their slots and those reserved there. The
-// core shares one PodGroupCycleState among the pass's members.
+// a plan: the members its PreFilter saw, those it steered to their slots
+// and those reserved there. The core shares one PodGroupCycleState among
+// the pass's members.
 type groupPass struct {
 	mu     sync.Mutex
 	planID int64
+	seenU  sets.Set[types.UID]
 	// steeredTo are the members steered, in the pass's order.
 	steeredTo []passMember
 	reservedU sets.Set[types.UID]
@@ -184,9 +212,15 @@ func passOf(cs fwk.PodGroupCycleState, planID int64) *groupPass {
 			return g
 		}
 	}
-	g := &groupPass{planID: planID, reservedU: sets.New[types.UID]()}
+	g := &groupPass{planID: planID, seenU: sets.New[types.UID](), reservedU: sets.New[types.UID]()}
 	cs.Write(groupPassKey, g)
 	return g
+}
+
+func (g *groupPass) saw(uid types.UID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.seenU.Insert(uid)
 }
 
 func (g *groupPass) steered(pod *v1.Pod, node string) {
@@ -215,4 +249,51 @@ func (g *groupPass) refusedMember() *passMember {
 		}
 	}
 	return nil
+}
+
+// unseenMember is the first member of plan, by name, that the group still
+// has unscheduled and not held by a scheduling gate, not reserved, and
+// never seen by muster's PreFilter in the pass: another plugin's PreFilter
+// refused it first (the framework stops at the first refusal). Nil if none.
+func (g *groupPass) unseenMember(plan *gang.ActivePlan, unscheduled map[string]*v1.Pod) *passMember {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	names := slices.Sorted(maps.Keys(unscheduled))
+	for _, name := range names {
+		pod := unscheduled[name]
+		node, planned := plan.Slots[pod.UID]
+		if planned && !plan.Reserved.Has(pod.UID) && !g.seenU.Has(pod.UID) && len(pod.Spec.SchedulingGates) == 0 {
+			return &passMember{uid: pod.UID, name: pod.Name, node: node}
+		}
+	}
+	return nil
+}
+
+// refusedInPass is the first member of s's plan that the pod-group cycle's
+// pass refused, and whether it was refused at its slot. The core counts a
+// partly placed group as success and runs no PostFilter for the refused
+// member, so Permit must find it: steered but not reserved (a Filter
+// refused it at its slot), or planned and never seen by muster's PreFilter
+// (another PreFilter refused it first, a volume claim deleted since the
+// plan). Nil outside a pass.
+func (p *Plugin) refusedInPass(s *cycleState) (*passMember, bool) {
+	if s.pass == nil {
+		return nil, false
+	}
+	if m := s.pass.refusedMember(); m != nil {
+		return m, true
+	}
+	manager := p.handle.PodGroupManager()
+	if manager == nil || s.key.Kind != gang.KindWorkloadPodGroup {
+		return nil, false
+	}
+	group, err := manager.PodGroupStates().Get(s.key.Namespace, s.key.Name)
+	if err != nil {
+		return nil, false
+	}
+	plan := p.gangs.Plan(s.key)
+	if plan == nil || plan.ID != s.planID {
+		return nil, false // Arrive says what became of the plan
+	}
+	return s.pass.unseenMember(plan, group.UnscheduledPods()), false
 }

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -211,4 +212,31 @@ func TestGroupPassFindsTheRefusedMember(t *testing.T) {
 	assert.Nil(t, pass.refusedMember(), "every steered member reserved")
 	assert.Nil(t, (*groupPass)(nil).refusedMember(), "a member not steered in a pass")
 	assert.NotSame(t, pass, passOf(cs, 8), "another plan's pass starts afresh")
+}
+
+// A planned member that another plugin's PreFilter refused never reaches
+// muster's in the pass: it is found among the group's unscheduled pods.
+// Members muster saw and held back (their devices not released yet), those
+// reserved earlier, gated ones and pods outside the plan are not refused.
+func TestGroupPassFindsTheUnseenMember(t *testing.T) {
+	pod := func(name string) *v1.Pod { return testobj.MakePod("ns", name).UID("u-" + name).Obj() }
+	plan := &gang.ActivePlan{
+		Plan:     gang.Plan{Slots: map[types.UID]string{"u-placed": "n1", "u-held": "n2", "u-earlier": "n3", "u-gated": "n4", "u-refused": "n5"}},
+		Reserved: sets.New[types.UID]("u-earlier", "u-placed"),
+	}
+	pass := passOf(framework.NewCycleState(), 7)
+	pass.saw("u-placed")
+	pass.steered(pod("placed"), "n1")
+	pass.reserved("u-placed")
+	pass.saw("u-held") // muster held it back for its devices
+	gated := testobj.MakePod("ns", "gated").UID("u-gated").SchedulingGate("example.com/wait").Obj()
+	unscheduled := map[string]*v1.Pod{"held": pod("held"), "gated": gated, "refused": pod("refused"), "stranger": pod("stranger")}
+
+	require.Nil(t, pass.refusedMember(), "every steered member reserved")
+	refused := pass.unseenMember(plan, unscheduled)
+	require.NotNil(t, refused)
+	assert.Equal(t, passMember{uid: "u-refused", name: "refused", node: "n5"}, *refused)
+
+	delete(unscheduled, "refused")
+	assert.Nil(t, pass.unseenMember(plan, unscheduled), "no planned member unseen")
 }
