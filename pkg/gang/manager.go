@@ -359,41 +359,59 @@ func (m *Manager) IsVictim(uid types.UID) bool {
 	return ok
 }
 
-// Held sums, per node, what every active plan holds for members not yet
-// reserved (reserved members are counted by the scheduler cache, so they
-// are never subtracted twice): what pods scheduled alone must leave free.
-func (m *Manager) Held() map[string]Resources {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.held(nil)
+// Holding is what an active plan holds on a node for one member not yet
+// reserved.
+type Holding struct {
+	UID     types.UID
+	Request Resources
 }
 
-// HeldForOthers is Held without the plan of gang key itself.
+// Held lists, per node, what every active plan holds for members not yet
+// reserved (reserved members are counted by the scheduler cache, so they
+// are never subtracted twice): what pods scheduled alone must leave free.
+func (m *Manager) Held() map[string][]Holding {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var held map[string][]Holding
+	m.eachHolding(nil, func(node string, h Holding) {
+		if held == nil {
+			held = map[string][]Holding{}
+		}
+		held[node] = append(held[node], h)
+	})
+	return held
+}
+
+// HeldForOthers sums, per node, what every active plan but gang key's
+// holds for members not yet reserved.
 func (m *Manager) HeldForOthers(key Key) map[string]Resources {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.held(&key)
+	var held map[string]Resources
+	m.eachHolding(&key, func(node string, h Holding) {
+		if held == nil {
+			held = map[string]Resources{}
+		}
+		sum := held[node]
+		sum.Add(h.Request)
+		held[node] = sum
+	})
+	return held
 }
 
-func (m *Manager) held(exclude *Key) map[string]Resources {
-	var held map[string]Resources
+// eachHolding calls f for every member slot an active plan (but exclude's)
+// holds.
+func (m *Manager) eachHolding(exclude *Key, f func(node string, h Holding)) {
 	for key, s := range m.planned {
 		if exclude != nil && key == *exclude {
 			continue
 		}
 		for uid, node := range s.plan.Slots {
-			if s.plan.Reserved.Has(uid) {
-				continue
+			if !s.plan.Reserved.Has(uid) {
+				f(node, Holding{UID: uid, Request: s.plan.Requests[uid]})
 			}
-			if held == nil {
-				held = map[string]Resources{}
-			}
-			h := held[node]
-			h.Add(s.plan.Requests[uid])
-			held[node] = h
 		}
 	}
-	return held
 }
 
 // LastNotice returns the gang's latest outcome and its explanation.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
@@ -30,10 +31,21 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if s.policy.KeepsOff() && s.policy.Excludes(p.nodes.preemptible(node)) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("preemptible policy %s", s.policy))
 	}
-	if h, ok := s.held[node.Name]; ok {
+	if holdings, ok := s.held[node.Name]; ok {
 		free := freeOnNode(ni)
+		// The framework's first filter pass adds nominated pods to ni: a
+		// nominated member is then counted by ni and by its holding. Put
+		// it back so each holding is taken once (DRA GPUs are not in ni;
+		// nodeGPUs sets them from the claims).
+		for _, h := range holdings {
+			if onNode(ni, h.UID) {
+				free.Add(h.Request)
+			}
+		}
 		nodeGPUs(&free, ni, v1.ResourceName(p.args.GPUResourceName), s.dra.freeOn(node.Name))
-		free.Sub(h)
+		for _, h := range holdings {
+			free.Sub(h.Request)
+		}
 		if !free.Fits(s.request) {
 			return fwk.NewStatus(fwk.Unschedulable, heldByPlans)
 		}
@@ -44,3 +56,14 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 // heldByPlans is Filter's reason for keeping a pod scheduled alone off a
 // node: PostFilter reads it (noteHeldOut).
 const heldByPlans = "capacity held for a planned gang"
+
+// onNode reports whether the pod of uid is in ni, bound, assumed or added
+// as nominated.
+func onNode(ni fwk.NodeInfo, uid types.UID) bool {
+	for _, pi := range ni.GetPods() {
+		if pi.GetPod().UID == uid {
+			return true
+		}
+	}
+	return false
+}

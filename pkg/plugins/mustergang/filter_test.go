@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/muster-sched/muster/internal/testobj"
@@ -30,11 +31,44 @@ func TestLonePodStaysOffHeldCapacity(t *testing.T) {
 	}
 	for _, ni := range f.nodes {
 		st := f.plugin.Filter(context.Background(), state, lone, ni)
-		if name := ni.Node().Name; held[name].Scalars["nvidia.com/gpu"] > 0 {
+		if name := ni.Node().Name; len(held[name]) > 0 {
 			assert.Equal(t, fwk.Unschedulable, st.Code(), "node %s, held for the gang", name)
 			assert.Contains(t, st.Message(), "capacity held")
 		} else {
 			assert.True(t, st.IsSuccess(), "node %s: %v", name, st)
 		}
+	}
+}
+
+func TestNominatedMemberIsNotHeldTwice(t *testing.T) {
+	// The framework's first filter pass adds nominated pods of equal or
+	// higher priority to the node: a nominated member not yet reserved is
+	// then in the NodeInfo, and its holding must not be subtracted again.
+	a, b := worker("j", 0, 6, ""), worker("j", 1, 6, "")
+	lone := func(name string, gpus int64) *v1.Pod {
+		return testobj.MakePod("ns", name).UID(name).SchedulerName("muster").
+			Container(testobj.MakeContainer("c").GPUs(gpus).Obj()).Obj()
+	}
+	fits, tooBig := lone("fits", 2), lone("too-big", 3)
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b, fits, tooBig})
+	_, plan := f.planAndWait(t, a)
+	slot := plan.Slots[b.UID]
+	f.queue.AddNominatedPod(klog.Background(), podInfos(t, b)[0], &fwk.NominatingInfo{NominatedNodeName: slot, NominatingMode: fwk.ModeOverride})
+	var ni fwk.NodeInfo
+	for _, n := range f.nodes {
+		if n.Node().Name == slot {
+			ni = n
+		}
+	}
+	for _, c := range []struct {
+		pod  *v1.Pod
+		want fwk.Code
+	}{{fits, fwk.Success}, {tooBig, fwk.Unschedulable}} {
+		state, status := f.preFilter(t, c.pod)
+		if !status.IsSuccess() {
+			t.Fatalf("PreFilter of %s: %v", c.pod.Name, status)
+		}
+		st := f.fw.RunFilterPluginsWithNominatedPods(context.Background(), state, c.pod, ni)
+		assert.Equal(t, c.want, st.Code(), "%s on %s, 6 of its 8 GPUs held for nominated %s: %v", c.pod.Name, slot, b.Name, st)
 	}
 }

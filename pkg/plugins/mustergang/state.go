@@ -20,7 +20,7 @@ type cycleState struct {
 	policy gang.Policy
 	// held and request let Filter keep pods scheduled alone off capacity
 	// that gang plans hold.
-	held    map[string]gang.Resources
+	held    map[string][]gang.Holding
 	request gang.Resources
 	// dra is the nodes' free DRA GPUs when held capacity is checked.
 	dra *draState
