@@ -110,10 +110,20 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 		go p.recordFinished(key, pod)
 	}
 	p.carryOut(ctx, p.gangs.MemberGone(key, pod.UID, pod.Name, p.now(), p.backoffBase()), nil)
+	p.forgetIfEnded(key)
+	p.status.enqueue(key)
+}
+
+// forgetIfEnded forgets the gang if it ended (gangEnded). Besides a pod's
+// deletion, every cycle that records something of a gang (PreFilter, the
+// PostFilters' preemption) asks it last: the gang may have ended during the
+// cycle, its deletion's forget coming before what the cycle recorded (a
+// refusal and its backoff, a preemption attempt), which would outlive the
+// gang and be inherited by a new one of the same name.
+func (p *Plugin) forgetIfEnded(key gang.Key) {
 	if p.source.gangEnded(key) {
 		p.forget(key)
 	}
-	p.status.enqueue(key)
 }
 
 // forget drops a gang that has no pods left, and the timers that would

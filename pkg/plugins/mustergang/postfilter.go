@@ -32,11 +32,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		if result == nil {
 			result = p.keptNomination(ctx, pod)
 		}
-		if lone := gang.LoneKey(pod); p.source.lonePod(lone) == nil {
-			// Deleted during its cycle: its deletion's forget came before
-			// what this cycle recorded of it (held out, a refusal).
-			p.forget(lone)
-		}
+		p.forgetIfEnded(gang.LoneKey(pod)) // it may be deleted and held out
 		return result, status
 	}
 	slot := plan.Slots[pod.UID]

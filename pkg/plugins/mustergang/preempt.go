@@ -75,6 +75,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang is not waiting for capacity")
 	}
 	key := info.key
+	defer p.forgetIfEnded(key)
 	now := p.now()
 	admission := p.gangs.Admit(key, pod.CreationTimestamp.Time, now)
 	if admission.Planning == nil {

@@ -36,11 +36,13 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			p.podEvent(pod, gang.OutcomeInvalid, err.Error())
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 		}
+		defer p.forgetIfEnded(info.key)
 		return nil, p.refuse(ctx, info, refuseGang(gang.OutcomeInvalid, err.Error()))
 	}
 	if !inGang {
 		return p.preFilterAlone(ctx, cs, pod, constraints)
 	}
+	defer p.forgetIfEnded(info.key)
 	if info.noGang != "" {
 		// Said, not refused: its pods are placed one by one (quorum 1).
 		p.carryOut(ctx, p.gangs.Refused(info.key, gang.Refusal{Outcome: gang.OutcomeNotPossible, Message: info.noGang}, p.now()), info.owner)

@@ -152,3 +152,22 @@ func TestMemberRequestIsWhatTheNodeCounts(t *testing.T) {
 		})
 	}
 }
+
+func TestGangEndedDuringItsCycleIsForgotten(t *testing.T) {
+	// Both workers are deleted while a's cycle runs: their deletions forget
+	// the gang before the cycle refuses it (no node fits the two). What the
+	// cycle records must not outlive the gang, or a new Job of the same
+	// name would inherit its backoff.
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	for _, pod := range []*v1.Pod{a, b} {
+		if err := f.plugin.source.pods.Delete(pod); err != nil {
+			t.Fatal(err)
+		}
+		f.plugin.onPodDelete(pod)
+	}
+	_, status := f.preFilter(t, a)
+	assert.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "PreFilter: %v", status)
+	assert.Equal(t, gang.PhaseNew, f.plugin.gangs.Phase(key), "the gang ended during its cycle and is forgotten")
+}

@@ -223,12 +223,16 @@ func (src *gangSource) lonePod(key gang.Key) *v1.Pod {
 	return nil
 }
 
-// gangEnded reports whether the gang is over: it has no pods left and, for
-// a PodGroup, its object is gone too. A PodGroup's finished members are
-// counted on the gang (Manager.Succeed) as long as the object stands: the
-// last member's success is recorded after it left the informer, and a new
-// PodGroup of the same name starts from none.
+// gangEnded reports whether the gang is over: it has no pods left (a lone
+// pod's key: its pod is gone) and, for a PodGroup, its object is gone too.
+// A PodGroup's finished members are counted on the gang (Manager.Succeed)
+// as long as the object stands: the last member's success is recorded
+// after it left the informer, and a new PodGroup of the same name starts
+// from none.
 func (src *gangSource) gangEnded(key gang.Key) bool {
+	if key.Kind == gang.KindPod {
+		return src.lonePod(key) == nil
+	}
 	if src.gangHasPods(key) {
 		return false
 	}
