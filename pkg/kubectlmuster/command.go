@@ -3,6 +3,7 @@ package kubectlmuster
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/muster-sched/muster/pkg/apis/config"
 )
 
 // connectFunc reaches the cluster and says which namespace the flags and
@@ -25,6 +28,7 @@ type command struct {
 	opts          Options
 	gpu           string
 	preset        string
+	levels        string
 	allNamespaces bool
 	output        string
 }
@@ -83,6 +87,7 @@ func newCommand(streams genericiooptions.IOStreams, connect connectFunc) *cobra.
 	pf.StringVar(&c.opts.SchedulerName, "scheduler-name", c.opts.SchedulerName, "schedulerName of muster's pods")
 	pf.StringVar(&c.gpu, "gpu-resource", string(c.opts.GPU), "the GPU resource (muster's gpuResourceName)")
 	pf.StringVar(&c.preset, "topology-preset", "default", "muster's topology preset: default, gke, aws or topograph")
+	pf.StringVar(&c.levels, "topology-levels", "", "muster's topologyLevels, tightest first, as NAME=NODE_LABEL,...; overrides --topology-preset")
 
 	gangs := &cobra.Command{
 		Use:   "gangs [-A|-n NAMESPACE] [-o wide|json|yaml]",
@@ -128,8 +133,14 @@ func (c *command) setup(formats ...string) (Clients, string, error) {
 		return Clients{}, "", fmt.Errorf("unknown output format %q (known: %v)", c.output, formats)
 	}
 	c.opts.GPU = corev1.ResourceName(c.gpu)
-	if c.opts.Levels = PresetLevels(c.preset); c.opts.Levels == nil {
-		return Clients{}, "", fmt.Errorf("unknown topology preset %q (known: default, gke, aws, topograph)", c.preset)
+	if c.levels != "" {
+		levels, err := ParseLevels(c.levels)
+		if err != nil {
+			return Clients{}, "", fmt.Errorf("--topology-levels: %w", err)
+		}
+		c.opts.Levels = levels
+	} else if c.opts.Levels = PresetLevels(c.preset); c.opts.Levels == nil {
+		return Clients{}, "", fmt.Errorf("unknown topology preset %q (known: %s)", c.preset, strings.Join(config.TopologyPresetNames, ", "))
 	}
 	return c.connect()
 }

@@ -22,6 +22,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 // fakeCluster is a fake API server with objs and the namespace of the tests;
@@ -139,6 +140,15 @@ func TestCommandBadInput(t *testing.T) {
 		name: "unknown output", ns: testNS, args: []string{"gangs", "-o", "xml"},
 		wantErr: `unknown output format "xml"`,
 	}, {
+		name: "topology level without a label", ns: testNS, args: []string{"gangs", "--topology-levels", "host=kubernetes.io/hostname,block"},
+		wantErr: `--topology-levels: level "block" is not NAME=NODE_LABEL`,
+	}, {
+		name: "topology level twice", ns: testNS, args: []string{"gangs", "--topology-levels", "block=example.com/block,block=example.com/pod"},
+		wantErr: `--topology-levels: topologyLevels[1].name: Duplicate value: "block"`,
+	}, {
+		name: "unknown topology preset", ns: testNS, args: []string{"gangs", "--topology-preset", "azure"},
+		wantErr: `unknown topology preset "azure" (known: default, gke, aws, topograph)`,
+	}, {
 		name: "PodGroup CRD not installed: said once, on stderr", ns: testNS, args: []string{"gangs"},
 		stderr: "note: podgroups.scheduling.x-k8s.io is not served (the PodGroup CRD is not installed): scheduler-plugins PodGroups are skipped\n" +
 			"note: scheduling.k8s.io/v1beta1 is not served (GenericWorkload off): Kubernetes PodGroups are skipped\n",
@@ -185,4 +195,26 @@ func TestCommandTopAndExplainText(t *testing.T) {
 	assert.Regexp(t, `Gang:\s+job/waiting in namespace team-a`, out)
 	assert.Contains(t, out, "needs 1 more node with 8 free nvidia.com/gpu; the cluster has room for 1 of 2 members")
 	assert.Contains(t, out, "would fit if gang team-a/job/busy (priority 0, 24 nvidia.com/gpu) were preempted: this gang's priority 0 does not allow it")
+}
+
+func TestCommandTakesTheClustersOwnTopologyLevels(t *testing.T) {
+	// muster configured with topologyLevels of its own: a gang asking for a
+	// level no preset has is explained with them.
+	nodes := rackNodes(2, 2, 8)
+	for i := range nodes {
+		nodes[i].Labels["example.com/block"] = "b" + nodes[i].Name[1:2] // r1-* in b1, r2-* in b2
+	}
+	busy := job("busy", 2, 8).Obj()
+	waiting := job("waiting", 2, 8).PodAnnotation(gang.AnnotationTopologyRequired, "block").Obj()
+	pods := concat(members(busy, 2, "r1-n1", "r2-n1"), members(waiting, 2))
+	f := newFakeCluster(t, true, nil, append(append(nodeObjects(nodes), podObjects(pods)...), busy, waiting)...)
+	levels := []string{"--topology-levels", "host=kubernetes.io/hostname,block=example.com/block"}
+
+	out, _, err := f.run(testNS, append([]string{"explain", "job/waiting"}, levels...)...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "needs 1 more node with 8 free nvidia.com/gpu in one block; block b1 has room for 1 of 2 members")
+
+	out, _, err = f.run(testNS, "explain", "job/waiting")
+	require.NoError(t, err)
+	assert.Contains(t, out, `unknown topology level (known: node, nvlink, rack, zone)`, "the default preset has no block")
 }

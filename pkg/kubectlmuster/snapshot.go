@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -18,9 +19,11 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/muster-sched/muster/pkg/apis/config"
 	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 	"github.com/muster-sched/muster/pkg/gang"
@@ -63,6 +66,29 @@ func PresetLevels(preset string) []gang.Level {
 		levels = append(levels, gang.Level{Name: l.Name, Label: l.NodeLabel})
 	}
 	return levels
+}
+
+// ParseLevels reads muster's topologyLevels written NAME=NODE_LABEL,...,
+// tightest first, as kubectl muster's --topology-levels takes them, and
+// checks them as muster's configuration does. Levels of a DRA device
+// attribute are not taken: kubectl muster reads no ResourceSlices.
+func ParseLevels(s string) ([]gang.Level, error) {
+	var configured []config.TopologyLevel
+	for _, item := range strings.Split(s, ",") {
+		name, label, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok {
+			return nil, fmt.Errorf("level %q is not NAME=NODE_LABEL", item)
+		}
+		configured = append(configured, config.TopologyLevel{Name: name, NodeLabel: label})
+	}
+	if err := config.ValidateTopologyLevels(field.NewPath("topologyLevels"), configured); err != nil {
+		return nil, err
+	}
+	levels := make([]gang.Level, len(configured))
+	for i, l := range configured {
+		levels[i] = gang.Level{Name: l.Name, Label: l.NodeLabel}
+	}
+	return levels, nil
 }
 
 // Clients reach the cluster. Dynamic reads scheduler-plugins PodGroups; nil

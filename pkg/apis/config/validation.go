@@ -37,15 +37,48 @@ func ValidateMusterGangArgs(path *field.Path, args *MusterGangArgs) error {
 		}
 	}
 
-	levelsPath := path.Child("topologyLevels")
-	if args.TopologyPreset != "" && !slices.Contains(TopologyPresetNames, args.TopologyPreset) {
-		errs = append(errs, field.NotSupported(path.Child("topologyPreset"), args.TopologyPreset, TopologyPresetNames))
+	errs = append(errs, validateTopologyLevels(path.Child("topologyPreset"), path.Child("topologyLevels"), args.TopologyPreset, args.TopologyLevels)...)
+
+	for i, m := range args.PreemptibleNodeMatchers {
+		p := path.Child("preemptibleNodeMatchers").Index(i)
+		if m.Source != NodeMatcherLabel && m.Source != NodeMatcherTaint {
+			errs = append(errs, field.NotSupported(p.Child("source"), m.Source, []string{string(NodeMatcherLabel), string(NodeMatcherTaint)}))
+		}
+		for _, msg := range validation.IsQualifiedName(m.Key) {
+			errs = append(errs, field.Invalid(p.Child("key"), m.Key, msg))
+		}
+		if m.Value != "" {
+			for _, msg := range validation.IsValidLabelValue(m.Value) {
+				errs = append(errs, field.Invalid(p.Child("value"), m.Value, msg))
+			}
+		}
 	}
-	if len(args.TopologyLevels) == 0 && args.TopologyPreset == "" {
+	for i, key := range args.ReclaimTaintKeys {
+		for _, msg := range validation.IsQualifiedName(key) {
+			errs = append(errs, field.Invalid(path.Child("reclaimTaintKeys").Index(i), key, msg))
+		}
+	}
+	return errs.ToAggregate()
+}
+
+// ValidateTopologyLevels reports every invalid level, for tools that take
+// muster's levels by other means than its configuration (kubectl muster).
+func ValidateTopologyLevels(levelsPath *field.Path, levels []TopologyLevel) error {
+	return validateTopologyLevels(nil, levelsPath, "", levels).ToAggregate()
+}
+
+// validateTopologyLevels checks the preset's name and the levels: at least
+// one of the two, names DNS labels, sources qualified names, none twice.
+func validateTopologyLevels(presetPath, levelsPath *field.Path, preset string, levels []TopologyLevel) field.ErrorList {
+	var errs field.ErrorList
+	if preset != "" && !slices.Contains(TopologyPresetNames, preset) {
+		errs = append(errs, field.NotSupported(presetPath, preset, TopologyPresetNames))
+	}
+	if len(levels) == 0 && preset == "" {
 		errs = append(errs, field.Required(levelsPath, "at least one topology level is needed"))
 	}
 	names, labels := sets.New[string](), sets.New[string]()
-	for i, level := range args.TopologyLevels {
+	for i, level := range levels {
 		p := levelsPath.Index(i)
 		if msgs := validation.IsDNS1123Label(level.Name); len(msgs) > 0 {
 			errs = append(errs, field.Invalid(p.Child("name"), level.Name, msgs[0]))
@@ -70,25 +103,5 @@ func ValidateMusterGangArgs(path *field.Path, args *MusterGangArgs) error {
 		}
 		labels.Insert(value)
 	}
-
-	for i, m := range args.PreemptibleNodeMatchers {
-		p := path.Child("preemptibleNodeMatchers").Index(i)
-		if m.Source != NodeMatcherLabel && m.Source != NodeMatcherTaint {
-			errs = append(errs, field.NotSupported(p.Child("source"), m.Source, []string{string(NodeMatcherLabel), string(NodeMatcherTaint)}))
-		}
-		for _, msg := range validation.IsQualifiedName(m.Key) {
-			errs = append(errs, field.Invalid(p.Child("key"), m.Key, msg))
-		}
-		if m.Value != "" {
-			for _, msg := range validation.IsValidLabelValue(m.Value) {
-				errs = append(errs, field.Invalid(p.Child("value"), m.Value, msg))
-			}
-		}
-	}
-	for i, key := range args.ReclaimTaintKeys {
-		for _, msg := range validation.IsQualifiedName(key) {
-			errs = append(errs, field.Invalid(path.Child("reclaimTaintKeys").Index(i), key, msg))
-		}
-	}
-	return errs.ToAggregate()
+	return errs
 }
