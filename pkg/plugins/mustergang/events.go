@@ -21,9 +21,6 @@ func (p *Plugin) carryOut(ctx context.Context, e gang.Effects, owner runtime.Obj
 	}
 	if d := e.Dropped; d != nil {
 		rejections.WithLabelValues(d.Cause.String()).Inc()
-		if d.Cause == gang.DropTimeout {
-			timeouts.Inc()
-		}
 		logger.V(2).Info("Gang plan dropped", "gang", d.Key, "cause", d.Cause.String(), "reason", d.Reason, "backoff", d.Backoff)
 	}
 	if r := e.Reject; r != nil {

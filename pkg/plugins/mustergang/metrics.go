@@ -20,10 +20,8 @@ var (
 		metrics.ExponentialBuckets(0.0001, 2, 16))
 	unplaceable = newCounter("gang_unplaceable_total",
 		"Planning attempts that found no placement for the whole gang.")
-	timeouts = newCounter("gang_timeouts_total",
-		"Gang plans dropped because not every member was reserved before the deadline.")
 	rejections = newCounterVec("gang_rejections_total",
-		"Gang plans dropped, by cause (timeout, rejected, member_deleted, plan_broken, node_changed).", "cause")
+		"Gang plans dropped, by cause (timeout: not every member was reserved before the deadline; rejected, member_deleted, plan_broken, node_changed).", "cause")
 	wakes = newCounterVec("gang_wakes_total",
 		"Times muster moved a gang's pending pods to the active queue itself, outside the framework's queueing hints, by reason.", "reason")
 
@@ -62,6 +60,6 @@ func newHistogram(name, help string, buckets []float64) *metrics.Histogram {
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(gangsScheduled, gangLatency, planDuration, unplaceable, timeouts, rejections, wakes, preemptions, preemptedGPUs, preemptionChecks, evictionErrors)
+		legacyregistry.MustRegister(gangsScheduled, gangLatency, planDuration, unplaceable, rejections, wakes, preemptions, preemptedGPUs, preemptionChecks, evictionErrors)
 	})
 }

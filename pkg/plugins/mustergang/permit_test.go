@@ -50,7 +50,7 @@ func TestPlanDeadlineReleasesWaitingMembers(t *testing.T) {
 	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
 	key, _ := gang.KeyOf(a)
 	_, plan := f.planAndWait(t, a)
-	before, err := testutil.GetCounterMetricValue(timeouts)
+	before, err := testutil.GetCounterMetricValue(rejections.WithLabelValues(gang.DropTimeout.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,8 +63,8 @@ func TestPlanDeadlineReleasesWaitingMembers(t *testing.T) {
 	if f.plugin.gangs.Plan(key) != nil || len(f.plugin.gangs.Held()) != 0 {
 		t.Error("the expired plan still holds capacity")
 	}
-	if after, _ := testutil.GetCounterMetricValue(timeouts); after != before+1 {
-		t.Errorf("muster_gang_timeouts_total went from %v to %v, want +1", before, after)
+	if after, _ := testutil.GetCounterMetricValue(rejections.WithLabelValues(gang.DropTimeout.String())); after != before+1 {
+		t.Errorf("muster_gang_rejections_total{cause=timeout} went from %v to %v, want +1", before, after)
 	}
 }
 
@@ -110,7 +110,7 @@ func TestLateArrivalTimesThePlanOut(t *testing.T) {
 	// The timer is late: it has not fired when b arrives.
 	f.plugin.timers.cancel(planDeadline(plan.ID))
 	f.clock.SetTime(plan.Deadline)
-	timeoutsBefore, err := testutil.GetCounterMetricValue(timeouts)
+	timeoutsBefore, err := testutil.GetCounterMetricValue(rejections.WithLabelValues(gang.DropTimeout.String()))
 	require.NoError(t, err)
 	rejectedBefore, err := testutil.GetCounterMetricValue(rejections.WithLabelValues(gang.DropRejected.String()))
 	require.NoError(t, err)
@@ -124,8 +124,8 @@ func TestLateArrivalTimesThePlanOut(t *testing.T) {
 	assert.Nil(t, f.plugin.gangs.Plan(key))
 	assert.Empty(t, f.plugin.gangs.Held())
 	assert.Empty(t, f.plugin.gangs.Avoided(key, f.clock.Now()), "no node refused a member")
-	timeoutsAfter, _ := testutil.GetCounterMetricValue(timeouts)
-	assert.Equal(t, timeoutsBefore+1, timeoutsAfter, "muster_gang_timeouts_total")
+	timeoutsAfter, _ := testutil.GetCounterMetricValue(rejections.WithLabelValues(gang.DropTimeout.String()))
+	assert.Equal(t, timeoutsBefore+1, timeoutsAfter, `muster_gang_rejections_total{cause="timeout"}`)
 	rejectedAfter, _ := testutil.GetCounterMetricValue(rejections.WithLabelValues(gang.DropRejected.String()))
 	assert.Equal(t, rejectedBefore, rejectedAfter, "rejections counted with cause rejected")
 }
