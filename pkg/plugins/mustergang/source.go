@@ -135,21 +135,19 @@ func (src *gangSource) ownerRef(key gang.Key) *v1.ObjectReference {
 }
 
 // speaker is the gang whose object speaks for gang key to users: Events,
-// the failed plan's record. A Kubernetes PodGroup of the basic policy (with
-// WorkloadWithJob every Job gets one) is no gang: its pods are their Job's
-// or StatefulSet's (resolve), and that object speaks, the one kubectl
-// muster reads for them. Every other gang speaks for itself.
+// the failed plan's record. It is the owner gang.Resolve finds for the
+// gang's pods: a Kubernetes PodGroup of the basic policy (with
+// WorkloadWithJob every Job gets one) is no gang, and its pods' Job or
+// StatefulSet speaks, the one kubectl muster reads for them. Every other
+// gang speaks for itself.
 func (src *gangSource) speaker(key gang.Key) gang.Key {
 	if key.Kind != gang.KindWorkloadPodGroup {
 		return key
 	}
-	if pg, err := src.WorkloadPodGroup(key.Namespace, key.Name); err != nil || pg.Spec.SchedulingPolicy.Gang != nil {
-		return key
-	}
 	objs, _ := src.pods.ByIndex(src.gangIndex, key.String())
 	for _, o := range objs {
-		if owner, ok := gang.ControllerKey(o.(*v1.Pod)); ok {
-			return owner
+		if r, _, _ := gang.Resolve(o.(*v1.Pod), src, src.levels, nil); r.Key == key && r.OwnerKey != (gang.Key{}) {
+			return r.OwnerKey
 		}
 	}
 	return key
