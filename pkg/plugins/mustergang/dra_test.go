@@ -546,3 +546,39 @@ func TestDRASharedClaimKeepsMembersWhereItsDevicesAre(t *testing.T) {
 	key, _ := gang.KeyOf(a)
 	assert.Nil(t, f.plugin.gangs.Plan(key))
 }
+
+func TestDRADevicesReleasedWaitsForEveryVictimClaim(t *testing.T) {
+	// After a preemption the members wait until no claim is still
+	// allocated and reserved for a victim: a NIC on a node whose GPUs are
+	// the device plugin's counts as much as a DRA GPU, since the
+	// DynamicResources filter would refuse the member for either.
+	nicClaim := func(consumer types.UID, allocated bool) *resourceapi.ResourceClaim {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nic-" + string(consumer), UID: types.UID("nic-" + consumer)},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "nic",
+				Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "rdma.example.com", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}
+		if allocated {
+			c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: string(consumer), UID: consumer}}
+			c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+				{Request: "nic", Driver: "rdma.example.com", Pool: "n1", Device: "nic-0"}}}}
+		}
+		return c
+	}
+	evicted := &gang.ActivePlan{Evicted: sets.New[types.UID]("low-0")}
+	for _, c := range []struct {
+		name  string
+		claim *resourceapi.ResourceClaim
+		plan  *gang.ActivePlan
+		want  bool
+	}{
+		{"a victim's claim is still allocated", nicClaim("low-0", true), evicted, false},
+		{"the victim's claim is deallocated", nicClaim("low-0", false), evicted, true},
+		{"a claim of a pod not preempted", nicClaim("other", true), evicted, true},
+		{"a plan that preempted nothing", nicClaim("low-0", true), &gang.ActivePlan{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nodes := []*v1.Node{testobj.MakeNode("n1").GPUs(8).Rack("r1").Obj()}
+			f := newTestFrameworkWith(t, 1, nodes, []*v1.Pod{worker("j", 0, 8, "")}, append(draObjects(), c.claim)...)
+			assert.Equal(t, c.want, f.plugin.devicesReleased(c.plan))
+		})
+	}
+}

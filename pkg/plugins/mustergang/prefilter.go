@@ -162,15 +162,14 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("%s preempted pods to make room and waits for them to leave %s", key.Subject(), cached))
 	}
-	if plan.Evicted.Len() > 0 && !p.devicesReleased(pod, node) {
+	if !p.devicesReleased(plan) {
 		// The victims are gone but the DRA devices they held are not
-		// released yet (their claims are deallocated after the pods'
-		// deletion): the planned node would refuse the member now. A
+		// released yet: the planned node would refuse the member now. A
 		// ResourceClaim event wakes it.
 		state.heldForVictims = true
 		cs.Write(stateKey, state)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("%s preempted pods to make room and waits for their devices on %s to be released", key.Subject(), node))
+			fmt.Sprintf("%s preempted pods to make room and waits for the devices they held to be released", key.Subject()))
 	}
 	if pass != nil {
 		state.pass = pass
@@ -180,26 +179,32 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 	return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
 }
 
-// devicesReleased reports whether node has the DRA GPUs pod needs free, or
-// pod needs none there: after a preemption the victims' claims are
-// released only after the pods are deleted.
-func (p *Plugin) devicesReleased(pod *v1.Pod, node string) bool {
-	if !p.dra.enabled() {
+// devicesReleased reports whether the DRA devices of the pods preempted
+// for plan are released: none of their ResourceClaims is still allocated
+// and reserved for one of them. The resourceclaim controller drops a
+// deleted pod from a claim's reservedFor after the pod is gone, and
+// deallocates the claim it was the last user of in the same update. Every
+// device counts, not only GPUs: a victim's NIC the member needs would
+// have DynamicResources refuse it just the same.
+func (p *Plugin) devicesReleased(plan *gang.ActivePlan) bool {
+	if plan.Evicted.Len() == 0 || !p.dra.enabled() {
 		return true
 	}
-	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node)
-	if err != nil {
-		return true // the plan's own checks handle a node that left
-	}
-	gpu := v1.ResourceName(p.args.GPUResourceName)
-	if devicePlugin := ni.GetAllocatable().GetScalarResources()[gpu] > 0; devicePlugin {
-		return true // freed with the pods, in the NodeInfo
-	}
-	dra, err := p.dra.snapshot(p.handlerCtx())
+	claims, err := p.dra.manager.ResourceClaims().List()
 	if err != nil {
 		return false // asked again at the next event
 	}
-	return dra.freeOn(node) >= p.requestOf(pod).Scalars[gpu]
+	for _, claim := range claims {
+		if claim.Status.Allocation == nil {
+			continue
+		}
+		for _, consumer := range claim.Status.ReservedFor {
+			if plan.Evicted.Has(consumer.UID) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // gangRequest is what planning a gang needs, gathered once: the planner's

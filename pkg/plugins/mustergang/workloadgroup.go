@@ -117,7 +117,7 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleStat
 		p.clearNominations(ctx, pods)
 		return nil, status
 	}
-	if msg, waiting := p.planWaits(key, plan, pods); waiting {
+	if msg, waiting := p.planWaits(key, plan); waiting {
 		p.wakeAfterCacheLag(key, plan)
 		return nominations(pods, plan), fwk.NewStatus(fwk.Unschedulable, msg)
 	}
@@ -152,18 +152,12 @@ func (p *Plugin) clearNominations(ctx context.Context, pods []*v1.Pod) {
 
 // planWaits reports whether the plan's members were held back only for the
 // pods it preempted (victimsPending) or for their DRA devices.
-func (p *Plugin) planWaits(key gang.Key, plan *gang.ActivePlan, pods []*v1.Pod) (string, bool) {
+func (p *Plugin) planWaits(key gang.Key, plan *gang.ActivePlan) (string, bool) {
 	if msg, waiting := p.victimsPending(key, plan); waiting {
 		return msg, true
 	}
-	for _, pod := range pods {
-		slot, ok := plan.Slots[pod.UID]
-		if !ok {
-			continue
-		}
-		if plan.Evicted.Len() > 0 && !p.devicesReleased(pod, slot) {
-			return fmt.Sprintf("gang %s waits for the devices of preempted pods on %s to be released", key, slot), true
-		}
+	if !p.devicesReleased(plan) {
+		return fmt.Sprintf("%s waits for the devices of the pods it preempted to be released", key.Subject()), true
 	}
 	return "", false
 }
