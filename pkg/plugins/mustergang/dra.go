@@ -505,7 +505,9 @@ func (d *draGPUs) allocatedGPUs(claim *resourceapi.ResourceClaim) int64 {
 //     left out: nodes do not list them in allocatable, NodeResourcesFit
 //     leaves them to DynamicResources, and the plan's filter check asks
 //     that plugin node by node. (The GPU's DRA devices are counted on the
-//     nodes, nodeGPUs.)
+//     nodes, nodeGPUs.) Those a GPU class serves under another name (its
+//     implicit deviceclass.resource.kubernetes.io/CLASS, or the own name
+//     of a class in gpuDeviceClasses) are GPUs, and count as such.
 func (d *draGPUs) request(req gang.Resources, pod *v1.Pod, counted sets.Set[types.UID]) gang.Resources {
 	d.leaveToDRA(&req)
 	claims := d.podClaims(pod)
@@ -533,15 +535,26 @@ func (d *draGPUs) request(req gang.Resources, pod *v1.Pod, counted sets.Set[type
 }
 
 // leaveToDRA takes out of req the extended resources, other than the GPU,
-// that a DeviceClass serves (request). req's Scalars are its own.
+// that a DeviceClass serves, and counts those of GPU classes as the GPU
+// (request). req's Scalars are its own.
 func (d *draGPUs) leaveToDRA(req *gang.Resources) {
 	if !d.enabled() {
 		return
 	}
-	for name := range req.Scalars {
-		if name != d.gpu && schedutil.IsDRAExtendedResourceName(name) && d.manager.DeviceClassResolver().GetDeviceClass(name) != nil {
-			delete(req.Scalars, name)
+	var gpus int64
+	for name, n := range req.Scalars {
+		if name == d.gpu || !schedutil.IsDRAExtendedResourceName(name) {
+			continue
 		}
+		if class := d.manager.DeviceClassResolver().GetDeviceClass(name); class != nil {
+			delete(req.Scalars, name)
+			if d.isGPUClass(class) {
+				gpus += n
+			}
+		}
+	}
+	if gpus > 0 {
+		req.Scalars[d.gpu] += gpus
 	}
 }
 

@@ -582,3 +582,33 @@ func TestDRADevicesReleasedWaitsForEveryVictimClaim(t *testing.T) {
 		})
 	}
 }
+
+func TestDRAGPUClassUnderItsImplicitNameIsGPUs(t *testing.T) {
+	// A GPU class serves its implicit extended resource name too: a pod
+	// asking for it asks for GPUs, and is counted so (a lone pod would
+	// otherwise pass Filter's check of held capacity with 0 GPUs). A NIC
+	// class's resource is left to DynamicResources.
+	rdma := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "rdma.example.com"},
+		Spec: resourceapi.DeviceClassSpec{ExtendedResourceName: ptr.To("example.com/rdma")}}
+	asking := func(name v1.ResourceName, n int64) *v1.Pod {
+		q := *resource.NewQuantity(n, resource.DecimalSI)
+		return testobj.MakePod("ns", "p").UID("p").SchedulerName("muster").Container(testobj.MakeContainer("c").
+			Request(name, q).Obj()).Obj()
+	}
+	f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1")}, nil, append(draObjects(gpuSlice("n1", "a", "a")), rdma)...)
+	for _, c := range []struct {
+		name v1.ResourceName
+		want map[v1.ResourceName]int64
+	}{
+		{"nvidia.com/gpu", map[v1.ResourceName]int64{"nvidia.com/gpu": 2}},
+		{v1.ResourceName(resourceapi.ResourceDeviceClassPrefix + gpuClassName), map[v1.ResourceName]int64{"nvidia.com/gpu": 2}},
+		{"example.com/rdma", map[v1.ResourceName]int64{}},
+		{v1.ResourceName(resourceapi.ResourceDeviceClassPrefix + "rdma.example.com"), map[v1.ResourceName]int64{}},
+	} {
+		got := f.plugin.requestOf(asking(c.name, 2)).Scalars
+		if got == nil {
+			got = map[v1.ResourceName]int64{}
+		}
+		assert.Equal(t, c.want, got, "a pod asking for 2 %s", c.name)
+	}
+}
