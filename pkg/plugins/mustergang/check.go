@@ -360,8 +360,13 @@ func (t *filterTrial) draFits(member *framework.PodInfo, ni fwk.NodeInfo) (neede
 		}
 	}
 	claims, err := c.dra.toAllocate(pod, ni.Node(), extended, t.draClaims)
-	if err != nil || len(claims) == 0 {
-		return err != nil, err
+	if err != nil {
+		return true, err
+	}
+	if len(claims) == 0 {
+		// A claim allocated for an earlier member in this trial serves
+		// this one too: the trial, not DynamicResources, answers for it.
+		return c.dra.sharesTrialClaim(pod, t.draClaims), nil
 	}
 	devices, results, err := c.dra.allocate(c.ctx, ni.Node(), claims, t.draTaken)
 	if err != nil {

@@ -612,3 +612,25 @@ func TestDRAGPUClassUnderItsImplicitNameIsGPUs(t *testing.T) {
 		assert.Equal(t, c.want, got, "a pod asking for 2 %s", c.name)
 	}
 }
+
+func TestDRASharedClaimPreempts(t *testing.T) {
+	// A low-priority pod holds n1's only device. Two high-priority workers
+	// share one claim of one device: evicting the pod makes room for both.
+	// In the victim search DynamicResources cannot see the device freed
+	// and refuses each member; muster's trial view answers for the claim,
+	// allocated once for the first member and serving the second.
+	low := worker("low", 0, 1, "n1")
+	low.Spec.Priority = ptr.To[int32](1)
+	objs := append(draObjects(gpuSlice("n1", "a")), allocatedExtendedClaim(low, "n1", 1))
+	a, claim := claimWorker(0, "")
+	b, _ := claimWorker(1, "")
+	b.Spec.ResourceClaims[0].ResourceClaimName = ptr.To(claim.Name)
+	for _, p := range []*v1.Pod{a, b} {
+		p.Spec.Priority = ptr.To[int32](100)
+	}
+	f := newTestFrameworkWith(t, 2, []*v1.Node{draNode("n1", "r1")}, []*v1.Pod{low, a, b}, append(objs, claim)...)
+	plan := f.preemptFor(t, a)
+	require.NotNil(t, plan, "no preemption")
+	assert.Equal(t, []string{"low-0"}, sets.List(victimNames(plan, []*v1.Pod{low})))
+	assert.Equal(t, map[string]int{"n1": 2}, slotsByNode(plan))
+}

@@ -133,6 +133,17 @@ func (c *draCheck) toAllocate(pod *v1.Pod, node *v1.Node, extended *resourceapi.
 	return out, nil
 }
 
+// sharesTrialClaim reports whether one of pod's claims (toAllocate read
+// them) was allocated for an earlier member in this trial.
+func (c *draCheck) sharesTrialClaim(pod *v1.Pod, trialClaims map[types.UID]*v1.NodeSelector) bool {
+	for _, claim := range c.claims[pod.UID] {
+		if _, ok := trialClaims[claim.UID]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // allocatedOn is allocated restricted to the devices node may use.
 func (c *draCheck) allocatedOn(node string) sets.Set[structured.DeviceID] {
 	if s, ok := c.onNode[node]; ok {
