@@ -102,9 +102,12 @@ type ActivePlan struct {
 	Profile  string
 	Created  time.Time
 	Deadline time.Time
-	// Quorum is the gang's quorum when planned; Bound the members already
-	// bound then. Recorded for explanations.
-	Quorum, Bound int
+	// Quorum is the gang's quorum when planned.
+	Quorum int
+	// CountsOn are the members bound (or binding) when planned: the plan
+	// places only what the quorum needs beside them, so one of them
+	// leaving before the plan completes breaks it (read-only).
+	CountsOn sets.Set[types.UID]
 }
 
 // copy is a copy of the plan the caller may keep: the sets that change

@@ -308,7 +308,8 @@ func (m *Manager) NodeChanged(key Key, planID int64, node, why string, now, avoi
 }
 
 // MemberGone: a member left (deleted, or finished: the informer holds live
-// pods only). It is no longer in flight; a plan that placed it is dropped.
+// pods only). It is no longer in flight; a plan that placed it, or counted
+// on it bound to reach the quorum, is dropped.
 func (m *Manager) MemberGone(key Key, uid types.UID, name string, now time.Time, base time.Duration) Effects {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -320,7 +321,7 @@ func (m *Manager) MemberGone(key Key, uid types.UID, name string, now time.Time,
 	if s.plan == nil {
 		return Effects{}
 	}
-	if _, planned := s.plan.Slots[uid]; !planned {
+	if _, planned := s.plan.Slots[uid]; !planned && !s.plan.CountsOn.Has(uid) {
 		return Effects{}
 	}
 	what := "member"

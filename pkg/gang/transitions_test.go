@@ -16,7 +16,8 @@ var (
 	loneP = Key{Kind: KindPod, Namespace: "ns", Name: "p"}
 )
 
-// twoMembers is a plan of a0 on n1 and a1 on n2, with victims if any.
+// twoMembers is a plan of a0 on n1 and a1 on n2 beside a2, bound, with
+// victims if any.
 func twoMembers(victims ...types.UID) *ActivePlan {
 	return &ActivePlan{
 		Plan:     Plan{Slots: map[types.UID]string{"a0": "n1", "a1": "n2"}, Nodes: 2, Level: "rack", Domain: "r1"},
@@ -27,6 +28,7 @@ func twoMembers(victims ...types.UID) *ActivePlan {
 		Profile:  "muster",
 		Created:  t0,
 		Deadline: t0.Add(time.Minute),
+		CountsOn: sets.New[types.UID]("a2"),
 	}
 }
 
@@ -287,6 +289,12 @@ func TestDrops(t *testing.T) {
 			drop:  func(m *Manager, _ int64) Effects { return m.MemberGone(jobA, "a0", "a-0", t0, 5*time.Second) },
 			phase: PhaseBackingOff, outcome: OutcomeRejected, cause: DropMemberGone, backoff: 5 * time.Second,
 			reason: "member a-0 was deleted or finished",
+		},
+		{
+			name:  "a bound member the plan counts on for the quorum left",
+			drop:  func(m *Manager, _ int64) Effects { return m.MemberGone(jobA, "a2", "a-2", t0, 5*time.Second) },
+			phase: PhaseBackingOff, outcome: OutcomeRejected, cause: DropMemberGone, backoff: 5 * time.Second,
+			reason: "member a-2 was deleted or finished",
 		},
 		{
 			name: "a planned node changed: no backoff, every member avoids it",

@@ -160,3 +160,23 @@ func TestPodGroupGangEndsWithItsObject(t *testing.T) {
 	assert.Zero(t, f.plugin.gangs.Succeeded(key), "the deleted PodGroup's gang is forgotten")
 	assert.False(t, f.plugin.gangs.Forget(key), "nothing of the gang was left")
 }
+
+func TestBoundMemberLeavingBreaksThePlanThatCountedOnIt(t *testing.T) {
+	// A Job of three: a runs on n1, its siblings are planned beside it (two
+	// slots: the quorum counts a). a fails before the plan completes: the
+	// plan would bind two of three, so it is dropped and b, waiting at
+	// Permit, is rejected; the next plan places all three again.
+	a := worker("j", 0, 8, "n1")
+	b, c := worker("j", 1, 8, ""), worker("j", 2, 8, "")
+	f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8)}, []*v1.Pod{a, b, c})
+	key, _ := gang.KeyOf(b)
+	_, plan := f.planAndWait(t, b)
+	require.Len(t, plan.Slots, 2, "the plan places b and c beside a")
+
+	require.NoError(t, f.plugin.source.pods.Delete(a))
+	f.plugin.onPodDelete(a)
+	require.Nil(t, f.plugin.gangs.Plan(key), "the plan counted on a")
+	st := f.fw.WaitOnPermit(context.Background(), b)
+	assert.False(t, st.IsSuccess(), "b waiting at Permit: %v", st)
+	assert.Contains(t, st.Message(), "member j-0 was deleted or finished")
+}

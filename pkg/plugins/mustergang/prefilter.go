@@ -401,7 +401,7 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 		Created:  now,
 		Deadline: now.Add(info.timeout),
 		Quorum:   info.quorum,
-		Bound:    gr.set.bound(),
+		CountsOn: sets.New(gr.set.boundUIDs...),
 	}
 	for _, m := range gr.req.Members {
 		if _, ok := plan.Slots[m.UID]; ok {

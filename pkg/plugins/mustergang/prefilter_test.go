@@ -32,8 +32,8 @@ func TestPlanUsesFrameworkFiltersAroundRunningSibling(t *testing.T) {
 	if plan == nil || plan.Slots[replacement.UID] != "n2" {
 		t.Fatalf("plan %+v, want the replacement on n2", plan)
 	}
-	if plan.Bound != 1 {
-		t.Errorf("plan counted %d running members, want 1", plan.Bound)
+	if plan.CountsOn.Len() != 1 {
+		t.Errorf("plan counted %d running members, want 1", plan.CountsOn.Len())
 	}
 	// Filter keeps it there.
 	for _, ni := range f.nodes {

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	"k8s.io/client-go/tools/cache"
@@ -176,8 +177,9 @@ type memberSet struct {
 	// held by a scheduling gate), sorted by name.
 	pending []*v1.Pod
 	// boundNodes has one entry per member bound in the API or allowed and
-	// binding: the node it is on.
+	// binding: the node it is on; boundUIDs are those members.
 	boundNodes []string
+	boundUIDs  []types.UID
 	// total counts every live member, gated ones included.
 	total int
 }
@@ -277,6 +279,7 @@ func (src *gangSource) membersIn(index string, key gang.Key) memberSet {
 				node = pod.Spec.NodeName
 			}
 			set.boundNodes = append(set.boundNodes, node)
+			set.boundUIDs = append(set.boundUIDs, pod.UID)
 			continue
 		}
 		if len(pod.Spec.SchedulingGates) > 0 {
