@@ -85,7 +85,10 @@ func (d *draGPUs) index(ctx context.Context, slices []*resourceapi.ResourceSlice
 	changed := d.byNode == nil
 	for _, s := range slices {
 		c := d.slices[s.Name]
-		if c == nil || c.slice.UID != s.UID || c.slice.Generation != s.Generation {
+		// A slice changes by a new object: the informer's on an update,
+		// the tracker's when a DeviceTaintRule patches its devices (the
+		// generation stays).
+		if c == nil || c.slice != s {
 			c = &sliceGPUs{slice: s}
 			if s.Spec.NodeName != nil {
 				c.node = *s.Spec.NodeName
@@ -347,11 +350,18 @@ func (d *draGPUs) allocatedState(ctx context.Context) (*structured.AllocatedStat
 	return state, nil
 }
 
-// matchGPUs lists the devices of slice that some GPU class selects.
+// matchGPUs lists the devices of slice that some GPU class selects, but
+// for those a NoSchedule or NoExecute taint keeps from the pods that do
+// not tolerate it: the allocator refuses them (as the taints of unhealthy
+// GPUs are meant to), and a claim made for an extended resource tolerates
+// none.
 func (d *draGPUs) matchGPUs(ctx context.Context, slice *resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass) []structured.DeviceID {
 	var ids []structured.DeviceID
 	for i := range slice.Spec.Devices {
 		dev := &slice.Spec.Devices[i]
+		if d.features.DeviceTaints && tainted(dev) {
+			continue
+		}
 		input := cel.Device{Driver: slice.Spec.Driver, AllowMultipleAllocations: dev.AllowMultipleAllocations,
 			Attributes: dev.Attributes, Capacity: dev.Capacity}
 		for _, class := range classes {
@@ -362,6 +372,17 @@ func (d *draGPUs) matchGPUs(ctx context.Context, slice *resourceapi.ResourceSlic
 		}
 	}
 	return ids
+}
+
+// tainted reports whether a taint keeps dev from pods that do not tolerate
+// it (the effects the allocator heeds).
+func tainted(dev *resourceapi.Device) bool {
+	for _, t := range dev.Taints {
+		if t.Effect == resourceapi.DeviceTaintEffectNoSchedule || t.Effect == resourceapi.DeviceTaintEffectNoExecute {
+			return true
+		}
+	}
+	return false
 }
 
 // selects evaluates the class's selectors on the device; a selector that

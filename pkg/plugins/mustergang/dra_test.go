@@ -634,3 +634,20 @@ func TestDRASharedClaimPreempts(t *testing.T) {
 	assert.Equal(t, []string{"low-0"}, sets.List(victimNames(plan, []*v1.Pod{low})))
 	assert.Equal(t, map[string]int{"n1": 2}, slotsByNode(plan))
 }
+
+func TestDRATaintedDevicesAreNoFreeGPUs(t *testing.T) {
+	// A device the driver taints NoSchedule or NoExecute (an unhealthy
+	// GPU, say) is refused by the allocator to every claim that does not
+	// tolerate it, an extended-resource claim's among them: it is no free
+	// GPU. A taint of effect None keeps nothing away.
+	slice := gpuSlice("n1", "a", "a", "a", "a")
+	for i, effect := range []resourceapi.DeviceTaintEffect{resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute, resourceapi.DeviceTaintEffectNone} {
+		slice.Spec.Devices[i].Taints = []resourceapi.DeviceTaint{{Key: "gpu.nvidia.com/unhealthy", Effect: effect}}
+	}
+	f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1")}, nil, draObjects(slice)...)
+	require.True(t, f.plugin.dra.features.DeviceTaints, "DRADeviceTaints is GA in 1.37")
+	st, err := f.plugin.dra.snapshot(context.Background())
+	require.NoError(t, err)
+	require.NotNil(t, st)
+	assert.Equal(t, int64(2), st.freeOn("n1"), "4 devices, 2 tainted away")
+}
