@@ -34,33 +34,20 @@ func OwnerOf(key Key, owners Owners) (runtime.Object, error) {
 		err  error
 		kind string
 	)
-	// Each case assigns only a found object: a nil pointer in a
-	// runtime.Object is no nil interface.
+	ns, name := key.Namespace, key.Name
 	switch key.Kind {
 	case KindJob:
 		kind = "Job"
-		var o *batchv1.Job
-		if o, err = owners.Job(key.Namespace, key.Name); err == nil {
-			obj = o
-		}
+		obj, err = found(owners.Job(ns, name))
 	case KindStatefulSet:
 		kind = "StatefulSet"
-		var o *appsv1.StatefulSet
-		if o, err = owners.StatefulSet(key.Namespace, key.Name); err == nil {
-			obj = o
-		}
+		obj, err = found(owners.StatefulSet(ns, name))
 	case KindPodGroup:
 		kind = "PodGroup"
-		var o *v1alpha1.PodGroup
-		if o, err = owners.PodGroup(key.Namespace, key.Name); err == nil {
-			obj = o
-		}
+		obj, err = found(owners.PodGroup(ns, name))
 	case KindWorkloadPodGroup:
 		kind = "PodGroup"
-		var o *schedulingv1beta1.PodGroup
-		if o, err = owners.WorkloadPodGroup(key.Namespace, key.Name); err == nil {
-			obj = o
-		}
+		obj, err = found(owners.WorkloadPodGroup(ns, name))
 	default:
 		return nil, fmt.Errorf("gang %s has no owner object", key)
 	}
@@ -68,6 +55,15 @@ func OwnerOf(key Key, owners Owners) (runtime.Object, error) {
 		return nil, fmt.Errorf("gang %s: %s %s not found in namespace %s", key, kind, key.Name, key.Namespace)
 	}
 	return obj, err
+}
+
+// found is what a reader returned, as a runtime.Object only when it was
+// read: a nil pointer in a runtime.Object is no nil interface.
+func found[T runtime.Object](obj T, err error) (runtime.Object, error) {
+	if err != nil {
+		return nil, err
+	}
+	return obj, nil
 }
 
 // Resolved is a pod's gang and what its owner asks of it.
