@@ -42,6 +42,13 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		p.wakeAfterCacheLag(key, plan)
 		return framework.NewPostFilterResultWithNominatedNode(slot), fwk.NewStatus(fwk.Unschedulable, msg)
 	}
+	now := p.now()
+	if _, err := p.handle.SnapshotSharedLister().NodeInfos().Get(slot); err != nil {
+		// The planned node left the cycle's snapshot before muster's node
+		// handler dropped the plan: the same node change, no backoff.
+		p.carryOut(ctx, p.gangs.NodeChanged(key, plan.ID, slot, "was deleted", now, now.Add(avoidFor)), nil)
+		return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: planned node %s was deleted", key.Subject(), slot))
+	}
 	why := "node is gone"
 	if st := statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
 		why = st.Message()
@@ -61,7 +68,6 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		why = "rejected before muster's PreFilter ran: " + why
 	}
 	reason := fmt.Sprintf("member %s cannot go to its planned node %s: %s", pod.Name, slot, why)
-	now := p.now()
 	p.carryOut(ctx, p.gangs.PlanBroken(key, plan.ID, pod.UID, slot, reason, avoid, now, now.Add(avoidFor), p.backoffBase()), nil)
 	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s", key.Subject(), reason))
 }

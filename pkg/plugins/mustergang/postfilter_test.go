@@ -5,7 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -146,4 +150,28 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 	if result, _ := f.fw.RunPostFilterPlugins(context.Background(), steered, high, stale); f.plugin.gangs.Plan(key) != nil || result == nil || result.NominatedNodeName != "" {
 		t.Errorf("a real refusal at the slot once the victims are gone kept the plan (result %+v)", result)
 	}
+}
+
+func TestPlannedNodeGoneFromTheSnapshotIsANodeChange(t *testing.T) {
+	// b's cycle finds its planned node already gone from the snapshot,
+	// before muster's node handler dropped the plan: the plan is dropped
+	// as for that node change, without backing the gang off.
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	plan := &gang.ActivePlan{
+		Plan:     gang.Plan{Slots: map[types.UID]string{a.UID: "n1", b.UID: "gone"}, Nodes: 2},
+		Requests: map[types.UID]gang.Resources{},
+		Reserved: sets.New[types.UID](), Victims: sets.New[types.UID](), Evicted: sets.New[types.UID](),
+		Profile: "muster", Created: f.clock.Now(), Deadline: f.clock.Now().Add(time.Minute),
+	}
+	_, ok := f.plugin.gangs.Install(key, plan, a.UID, "planned", f.clock.Now())
+	require.True(t, ok)
+
+	state, _ := f.preFilter(t, b)
+	_, st := f.fw.RunPostFilterPlugins(context.Background(), state, b, framework.NewDefaultNodeToStatus())
+	assert.Contains(t, st.Message(), "planned node gone was deleted")
+	assert.Nil(t, f.plugin.gangs.Plan(key))
+	assert.Equal(t, gang.PhaseDropped, f.plugin.gangs.Phase(key), "dropped, not backing off")
+	assert.False(t, f.clock.Now().Before(f.plugin.gangs.Admit(key, t0, f.clock.Now()).BackoffUntil), "no backoff")
 }
