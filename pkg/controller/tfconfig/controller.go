@@ -332,8 +332,10 @@ func (c *Controller) onWorkloadUpdate(oldObj, curObj any) {
 		c.queue.Add(keyOf(cur))
 		return
 	}
-	// The Job and StatefulSet controllers update status all the time; only spec and metadata matter.
-	if old.GetGeneration() == cur.GetGeneration() &&
+	// The Job and StatefulSet controllers update status all the time; only spec and metadata matter,
+	// and a new object of the same name (deleted and made again while the watch was down, so a
+	// relist shows it as an update, its generation 1 again).
+	if old.GetUID() == cur.GetUID() && old.GetGeneration() == cur.GetGeneration() &&
 		labels.Equals(old.GetLabels(), cur.GetLabels()) &&
 		labels.Equals(old.GetAnnotations(), cur.GetAnnotations()) &&
 		(old.GetDeletionTimestamp() == nil) == (cur.GetDeletionTimestamp() == nil) {

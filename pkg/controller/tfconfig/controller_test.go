@@ -25,6 +25,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/gang"
@@ -318,8 +319,8 @@ func TestSyncCreatesSecretAndService(t *testing.T) {
 
 	svc := f.service("team-a", "mnist")
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses ||
-		svc.Spec.Selector[batchv1.JobNameLabel] != "mnist" || len(svc.Spec.Selector) != 1 {
-		t.Errorf("Service spec = %+v, want headless, publishing not-ready addresses, selecting job-name=mnist", svc.Spec)
+		!maps.Equal(svc.Spec.Selector, map[string]string{batchv1.JobNameLabel: "mnist", batchv1.ControllerUidLabel: string(job.UID)}) {
+		t.Errorf("Service spec = %+v, want headless, publishing not-ready addresses, selecting the pods of this Job mnist (name and UID)", svc.Spec)
 	}
 	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != PortName || svc.Spec.Ports[0].Port != 2222 {
 		t.Errorf("Service ports = %+v, want %s 2222", svc.Spec.Ports, PortName)
@@ -517,6 +518,33 @@ func TestStatefulSetServiceSelector(t *testing.T) {
 	f.syncSet("ns", "tf")
 	if got := f.service("ns", "tf").Spec.Selector; len(got) != 2 || got["app"] != "tf" || got["tier"] != "train" {
 		t.Errorf("Service selector = %v, want the template's labels when the StatefulSet selects by expressions", got)
+	}
+}
+
+// A Job's Service selects its pods by the Job's name and UID, so the pods of an earlier Job of the same
+// name (orphaned, or still terminating) do not answer for the new one's hostnames; a Job with a manual
+// selector has no UID label on its pods, and its Service selects by name.
+func TestJobServiceSelector(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		job  *batchv1.Job
+		want map[string]string
+	}{
+		{"the API server's labels", makeJob("ns", "tf", 2).Obj(),
+			map[string]string{batchv1.JobNameLabel: "tf", batchv1.ControllerUidLabel: "uid-ns-tf"}},
+		{"a manual selector", func() *batchv1.Job {
+			j := makeJob("ns", "tf", 2).Obj()
+			delete(j.Spec.Template.Labels, batchv1.ControllerUidLabel)
+			return j
+		}(), map[string]string{batchv1.JobNameLabel: "tf"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.job)
+			f.sync("ns", "tf")
+			if got := f.service("ns", "tf").Spec.Selector; !maps.Equal(got, tc.want) {
+				t.Errorf("Service selector = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -1105,6 +1133,14 @@ func TestWorkloadEventFilter(t *testing.T) {
 	f.c.onWorkloadUpdate(old, resized)
 	if got := queued(); !slices.Equal(got, []string{"Job/ns/a", "StatefulSet/ns/b"}) {
 		t.Errorf("spec update queued %v, want the Job and its group", got)
+	}
+	// Deleted and made again while the watch was down: the relist shows an update, generation 1 again.
+	recreated := old.DeepCopy()
+	recreated.UID, recreated.ResourceVersion = "uid-new", "9"
+	recreated.Spec.Completions = ptr.To[int32](3)
+	f.c.onWorkloadUpdate(old, recreated)
+	if got := queued(); !slices.Equal(got, []string{"Job/ns/a", "StatefulSet/ns/b"}) {
+		t.Errorf("a Job made again under its name queued %v, want it and its group", got)
 	}
 	scaled := sibling.DeepCopy()
 	scaled.ResourceVersion, scaled.Generation = "3", 2

@@ -69,9 +69,16 @@ func (j jobWorkload) object() runtime.Object { return j.Job }
 func (j jobWorkload) kind() gang.Kind        { return gang.KindJob }
 func (j jobWorkload) serviceName() string    { return j.Spec.Template.Spec.Subdomain }
 
-// podSelector uses the label the API server puts on every Job's pod template.
+// podSelector uses the labels the API server puts on every Job's pod template: the Job's name, and
+// its UID so that the pods of an earlier Job of that name, orphaned or still terminating (a headless
+// Service publishes terminating pods too), do not answer for the same hostnames. A Job with a manual
+// selector has no UID label; its name is all there is.
 func (j jobWorkload) podSelector() map[string]string {
-	return map[string]string{batchv1.JobNameLabel: j.Name}
+	selector := map[string]string{batchv1.JobNameLabel: j.Name}
+	if uid, ok := j.Spec.Template.Labels[batchv1.ControllerUidLabel]; ok && uid == string(j.UID) {
+		selector[batchv1.ControllerUidLabel] = uid
+	}
+	return selector
 }
 
 func (j jobWorkload) podLabels() map[string]string {
