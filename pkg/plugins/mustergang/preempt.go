@@ -331,7 +331,7 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 			_, check, _ := p.computePlan(ctx, gr, views, nil, nil)
 			noteRefused(check)
 		}
-		blocked := p.blockedNodes(nodes, views, gr, policy, refused)
+		blocked := p.blockedNodes(nodes, views, units, gr, policy, refused)
 		units = nil
 		all = p.victimUnits(nodes, views, gr.info.key, prio, policy, func(i int) bool { return blocked[i] })
 		for _, u := range all {
@@ -343,7 +343,9 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 			}
 		}
 		if len(units) > 0 {
-			choice = search(units, 0)
+			// Still as many GPUs as lacked: sets that free fewer cannot
+			// be enough, and would spend the exact checks first.
+			choice = search(units, max(lackGPUs, 0))
 			checks += choice.Checks
 		}
 	}
@@ -389,10 +391,19 @@ func (p *Plugin) preemptorPriority(pod *v1.Pod, members []*framework.PodInfo) (p
 }
 
 // blockedNodes are the positions of nodes the gang may use where a GPU
-// member's GPUs fit but it was still refused: by the planner's screening
-// (CPU, memory, pods) or by the framework's filters (refused).
-func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gr *gangRequest, policy gang.Policy, refused map[string]bool) map[int]bool {
+// member's GPUs fit, once the units that free GPUs (gpuUnits) are gone,
+// but it was still refused: by the planner's screening (CPU, memory, pods)
+// or by the framework's filters (refused).
+func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gpuUnits []*victimUnit, gr *gangRequest, policy gang.Policy, refused map[string]bool) map[int]bool {
 	gpu := v1.ResourceName(p.args.GPUResourceName)
+	freed := map[int]gang.Resources{} // by node: what every GPU unit's pods there free
+	for _, u := range gpuUnits {
+		for k, n := range u.nodes {
+			r := freed[n]
+			r.Add(u.requests[k])
+			freed[n] = r
+		}
+	}
 	blocked := map[int]bool{}
 	for i := range views {
 		v := &views[i]
@@ -403,8 +414,10 @@ func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gr *g
 			blocked[i] = true
 			continue
 		}
+		free := v.Free.Clone()
+		free.Add(freed[i])
 		for _, m := range gr.req.Members {
-			if g := m.Request.Scalars[gpu]; g > 0 && v.Free.Scalars[gpu] >= g && !v.Free.Fits(m.Request) {
+			if g := m.Request.Scalars[gpu]; g > 0 && free.Scalars[gpu] >= g && !free.Fits(m.Request) {
 				blocked[i] = true
 				break
 			}

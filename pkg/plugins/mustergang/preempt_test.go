@@ -636,3 +636,66 @@ func TestPreemptingGangWithAPSLosesItsNodeMidway(t *testing.T) {
 		t.Errorf("phase %v, want Dropped (planned again at once)", phase)
 	}
 }
+
+func TestPreemptionFreesTheCPUBesideTheGPUs(t *testing.T) {
+	// Each node's 8 GPUs run a low gang's member, and priority-0 CPU pods
+	// take the rest of its 8 CPUs. The high gang's members need 8 GPUs and
+	// 2 CPUs: evicting the low gang frees the GPUs but not enough CPU, so
+	// a CPU pod on each node goes too.
+	nodes := []*v1.Node{
+		testobj.MakeNode("n1").GPUs(8).CPU(resource.MustParse("8")).Obj(),
+		testobj.MakeNode("n2").GPUs(8).CPU(resource.MustParse("8")).Obj(),
+	}
+	pods := lowGang("low", "n1", "n2") // 1 CPU each
+	for _, n := range []string{"n1", "n2"} {
+		for i := range 7 {
+			name := fmt.Sprintf("cpu-%s-%d", n, i)
+			pods = append(pods, testobj.MakePod("ns", name).UID(name).Created(t0).Node(n).Priority(0).
+				Container(testobj.MakeContainer("c").Request(v1.ResourceCPU, resource.MustParse("1")).Obj()).Obj())
+		}
+	}
+	high := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+	for _, p := range high {
+		p.Spec.Priority = ptr.To[int32](100)
+		p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("2")
+	}
+	f := newTestFramework(t, 2, nodes, append(pods, high...))
+	plan := f.preemptFor(t, high[0])
+	require.NotNil(t, plan, "no preemption")
+	victims := victimNames(plan, pods)
+	assert.True(t, victims.HasAll("low-0", "low-1"), "victims %v", sets.List(victims))
+	cpuVictims := map[string]int{}
+	for name := range victims {
+		if name != "low-0" && name != "low-1" {
+			cpuVictims[name[len("cpu-"):len("cpu-n1")]]++
+		}
+	}
+	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, cpuVictims, "one CPU pod per node, victims %v", sets.List(victims))
+}
+
+func TestPreemptionBesideTheGPUsEvictsTheFewestCPUPods(t *testing.T) {
+	// n1's GPUs run a low gang's member; a 16-CPU pod and seven 3-CPU pods
+	// take most of its CPUs. The high worker needs the 8 GPUs and 18 CPUs:
+	// the low gang and the 16-CPU pod make room, and the small pods stay.
+	// Only sets that free the GPUs are tried: the CPU-only ones cannot be
+	// enough, and there are more of them than exact checks.
+	node := testobj.MakeNode("n1").GPUs(8).CPU(resource.MustParse("40")).Obj()
+	pods := lowGang("low", "n1")
+	cpuPod := func(name, cpu string, created time.Time) *v1.Pod {
+		return testobj.MakePod("ns", name).UID(name).Created(created).Node("n1").Priority(0).
+			Container(testobj.MakeContainer("c").Request(v1.ResourceCPU, resource.MustParse(cpu)).Obj()).Obj()
+	}
+	// The oldest: a greedy reprieve, which keeps the longest-running pods
+	// first, would keep it and evict five small ones.
+	pods = append(pods, cpuPod("big", "16", t0.Add(-time.Hour)))
+	for i := range 7 {
+		pods = append(pods, cpuPod(fmt.Sprintf("small-%d", i), "3", t0))
+	}
+	high := worker("j", 0, 8, "")
+	high.Spec.Priority = ptr.To[int32](100)
+	high.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("18")
+	f := newTestFramework(t, 1, []*v1.Node{node}, append(pods, high))
+	plan := f.preemptFor(t, high)
+	require.NotNil(t, plan, "no preemption")
+	assert.Equal(t, []string{"big", "low-0"}, sets.List(victimNames(plan, pods)))
+}
