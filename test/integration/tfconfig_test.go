@@ -171,32 +171,59 @@ func TestTFConfigController(t *testing.T) {
 		}
 	})
 
-	t.Run("a Secret replaced by the user is not deleted with the Job", func(t *testing.T) {
-		ns := cp.Namespace(t, "tfconfig-replaced")
-		tfStartController(t, client, ns)
-		tfCreate(t, client.BatchV1().Jobs(ns).Create, tfIndexedJob(ns, "mnist", 2).Obj())
-		tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
-		tfWaitForService(t, client, ns, "mnist")
-		if err := client.CoreV1().Secrets(ns).Delete(t.Context(), "mnist-tf-config", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := client.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "mnist-tf-config"},
-			Data:       map[string][]byte{"cluster": []byte("mine")},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := client.BatchV1().Jobs(ns).Delete(t.Context(), "mnist", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
-			t.Fatal(err)
-		}
-		// The Service goes with the Job; once it has, the controller has run its cleanup.
-		tfPoll(t, "Service deleted", func(ctx context.Context) (bool, error) {
-			_, err := client.CoreV1().Services(ns).Get(ctx, "mnist", metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		})
-		got, err := client.CoreV1().Secrets(ns).Get(t.Context(), "mnist-tf-config", metav1.GetOptions{})
-		if err != nil || string(got.Data["cluster"]) != "mine" {
-			t.Errorf("the user's Secret: %v, data %q; want it kept", err, got.Data)
+	// The user deletes the controller's Secret and makes their own under its name. The controller,
+	// which remembers its Secret's UID, never writes into the new one (with another cluster key its
+	// apply would conflict; with other keys only, it would merge), and the Job's deletion leaves it.
+	t.Run("a Secret replaced by the user", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			data map[string][]byte
+		}{
+			{"another cluster", map[string][]byte{"cluster": []byte("mine")}},
+			{"other keys only", map[string][]byte{"password": []byte("hunter2")}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ns := cp.Namespace(t, "tfconfig-replaced")
+				tfStartController(t, client, ns)
+				tfCreate(t, client.BatchV1().Jobs(ns).Create, tfIndexedJob(ns, "mnist", 2).Obj())
+				tfWaitForCluster(t, client, ns, "mnist", tfWorkers(ns, "mnist", "mnist", 2, 2222))
+				tfWaitForService(t, client, ns, "mnist")
+				if err := client.CoreV1().Secrets(ns).Delete(t.Context(), "mnist-tf-config", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				users, err := client.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
+					ObjectMeta: metav1.ObjectMeta{Name: "mnist-tf-config"}, Data: tc.data}, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A change of the Job's metadata makes the controller apply again.
+				patch := `{"metadata":{"annotations":{"example.com/touched":"yes"}}}`
+				if _, err := client.BatchV1().Jobs(ns).Patch(t.Context(), "mnist", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				tfWaitForEventOn(t, client, ns, "Job", "mnist", corev1.EventTypeWarning, tfconfig.ReasonSecretConflict)
+				got, err := client.CoreV1().Secrets(ns).Get(t.Context(), "mnist-tf-config", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.ResourceVersion != users.ResourceVersion {
+					t.Errorf("the user's Secret was written (resourceVersion %s, made at %s): data %q labels %v owners %+v",
+						got.ResourceVersion, users.ResourceVersion, got.Data, got.Labels, got.OwnerReferences)
+				}
+
+				if err := client.BatchV1().Jobs(ns).Delete(t.Context(), "mnist", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
+					t.Fatal(err)
+				}
+				// The Service goes with the Job; once it has, the controller has run its cleanup.
+				tfPoll(t, "Service deleted", func(ctx context.Context) (bool, error) {
+					_, err := client.CoreV1().Services(ns).Get(ctx, "mnist", metav1.GetOptions{})
+					return apierrors.IsNotFound(err), nil
+				})
+				got, err = client.CoreV1().Secrets(ns).Get(t.Context(), "mnist-tf-config", metav1.GetOptions{})
+				if err != nil || !maps.EqualFunc(got.Data, tc.data, bytes.Equal) {
+					t.Errorf("the user's Secret: %v, data %q; want it kept as made", err, got.Data)
+				}
+			})
 		}
 	})
 

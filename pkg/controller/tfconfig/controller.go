@@ -531,13 +531,23 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 	}
 	var applied *corev1.Secret
 	var err error
-	if _, known := c.appliedSecretOf(key); !known {
+	remembered, known := c.appliedSecretOf(key)
+	if known {
+		// The Secret applied before, and no other: if someone deleted it and made their own under
+		// its name, the API server refuses the apply (the UID cannot change; none to create with).
+		want.WithUID(remembered.uid)
+	} else {
 		// A Secret not yet known to be this workload's (the first sync, a restart, a foreign Secret
 		// looked at again) is applied as a dry run first: a Secret someone else made is then never
 		// written into, not even for the moment it takes to give the fields back.
 		applied, err = apply(true)
 		if err == nil {
 			if why := foreignSecret(applied, w); why != "" {
+				// Fields this controller merged into it before (a give-back that failed, then a
+				// restart) are given back now; with none, the apply changes nothing.
+				if err := c.giveBackSecret(ctx, w.GetNamespace(), name); err != nil {
+					return false, err
+				}
 				logger.V(2).Info("TF_CONFIG Secret belongs to someone else; nothing applied", "secret", name, "why", why)
 				c.reportForeignSecret(w, name, why)
 				return true, nil
@@ -546,6 +556,12 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 	}
 	if err == nil {
 		applied, err = apply(false)
+	}
+	if known && (apierrors.IsConflict(err) || apierrors.IsInvalid(err)) {
+		// The Secret applied before is gone or replaced, or someone else wrote into it: look again
+		// from the start, with a dry run.
+		c.forgetSecret(key)
+		return c.ensureSecret(ctx, w, p)
 	}
 	// Conflict: someone else's value in a field the apply sets. Invalid: a Secret that cannot take it
 	// (another controller reference, immutable).
@@ -564,15 +580,9 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 		// The apply merged into a Secret someone else made between the dry run and the apply: take
 		// back everything it added.
 		c.forgetSecret(key)
-		_, err := secrets.Apply(ctx, secretRelease(w.GetNamespace(), name), metav1.ApplyOptions{FieldManager: FieldManager})
-		switch {
-		case apierrors.IsInvalid(err): // an immutable Secret: nothing can be taken back, or was added
-			logger.Info("Could not give back the fields applied to a foreign Secret", "secret", name, "err", err)
-		case err != nil:
-			// Retried: the next apply finds the Secret foreign again and releases it then.
-			return false, fmt.Errorf("giving back Secret %s/%s: %w", w.GetNamespace(), name, err)
-		default:
-			secretWritesTotal.WithLabelValues("release").Inc()
+		if err := c.giveBackSecret(ctx, w.GetNamespace(), name); err != nil {
+			// Retried: the next sync's dry run finds the Secret foreign and gives the fields back.
+			return false, err
 		}
 		logger.V(2).Info("TF_CONFIG Secret belongs to someone else; gave back what was applied", "secret", name, "why", why)
 		c.reportForeignSecret(w, name, why)
@@ -590,6 +600,20 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 			"Updated Secret %s to a cluster of %d tasks; running containers keep the cluster they started with", name, p.tasks)
 	}
 	return false, nil
+}
+
+// giveBackSecret gives back every field of Secret namespace/name the controller applied (secretRelease).
+func (c *Controller) giveBackSecret(ctx context.Context, namespace, name string) error {
+	_, err := c.client.CoreV1().Secrets(namespace).Apply(ctx, secretRelease(namespace, name), metav1.ApplyOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsInvalid(err): // an immutable Secret: nothing can be taken back, or was added
+		klog.FromContext(ctx).Info("Could not give back the fields applied to a foreign Secret", "secret", klog.KRef(namespace, name), "err", err)
+	case err != nil:
+		return fmt.Errorf("giving back Secret %s/%s: %w", namespace, name, err)
+	default:
+		secretWritesTotal.WithLabelValues("release").Inc()
+	}
+	return nil
 }
 
 func (c *Controller) reportForeignSecret(w workload, name, why string) {

@@ -3,6 +3,7 @@ package tfconfig
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -564,6 +565,7 @@ func TestSyncForeignSecret(t *testing.T) {
 	}
 	controlledByConfigMap := secret(map[string]string{ClusterKey: want})
 	controlledByConfigMap.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "u", Controller: ptrTrue()}}
+	giveBack := []string{"apply secrets mnist-tf-config"}
 
 	tests := []struct {
 		name       string
@@ -573,12 +575,12 @@ func TestSyncForeignSecret(t *testing.T) {
 	}{
 		// The dry run would change a field another manager set: a conflict, nothing written.
 		{"its own cluster key", secret(map[string]string{ClusterKey: "written by hand"}), nil, `conflict with "kubectl-create"`},
-		// The dry run would merge into these; its response says whose they are, and nothing is
-		// written.
-		{"no cluster key", secret(map[string]string{"password": "hunter2"}), nil, `holds the key "password"`},
-		{"the same cluster", secret(map[string]string{ClusterKey: want}), nil, `"kubectl-create" wrote its data`},
-		{"empty", secret(nil), nil, `"kubectl-create" wrote its type`},
-		{"controlled by another object", controlledByConfigMap, nil, "not controlled by Job mnist"},
+		// The dry run would merge into these; its response says whose they are, and the controller
+		// gives back whatever of its own is in them (here nothing: the apply changes nothing).
+		{"no cluster key", secret(map[string]string{"password": "hunter2"}), giveBack, `holds the key "password"`},
+		{"the same cluster", secret(map[string]string{ClusterKey: want}), giveBack, `"kubectl-create" wrote its data`},
+		{"empty", secret(nil), giveBack, `"kubectl-create" wrote its type`},
+		{"controlled by another object", controlledByConfigMap, giveBack, "not controlled by Job mnist"},
 		// Made between the dry run and the apply: the apply merges into it, and the controller
 		// gives back what it added.
 		{"made after the dry run", nil, []string{"apply secrets mnist-tf-config", "apply secrets mnist-tf-config"}, `"kubectl-create" wrote its data`},
@@ -646,6 +648,43 @@ func TestSyncForeignSecret(t *testing.T) {
 				t.Errorf("cluster = %s, want %s", got.Data[ClusterKey], want)
 			}
 		})
+	}
+}
+
+// The user deletes the controller's Secret and makes their own under its name. If the controller's
+// apply merges into it (the fake API server, unlike a real one, does not refuse the apply its UID
+// precondition) and giving the fields back fails once, the next sync gives them back: the user's
+// Secret ends as they made it, with nothing of the controller's, not even an owner reference through
+// which the garbage collector would delete it with the Job.
+func TestSyncGivesBackAForeignSecretAfterAFailedGiveBack(t *testing.T) {
+	f := newFixture(t, makeJob("ns", "mnist", 2).Obj())
+	f.sync("ns", "mnist")
+	must(t, f.client.CoreV1().Secrets("ns").Delete(f.ctx, "mnist-tf-config", metav1.DeleteOptions{}))
+	users := f.createSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "mnist-tf-config"},
+		Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"password": []byte("hunter2")}}, "kubectl-create")
+	failed := false
+	f.client.PrependReactor("patch", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if p, ok := a.(k8stesting.PatchAction); ok && !isDryRun(a) && !failed && !bytes.Contains(p.GetPatch(), []byte(ClusterKey)) {
+			failed = true
+			return true, nil, apierrors.NewInternalError(errors.New("etcd is slow"))
+		}
+		return false, nil, nil
+	})
+	if _, err := f.c.sync(f.ctx, gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "mnist"}); err == nil || !failed {
+		t.Fatalf("sync with the give-back failing: %v (failed: %v), want the error", err, failed)
+	}
+	f.refreshCaches()
+	if result, _ := f.sync("ns", "mnist"); result != resultConflict {
+		t.Errorf("result = %s, want %s", result, resultConflict)
+	}
+	after := f.secret("ns", "mnist-tf-config")
+	if !maps.EqualFunc(after.Data, users.Data, bytes.Equal) || len(after.Labels) != 0 || len(after.OwnerReferences) != 0 {
+		t.Errorf("the user's Secret: data %q labels %v owners %+v; want data %q and nothing of the controller's", after.Data, after.Labels, after.OwnerReferences, users.Data)
+	}
+	for _, e := range after.ManagedFields {
+		if e.Manager == FieldManager {
+			t.Errorf("the controller still owns fields of the user's Secret: %s", e.FieldsV1.Raw)
+		}
 	}
 }
 
