@@ -2,6 +2,7 @@ package gang
 
 import (
 	"maps"
+	"math"
 	"sync"
 	"time"
 
@@ -104,6 +105,11 @@ type ActivePlan struct {
 	Deadline time.Time
 	// Quorum is the gang's quorum when planned.
 	Quorum int
+	// Priority is the gang's (its lowest member's): what the plan holds
+	// is kept from pods and gangs of no higher priority only, as the
+	// framework counts nominated pods against pods of their priority or
+	// lower.
+	Priority int32
 	// CountsOn are the members bound (or binding) when planned: the plan
 	// places only what the quorum needs beside them, so one of them
 	// leaving before the plan completes breaks it (read-only).
@@ -184,18 +190,22 @@ type Planning struct {
 	Avoided map[types.UID]map[string]bool
 	failed  *failedAttempt
 
+	// Priority is the planned gang's (set before HeldByOthers is read):
+	// plans of lower priority hold nothing from it.
+	Priority int32
+
 	manager *Manager
 	key     Key
 	held    map[string]Resources
 	heldOK  bool
 }
 
-// HeldByOthers is what the other gangs' plans hold, per node
-// (HeldForOthers), read at the first call: the plan and its explanation
-// count the same holdings.
+// HeldByOthers is what the other gangs' plans of Priority or higher hold,
+// per node (HeldForOthers), read at the first call: the plan and its
+// explanation count the same holdings.
 func (p *Planning) HeldByOthers() map[string]Resources {
 	if !p.heldOK {
-		p.held, p.heldOK = p.manager.HeldForOthers(p.key), true
+		p.held, p.heldOK = p.manager.HeldForOthers(p.key, p.Priority), true
 	}
 	return p.held
 }
@@ -362,6 +372,9 @@ func (m *Manager) IsVictim(uid types.UID) bool {
 	return ok
 }
 
+// AnyPriority asks Held and HeldForOthers for the holdings of every plan.
+const AnyPriority int32 = math.MinInt32
+
 // Holding is what an active plan holds on a node for one member not yet
 // reserved.
 type Holding struct {
@@ -369,14 +382,15 @@ type Holding struct {
 	Request Resources
 }
 
-// Held lists, per node, what every active plan holds for members not yet
-// reserved (reserved members are counted by the scheduler cache, so they
-// are never subtracted twice): what pods scheduled alone must leave free.
-func (m *Manager) Held() map[string][]Holding {
+// Held lists, per node, what every active plan of priority prio or higher
+// holds for members not yet reserved (reserved members are counted by the
+// scheduler cache, so they are never subtracted twice): what a pod of
+// priority prio scheduled alone must leave free.
+func (m *Manager) Held(prio int32) map[string][]Holding {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var held map[string][]Holding
-	m.eachHolding(nil, func(node string, h Holding) {
+	m.eachHolding(nil, prio, func(node string, h Holding) {
 		if held == nil {
 			held = map[string][]Holding{}
 		}
@@ -385,13 +399,13 @@ func (m *Manager) Held() map[string][]Holding {
 	return held
 }
 
-// HeldForOthers sums, per node, what every active plan but gang key's
-// holds for members not yet reserved.
-func (m *Manager) HeldForOthers(key Key) map[string]Resources {
+// HeldForOthers sums, per node, what every active plan of priority prio
+// or higher but gang key's holds for members not yet reserved.
+func (m *Manager) HeldForOthers(key Key, prio int32) map[string]Resources {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var held map[string]Resources
-	m.eachHolding(&key, func(node string, h Holding) {
+	m.eachHolding(&key, prio, func(node string, h Holding) {
 		if held == nil {
 			held = map[string]Resources{}
 		}
@@ -402,11 +416,11 @@ func (m *Manager) HeldForOthers(key Key) map[string]Resources {
 	return held
 }
 
-// eachHolding calls f for every member slot an active plan (but exclude's)
-// holds.
-func (m *Manager) eachHolding(exclude *Key, f func(node string, h Holding)) {
+// eachHolding calls f for every member slot an active plan of priority
+// minPriority or higher (but exclude's) holds.
+func (m *Manager) eachHolding(exclude *Key, minPriority int32, f func(node string, h Holding)) {
 	for key, s := range m.planned {
-		if exclude != nil && key == *exclude {
+		if (exclude != nil && key == *exclude) || s.plan.Priority < minPriority {
 			continue
 		}
 		for uid, node := range s.plan.Slots {

@@ -51,7 +51,7 @@ func BenchmarkLookupsAmongBoundGangs(b *testing.B) {
 	installPlansOf8(b, m, 10, now)
 	b.Run("Held", func(b *testing.B) {
 		for b.Loop() {
-			if len(m.Held()) != 10 {
+			if len(m.Held(AnyPriority)) != 10 {
 				b.Fatal("holdings not read")
 			}
 		}

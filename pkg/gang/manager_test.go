@@ -29,10 +29,10 @@ func TestManagerLedgerAndLifecycle(t *testing.T) {
 		t.Error("a second plan replaced the active one")
 	}
 	// Other gangs see what a's plan holds; a itself does not.
-	if held := r.HeldForOthers(b); held["n1"].MilliCPU != 1000 || held["n2"].MilliCPU != 2000 {
+	if held := r.HeldForOthers(b, AnyPriority); held["n1"].MilliCPU != 1000 || held["n2"].MilliCPU != 2000 {
 		t.Errorf("held for others = %v", held)
 	}
-	if held := r.HeldForOthers(a); len(held) != 0 {
+	if held := r.HeldForOthers(a, AnyPriority); len(held) != 0 {
 		t.Errorf("a's own plan is subtracted from a: %v", held)
 	}
 	if key, p := r.PlanOf("a1"); key != a || p == nil {
@@ -42,13 +42,13 @@ func TestManagerLedgerAndLifecycle(t *testing.T) {
 	if outcome, _, _ := r.Arrive(a, plan.ID, "a0", now, time.Second); outcome != ArrivalWait {
 		t.Errorf("Permit of the first member = %v, want wait", outcome)
 	}
-	if held := r.HeldForOthers(b); held["n1"].MilliCPU != 0 || held["n2"].MilliCPU != 2000 {
+	if held := r.HeldForOthers(b, AnyPriority); held["n1"].MilliCPU != 0 || held["n2"].MilliCPU != 2000 {
 		t.Errorf("held after a0 reserved = %v", held)
 	}
 	if outcome, _, _ := r.Arrive(a, plan.ID, "a1", now, time.Second); outcome != ArrivalComplete {
 		t.Errorf("Permit of the last member = %v, want complete", outcome)
 	}
-	if len(r.HeldForOthers(b)) != 0 || r.Plan(a) != nil {
+	if len(r.HeldForOthers(b, AnyPriority)) != 0 || r.Plan(a) != nil {
 		t.Error("a completed plan still holds capacity")
 	}
 	// Allowed members are in flight on their nodes until seen bound.
@@ -190,7 +190,7 @@ func TestLookupsSeeOnlyActivePlans(t *testing.T) {
 	m := NewManager()
 	active := func(t *testing.T, want ...string) {
 		t.Helper()
-		held := m.Held()
+		held := m.Held(AnyPriority)
 		for _, name := range []string{"a", "b", "c"} {
 			member, node := types.UID(name+"0"), "n-"+name
 			_, p := m.PlanOf(member)

@@ -66,6 +66,9 @@ const (
 	// DropNodeChanged: a planned node was deleted, cordoned, started being
 	// reclaimed or stopped matching its member.
 	DropNodeChanged
+	// DropDisplaced: a gang of higher priority was planned on a node the
+	// plan held capacity on (Displace).
+	DropDisplaced
 )
 
 var dropCauseNames = [...]string{
@@ -74,13 +77,14 @@ var dropCauseNames = [...]string{
 	DropMemberGone:  "member_deleted",
 	DropPlanBroken:  "plan_broken",
 	DropNodeChanged: "node_changed",
+	DropDisplaced:   "displaced",
 }
 
 func (c DropCause) String() string { return dropCauseNames[c] }
 
 // backsOff reports whether the gang waits before it is planned again: not
 // when the cluster changed under a plan that was fine.
-func (c DropCause) backsOff() bool { return c != DropNodeChanged }
+func (c DropCause) backsOff() bool { return c != DropNodeChanged && c != DropDisplaced }
 
 // Outcome is what the drop is announced as.
 func (c DropCause) Outcome() Outcome {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 // The transitions of a gang's life: each one lock, each returning what the
@@ -107,6 +108,35 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	e.Notice = s.notice(key, OutcomePlanned, message)
 	e.Wake = []Wake{{Key: key, Reason: WakePlanMade, Plan: plan.copy(), Except: self}}
 	return e, true
+}
+
+// Displace: a plan of priority prio was installed for gang key on nodes.
+// Plans of lower priority holding capacity there for members not yet
+// reserved are dropped, without backoff and avoiding nothing: the new plan
+// counted that capacity as free, as the framework counts lower-priority
+// nominated pods, and the displaced gangs are planned again at once.
+func (m *Manager) Displace(key Key, prio int32, nodes sets.Set[string], now time.Time) []Effects {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var lower []Key
+	for other, s := range m.planned {
+		if other != key && s.plan.Priority < prio {
+			lower = append(lower, other)
+		}
+	}
+	slices.SortFunc(lower, compareKeys)
+	var out []Effects
+	for _, other := range lower {
+		plan := m.planned[other].plan
+		for uid, node := range plan.Slots {
+			if !plan.Reserved.Has(uid) && nodes.Has(node) {
+				reason := fmt.Sprintf("%s of priority %d was planned on node %s, where the plan held room for a member", key.Subject(), prio, node)
+				out = append(out, m.drop(other, plan.ID, DropDisplaced, reason, now, 0))
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Reserved marks a member of plan planID reserved: from now on the

@@ -312,7 +312,7 @@ func TestDrops(t *testing.T) {
 			e := tc.drop(m, plan.ID)
 			assert.Equal(t, tc.phase, m.Phase(jobA))
 			assert.Nil(t, m.Plan(jobA))
-			assert.Empty(t, m.Held(), "a dropped plan holds nothing")
+			assert.Empty(t, m.Held(AnyPriority), "a dropped plan holds nothing")
 			require.NotNil(t, e.Dropped)
 			assert.Equal(t, tc.cause, e.Dropped.Cause)
 			assert.Equal(t, tc.reason, e.Dropped.Reason)
@@ -431,9 +431,41 @@ func TestAdmit(t *testing.T) {
 	a = m.Admit(jobA, t0, later)
 	require.NotNil(t, a.Planning)
 	assert.Equal(t, uint64(1), a.Planning.Releases)
-	assert.Equal(t, m.HeldForOthers(jobA), a.Planning.HeldByOthers())
+	assert.Equal(t, m.HeldForOthers(jobA, AnyPriority), a.Planning.HeldByOthers())
 	assert.Equal(t, map[types.UID]map[string]bool{"a0": {"n3": true}}, a.Planning.Avoided)
 	msg, reused := a.Planning.FailedPlan(Epoch{Snapshot: 1, Releases: 1}, 2, 2, later)
 	assert.True(t, reused)
 	assert.Equal(t, "no room", msg)
+}
+
+func TestDisplace(t *testing.T) {
+	// Plans of lower priority holding room for an unreserved member on a
+	// node the new plan uses give way, without backoff; the others stay.
+	m := NewManager()
+	install := func(name string, prio int32, slots map[types.UID]string, reserved ...types.UID) Key {
+		t.Helper()
+		key := Key{Kind: KindJob, Namespace: "ns", Name: name}
+		plan := twoMembers()
+		plan.Slots, plan.Priority, plan.Reserved = slots, prio, sets.New(reserved...)
+		_, ok := m.Install(key, plan, "", "planned", t0)
+		require.True(t, ok)
+		return key
+	}
+	lowHere := install("low-here", 1, map[types.UID]string{"l0": "n1", "l1": "n9"})
+	equalHere := install("equal-here", 5, map[types.UID]string{"e0": "n1"})
+	lowElsewhere := install("low-elsewhere", 1, map[types.UID]string{"o0": "n9"})
+	lowReservedHere := install("low-reserved-here", 1, map[types.UID]string{"r0": "n2", "r1": "n9"}, "r0")
+	high := install("high", 5, map[types.UID]string{"h0": "n1", "h1": "n2"})
+
+	effects := m.Displace(high, 5, sets.New("n1", "n2"), t0)
+	require.Len(t, effects, 1)
+	assert.Equal(t, lowHere, effects[0].Dropped.Key)
+	assert.Equal(t, DropDisplaced, effects[0].Dropped.Cause)
+	assert.Zero(t, effects[0].Dropped.Backoff)
+	assert.Equal(t, PhaseDropped, m.Phase(lowHere))
+	for _, kept := range []Key{equalHere, lowElsewhere, lowReservedHere, high} {
+		assert.NotNil(t, m.Plan(kept), "%s", kept)
+	}
+	assert.NotContains(t, m.Held(5), "n9", "a plan of lower priority holds nothing from priority 5")
+	assert.Contains(t, m.Held(1), "n9")
 }

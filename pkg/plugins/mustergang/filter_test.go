@@ -10,6 +10,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/muster-sched/muster/internal/testobj"
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 func TestLonePodStaysOffHeldCapacity(t *testing.T) {
@@ -21,7 +22,7 @@ func TestLonePodStaysOffHeldCapacity(t *testing.T) {
 		Container(testobj.MakeContainer("c").GPUs(1).Obj()).Obj()
 	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, []*v1.Pod{a, b, lone})
 	f.planAndWait(t, a)
-	held := f.plugin.gangs.Held()
+	held := f.plugin.gangs.Held(gang.AnyPriority)
 	if len(held) == 0 {
 		t.Fatal("the gang's plan holds no capacity")
 	}

@@ -26,13 +26,13 @@ func TestUnreserveOfWaitingMemberReleasesPlan(t *testing.T) {
 		t.Fatalf("PreFilter: %v", status)
 	}
 	slot := f.plugin.gangs.Plan(key).Slots[a.UID]
-	if held := f.plugin.gangs.Held(); len(held) != 2 {
+	if held := f.plugin.gangs.Held(gang.AnyPriority); len(held) != 2 {
 		t.Errorf("the plan holds %v, want both nodes", held)
 	}
 	f.fw.RunReservePluginsReserve(context.Background(), state, a, slot)
 	// Another plugin's Reserve fails after ours: the framework unreserves.
 	f.fw.RunReservePluginsUnreserve(context.Background(), state, a, slot)
-	if f.plugin.gangs.Plan(key) != nil || len(f.plugin.gangs.Held()) != 0 {
+	if f.plugin.gangs.Plan(key) != nil || len(f.plugin.gangs.Held(gang.AnyPriority)) != 0 {
 		t.Error("Unreserve left the plan holding capacity")
 	}
 	if until := f.plugin.gangs.Admit(key, t0, f.clock.Now()).BackoffUntil; !until.After(f.clock.Now()) {
@@ -60,7 +60,7 @@ func TestPlanDeadlineReleasesWaitingMembers(t *testing.T) {
 	if st.IsSuccess() || !contains(st.Message(), "timed out") {
 		t.Errorf("waiting member ended with %v, want a rejection saying the gang timed out", st)
 	}
-	if f.plugin.gangs.Plan(key) != nil || len(f.plugin.gangs.Held()) != 0 {
+	if f.plugin.gangs.Plan(key) != nil || len(f.plugin.gangs.Held(gang.AnyPriority)) != 0 {
 		t.Error("the expired plan still holds capacity")
 	}
 	if after, _ := testutil.GetCounterMetricValue(rejections.WithLabelValues(gang.DropTimeout.String())); after != before+1 {
@@ -122,7 +122,7 @@ func TestLateArrivalTimesThePlanOut(t *testing.T) {
 	waited := f.fw.WaitOnPermit(context.Background(), worker("j", 0, 8, "")) // the waiting member, a
 	assert.Contains(t, waited.Message(), "timed out", "the waiting member is rejected because the gang timed out")
 	assert.Nil(t, f.plugin.gangs.Plan(key))
-	assert.Empty(t, f.plugin.gangs.Held())
+	assert.Empty(t, f.plugin.gangs.Held(gang.AnyPriority))
 	assert.Empty(t, f.plugin.gangs.Avoided(key, f.clock.Now()), "no node refused a member")
 	timeoutsAfter, _ := testutil.GetCounterMetricValue(rejections.WithLabelValues(gang.DropTimeout.String()))
 	assert.Equal(t, timeoutsBefore+1, timeoutsAfter, `muster_gang_rejections_total{cause="timeout"}`)

@@ -83,7 +83,7 @@ func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
 		t.Errorf("PostFilter result %+v, want the preemptor nominated to its slot %s", result, plan.Slots[high.UID])
 	}
 	// The slot is held: a pod scheduled alone may not take it.
-	if held := f.plugin.gangs.Held(); len(held) != 1 {
+	if held := f.plugin.gangs.Held(gang.AnyPriority); len(held) != 1 {
 		t.Errorf("held %v, want the preemptor's slot", held)
 	}
 	// Until the victims are gone, the member waits.

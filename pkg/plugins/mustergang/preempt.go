@@ -92,9 +92,9 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if r != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, p.refuse(ctx, info, r).Message())
 	}
-	prio, never := p.preemptorPriority(pod, gr.candidates)
-	if never != "" {
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("not eligible for preemption: %s has preemptionPolicy Never", never))
+	prio := gr.priority
+	if gr.never != "" {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("not eligible for preemption: %s has preemptionPolicy Never", gr.never))
 	}
 	if !p.gangs.TryPreemption(key, now, time.Duration(max(p.args.GangBackoffSeconds, 1))*time.Second) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s tried preemption recently", key.Subject()))

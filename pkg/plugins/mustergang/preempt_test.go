@@ -615,7 +615,7 @@ func TestPreemptingGangWithAPSLosesItsNodeMidway(t *testing.T) {
 	if f.plugin.gangs.Plan(key) != nil {
 		t.Fatal("the plan survived its node's reclaim notice")
 	}
-	if held := f.plugin.gangs.Held(); len(held) != 0 {
+	if held := f.plugin.gangs.Held(gang.AnyPriority); len(held) != 0 {
 		t.Errorf("held after the drop: %v", held)
 	}
 	for _, v := range pods[:2] {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -61,7 +62,7 @@ func (p *Plugin) preFilterAlone(ctx context.Context, cs fwk.CycleState, pod *v1.
 	if plan := p.gangs.Plan(gang.LoneKey(pod)); plan != nil {
 		return p.steer(cs, pod, gang.LoneKey(pod), plan, constraints)
 	}
-	st := &cycleState{policy: constraints.Policy, held: p.gangs.Held()}
+	st := &cycleState{policy: constraints.Policy, held: p.gangs.Held(p.source.priorityOf(pod))}
 	if len(st.held) > 0 {
 		// Filter reads the request only on nodes with held capacity;
 		// summing it costs the framework's PodRequests twice.
@@ -221,6 +222,10 @@ type gangRequest struct {
 	// planning is what the gang manager said planning needs (other gangs'
 	// holdings, the pairs to avoid, the last failed plan).
 	planning *gang.Planning
+	// priority is the gang's, its lowest member's (preemptorPriority);
+	// never names a member that may not preempt.
+	priority int32
+	never    string
 }
 
 // prepareGang gathers the gang of pod for planning: the pending members to
@@ -280,6 +285,10 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		if m.Status.NominatedNodeName != "" {
 			p.handle.DeleteNominatedPodIfExists(m)
 		}
+	}
+	gr.priority, gr.never = p.preemptorPriority(pod, gr.candidates)
+	if planning != nil {
+		planning.Priority = gr.priority
 	}
 	return gr, nil
 }
@@ -401,6 +410,7 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 		Created:  now,
 		Deadline: now.Add(info.timeout),
 		Quorum:   info.quorum,
+		Priority: gr.priority,
 		CountsOn: sets.New(gr.set.boundUIDs...),
 	}
 	for _, m := range gr.req.Members {
@@ -427,6 +437,11 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 	klog.FromContext(ctx).V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
 		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "victims", len(victims))
 	p.carryOut(ctx, effects, info.owner)
+	// Plans of lower priority holding room on these nodes were counted as
+	// free (HeldByOthers): they give way.
+	for _, e := range p.gangs.Displace(key, active.Priority, sets.New(slices.Collect(maps.Values(plan.Slots))...), now) {
+		p.carryOut(ctx, e, nil)
+	}
 	return active, nil
 }
 

@@ -5,11 +5,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/gang"
@@ -70,7 +72,7 @@ func TestNoPlanWhenFiltersRejectEveryNode(t *testing.T) {
 		}
 	}
 	key, _ := gang.KeyOf(pods[2])
-	if f.plugin.gangs.Plan(key) != nil || len(f.plugin.gangs.Held()) != 0 {
+	if f.plugin.gangs.Plan(key) != nil || len(f.plugin.gangs.Held(gang.AnyPriority)) != 0 {
 		t.Error("a gang without a plan holds capacity")
 	}
 }
@@ -97,7 +99,7 @@ func TestMembersThatDisagreeArePlannedNever(t *testing.T) {
 		assert.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "member %s", first.Name)
 		assert.Contains(t, status.Message(), "ask for different placement")
 		assert.Nil(t, f.plugin.gangs.Plan(key))
-		assert.Empty(t, f.plugin.gangs.Held())
+		assert.Empty(t, f.plugin.gangs.Held(gang.AnyPriority))
 		outcome, _ := f.plugin.gangs.LastNotice(key)
 		assert.Equal(t, gang.OutcomeInvalid, outcome)
 	}
@@ -117,7 +119,7 @@ func TestMemberWithUnparsableAffinityMakesTheGangInvalid(t *testing.T) {
 	assert.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code())
 	assert.Contains(t, status.Message(), "member j-1")
 	assert.Nil(t, f.plugin.gangs.Plan(key))
-	assert.Empty(t, f.plugin.gangs.Held())
+	assert.Empty(t, f.plugin.gangs.Held(gang.AnyPriority))
 	outcome, _ := f.plugin.gangs.LastNotice(key)
 	assert.Equal(t, gang.OutcomeInvalid, outcome)
 }
@@ -170,4 +172,35 @@ func TestGangEndedDuringItsCycleIsForgotten(t *testing.T) {
 	_, status := f.preFilter(t, a)
 	assert.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "PreFilter: %v", status)
 	assert.Equal(t, gang.PhaseNew, f.plugin.gangs.Phase(key), "the gang ended during its cycle and is forgotten")
+}
+
+func TestHigherPriorityGangDisplacesALowerPlan(t *testing.T) {
+	// A low-priority gang's plan holds both nodes while its members come
+	// to Permit. A high-priority gang is planned over that room, as the
+	// framework counts lower-priority nominated pods as free, and the low
+	// plan gives way at once, without backoff.
+	low := []*v1.Pod{worker("low", 0, 8, ""), worker("low", 1, 8, "")}
+	for _, p := range low {
+		p.Spec.Priority = ptr.To[int32](1)
+	}
+	high := worker("j", 0, 8, "")
+	high.Spec.Priority = ptr.To[int32](100)
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(low, high))
+	job, err := f.plugin.handle.ClientSet().BatchV1().Jobs("ns").Get(context.Background(), "j", metav1.GetOptions{})
+	require.NoError(t, err)
+	job = job.DeepCopy()
+	job.Name, job.Spec.Parallelism = "low", ptr.To[int32](2)
+	require.NoError(t, f.plugin.handle.SharedInformerFactory().Batch().V1().Jobs().Informer().GetIndexer().Add(job))
+
+	_, status := f.preFilter(t, low[0])
+	require.True(t, status.IsSuccess(), "PreFilter of low-0: %v", status)
+	lowKey, _ := gang.KeyOf(low[0])
+	require.NotNil(t, f.plugin.gangs.Plan(lowKey))
+
+	_, status = f.preFilter(t, high)
+	require.True(t, status.IsSuccess(), "PreFilter of the high worker: %v", status)
+	highKey, _ := gang.KeyOf(high)
+	assert.NotNil(t, f.plugin.gangs.Plan(highKey))
+	assert.Nil(t, f.plugin.gangs.Plan(lowKey), "the low plan gave way")
+	assert.Equal(t, gang.PhaseDropped, f.plugin.gangs.Phase(lowKey), "dropped, not backing off")
 }

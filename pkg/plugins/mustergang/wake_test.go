@@ -402,5 +402,5 @@ func TestUnplaceableGangPlannedWhenAWorkerOfTheHolderFails(t *testing.T) {
 	plan := f.plugin.gangs.Plan(waiting)
 	require.NotNil(t, plan)
 	assert.Len(t, plan.Slots, 2)
-	assert.Empty(t, f.plugin.gangs.HeldForOthers(waiting), "the dropped plan holds nothing")
+	assert.Empty(t, f.plugin.gangs.HeldForOthers(waiting, gang.AnyPriority), "the dropped plan holds nothing")
 }
