@@ -562,11 +562,13 @@ func (p *Plugin) recordVictim(ctx context.Context, u *victimUnit, preemptor gang
 const EvictionOperation = "MusterGangEviction"
 
 // evict marks each victim with the DisruptionTarget condition, as
-// DefaultPreemption does, and deletes it (with its grace period). A failed
-// call is retried, with backoff, for as long as the plan that waits for the
-// victims is active and ctx (the scheduler's) lasts: giving up early would
-// leave a victim gang half deleted. Once the plan is gone (its deadline, its preemptor deleted), its
-// victims are no longer protected and nothing more is deleted.
+// DefaultPreemption does, and deletes it (with its grace period). Deletions
+// go on even if the plan is dropped meanwhile: stopping between them would
+// leave a victim gang half deleted. A failed call is retried, with backoff,
+// for as long as the plan that waits for the victims is active and ctx
+// (the scheduler's) lasts; once the plan is gone (its deadline, its
+// preemptor deleted), a failing victim and those after it are left alone,
+// no longer protected from other preemptions.
 func (p *Plugin) evict(ctx context.Context, victims []*v1.Pod, preemptor *v1.Pod, key gang.Key, planID int64) {
 	logger := klog.FromContext(ctx)
 	client := p.handle.ClientSet()
