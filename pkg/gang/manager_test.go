@@ -39,13 +39,13 @@ func TestManagerLedgerAndLifecycle(t *testing.T) {
 		t.Errorf("PlanOf(a1) = %v, %v", key, p)
 	}
 	// A reserved member is counted by the scheduler cache, not the ledger.
-	if outcome, _, _ := r.Arrive(a, plan.ID, "a0", now, time.Second); outcome != ArrivalWait {
+	if outcome, _, _ := r.Arrive(a, plan.ID, "a0", now, time.Second, nil); outcome != ArrivalWait {
 		t.Errorf("Permit of the first member = %v, want wait", outcome)
 	}
 	if held := r.HeldForOthers(b, AnyPriority); held["n1"].MilliCPU != 0 || held["n2"].MilliCPU != 2000 {
 		t.Errorf("held after a0 reserved = %v", held)
 	}
-	if outcome, _, _ := r.Arrive(a, plan.ID, "a1", now, time.Second); outcome != ArrivalComplete {
+	if outcome, _, _ := r.Arrive(a, plan.ID, "a1", now, time.Second, nil); outcome != ArrivalComplete {
 		t.Errorf("Permit of the last member = %v, want complete", outcome)
 	}
 	if len(r.HeldForOthers(b, AnyPriority)) != 0 || r.Plan(a) != nil {
@@ -209,7 +209,7 @@ func TestLookupsSeeOnlyActivePlans(t *testing.T) {
 	active(t, "a", "b", "c")
 	m.Drop(job("a"), 0, DropRejected, "rejected", now, time.Second)
 	active(t, "b", "c")
-	arrival, _, _ := m.Arrive(job("b"), m.Plan(job("b")).ID, "b0", now, time.Second)
+	arrival, _, _ := m.Arrive(job("b"), m.Plan(job("b")).ID, "b0", now, time.Second, nil)
 	require.Equal(t, ArrivalComplete, arrival)
 	active(t, "c")
 	m.Forget(job("c"))

@@ -172,7 +172,14 @@ const (
 // completed or dropped, never both. A member that arrives after the
 // deadline, before the deadline's timer fired, expires the plan itself (as
 // Expire would, backing off from base). It returns a copy of the plan.
-func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, base time.Duration) (Arrival, *ActivePlan, Effects) {
+//
+// live, when set, says whether a member's pod still stands (not deleted,
+// not terminating): the framework rejects a deleted member waiting at
+// Permit at once, muster learns of it only when its Unreserve or the
+// deletion's handler runs. A plan this member would complete while a
+// reserved sibling is no longer live is dropped instead, so the others do
+// not bind without it.
+func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, base time.Duration, live func(types.UID) bool) (Arrival, *ActivePlan, Effects) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.gangs[key]
@@ -189,6 +196,14 @@ func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, ba
 	c := s.plan.copy()
 	if s.plan.Reserved.Len() < len(s.plan.Slots) {
 		return ArrivalWait, c, Effects{Wake: []Wake{{Key: key, Reason: WakeMemberWaiting, Plan: c, Except: uid}}}
+	}
+	if live != nil {
+		for _, member := range sets.List(s.plan.Reserved) {
+			if member != uid && !live(member) {
+				reason := fmt.Sprintf("member %s was deleted while it waited at Permit", member)
+				return ArrivalDropped, nil, m.drop(key, planID, DropMemberGone, reason, now, base)
+			}
+		}
 	}
 	m.setPlan(key, s, nil)
 	m.setPhase(key, s, PhasePermitted)

@@ -138,13 +138,13 @@ func TestArriveCompletesThePlanOnce(t *testing.T) {
 	plan := twoMembers()
 	m := installed(t, jobA, plan)
 
-	arrival, copied, e := m.Arrive(jobA, plan.ID, "a1", t0, time.Second)
+	arrival, copied, e := m.Arrive(jobA, plan.ID, "a1", t0, time.Second, nil)
 	assert.Equal(t, ArrivalWait, arrival)
 	assert.Equal(t, 1, copied.Reserved.Len())
 	assert.Equal(t, []Wake{{Key: jobA, Reason: WakeMemberWaiting, Plan: copied, Except: "a1"}}, e.Wake)
 	assert.Equal(t, PhasePlanned, m.Phase(jobA))
 
-	arrival, _, e = m.Arrive(jobA, plan.ID, "a0", t0, time.Second)
+	arrival, _, e = m.Arrive(jobA, plan.ID, "a0", t0, time.Second, nil)
 	assert.Equal(t, ArrivalComplete, arrival)
 	assert.Equal(t, PhasePermitted, m.Phase(jobA))
 	assert.Equal(t, []types.UID{"a1"}, e.Allow, "the others are allowed; a0 by its own Permit")
@@ -154,13 +154,32 @@ func TestArriveCompletesThePlanOnce(t *testing.T) {
 	assert.Nil(t, m.Plan(jobA), "a completed plan holds nothing")
 
 	assert.Empty(t, m.Expire(jobA, plan.ID, t0.Add(time.Minute), time.Second), "a completed plan cannot also expire")
-	arrival, _, _ = m.Arrive(jobA, plan.ID, "a0", t0, time.Second)
+	arrival, _, _ = m.Arrive(jobA, plan.ID, "a0", t0, time.Second, nil)
 	assert.Equal(t, ArrivalDropped, arrival)
 
 	m.MemberBound(jobA, "a0", t0)
 	assert.Equal(t, PhasePermitted, m.Phase(jobA))
 	m.MemberBound(jobA, "a1", t0)
 	assert.Equal(t, PhaseBound, m.Phase(jobA))
+}
+
+// The last member completes a plan whose other reserved member the
+// framework already turned away (its pod deleted while it waited): the
+// plan is dropped, not completed without it.
+func TestArriveDoesNotCompleteWithoutADeletedSibling(t *testing.T) {
+	plan := twoMembers()
+	m := installed(t, jobA, plan)
+	live := func(uid types.UID) bool { return uid != "a1" }
+	arrival, _, _ := m.Arrive(jobA, plan.ID, "a1", t0, time.Second, live)
+	require.Equal(t, ArrivalWait, arrival)
+	arrival, _, e := m.Arrive(jobA, plan.ID, "a0", t0, time.Second, live)
+	assert.Equal(t, ArrivalDropped, arrival)
+	require.NotNil(t, e.Dropped)
+	assert.Equal(t, DropMemberGone, e.Dropped.Cause)
+	assert.Equal(t, "member a1 was deleted while it waited at Permit", e.Dropped.Reason)
+	assert.Empty(t, e.Allow)
+	require.NotNil(t, e.Reject)
+	assert.Nil(t, m.Plan(jobA))
 }
 
 // A member reaching Permit after the deadline, before the deadline's timer
@@ -172,7 +191,7 @@ func TestArriveAfterTheDeadlineTimesThePlanOut(t *testing.T) {
 	m := installed(t, jobA, plan)
 	m.Reserved(jobA, plan.ID, "a1")
 	late := t0.Add(time.Minute)
-	arrival, _, e := m.Arrive(jobA, plan.ID, "a0", late, time.Second)
+	arrival, _, e := m.Arrive(jobA, plan.ID, "a0", late, time.Second, nil)
 	assert.Equal(t, ArrivalDropped, arrival)
 	require.NotNil(t, e.Dropped)
 	assert.Equal(t, DropTimeout, e.Dropped.Cause)
@@ -235,8 +254,8 @@ func TestAllowedMemberLostIsNotBound(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := twoMembers()
 			m := installed(t, jobA, plan)
-			m.Arrive(jobA, plan.ID, "a1", t0, time.Second)
-			arrival, _, _ := m.Arrive(jobA, plan.ID, "a0", t0, time.Second)
+			m.Arrive(jobA, plan.ID, "a1", t0, time.Second, nil)
+			arrival, _, _ := m.Arrive(jobA, plan.ID, "a0", t0, time.Second, nil)
 			require.Equal(t, ArrivalComplete, arrival)
 
 			tc.lose(m, plan.ID)

@@ -81,7 +81,7 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 		p.carryOut(ctx, p.gangs.PlanBroken(s.key, s.planID, refused.uid, refused.node, reason, atSlot, now, now.Add(avoidFor), p.backoffBase()), nil)
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s", s.key.Subject(), reason)), 0
 	}
-	arrival, plan, effects := p.gangs.Arrive(s.key, s.planID, pod.UID, p.now(), p.backoffBase())
+	arrival, plan, effects := p.gangs.Arrive(s.key, s.planID, pod.UID, p.now(), p.backoffBase(), p.source.live(s.key))
 	switch arrival {
 	case gang.ArrivalDropped:
 		p.carryOut(ctx, effects, nil) // the deadline passed as it arrived: the plan timed out

@@ -13,6 +13,7 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	"k8s.io/client-go/tools/cache"
@@ -221,6 +222,33 @@ func (src *gangSource) lonePod(key gang.Key) *v1.Pod {
 		return obj.(*v1.Pod)
 	}
 	return nil
+}
+
+// live says, for Manager.Arrive, whether a member of gang key still stands
+// in the pod informer: neither deleted nor terminating. The informer's
+// store changes before any handler runs, the framework's (which rejects a
+// deleted member waiting at Permit) and muster's alike. It reads the store
+// at its first call only.
+func (src *gangSource) live(key gang.Key) func(types.UID) bool {
+	var standing sets.Set[types.UID]
+	return func(uid types.UID) bool {
+		if standing == nil {
+			standing = sets.New[types.UID]()
+			objs, _ := src.pods.ByIndex(src.gangIndex, key.String())
+			if key.Kind == gang.KindPod {
+				objs = nil
+				if pod := src.lonePod(key); pod != nil {
+					objs = append(objs, pod)
+				}
+			}
+			for _, obj := range objs {
+				if pod := obj.(*v1.Pod); pod.DeletionTimestamp == nil {
+					standing.Insert(pod.UID)
+				}
+			}
+		}
+		return standing.Has(uid)
+	}
 }
 
 // gangEnded reports whether the gang is over: it has no pods left (a lone
