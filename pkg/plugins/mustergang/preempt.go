@@ -529,6 +529,9 @@ func (p *Plugin) budgets(units []*victimUnit, candidates []gang.VictimUnit) []in
 				if err != nil || selector.Empty() || !selector.Matches(labels.Set(pod.Labels)) {
 					continue
 				}
+				if _, disrupted := pdb.Status.DisruptedPods[pod.Name]; disrupted {
+					continue // already taken from the allowance, as DefaultPreemption counts it
+				}
 				b, ok := index[pdb]
 				if !ok {
 					b = len(allowed)

@@ -699,3 +699,24 @@ func TestPreemptionBesideTheGPUsEvictsTheFewestCPUPods(t *testing.T) {
 	require.NotNil(t, plan, "no preemption")
 	assert.Equal(t, []string{"big", "low-0"}, sets.List(victimNames(plan, pods)))
 }
+
+// A pod the disruption controller already lists among a budget's
+// disrupted pods does not take from its allowance again, as
+// DefaultPreemption counts it: evicting it breaks no budget, and it is
+// chosen over a bigger gang no budget covers.
+func TestPreemptionDoesNotCountADisruptedPodTwice(t *testing.T) {
+	db := testobj.MakePod("ns", "db-0").UID("db-0").Label("app", "db").Created(t0).Node("n1").Priority(1).
+		Container(testobj.MakeContainer("db").GPUs(8).Obj()).Obj()
+	pods := append([]*v1.Pod{db}, lowGang("low", "n2", "n3")...)
+	high := worker("j", 0, 8, "")
+	high.Spec.Priority = ptr.To[int32](100)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+		Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0, DisruptedPods: map[string]metav1.Time{"db-0": metav1.NewTime(t0)}},
+	}
+	f := newTestFrameworkWith(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, append(pods, high), pdb)
+	plan := f.preemptFor(t, high)
+	require.NotNil(t, plan, "no preemption")
+	assert.Equal(t, []string{"db-0"}, sets.List(victimNames(plan, pods)))
+}
