@@ -56,15 +56,18 @@ func newDRAManager(ctx context.Context, client kubernetes.Interface, factory inf
 
 // waitForDRA waits until the DRA manager's caches (filled by informer
 // handlers after the informers synced) hold the claims and slices among
-// objects.
+// objects, and the devices of the allocated claims (a handler of its own).
 func waitForDRA(t testing.TB, manager fwk.SharedDRAManager, objects []runtime.Object) {
 	t.Helper()
-	var claims, slices int
+	var claims, slices, allocated int
 	var extended []v1.ResourceName
 	for _, o := range objects {
 		switch o := o.(type) {
 		case *resourceapi.ResourceClaim:
 			claims++
+			if o.Status.Allocation != nil {
+				allocated += len(o.Status.Allocation.Devices.Results)
+			}
 		case *resourceapi.ResourceSlice:
 			slices++
 		case *resourceapi.DeviceClass:
@@ -84,7 +87,14 @@ func waitForDRA(t testing.TB, manager fwk.SharedDRAManager, objects []runtime.Ob
 				return false, err
 			}
 		}
-		return len(c) == claims && len(s) == slices, err
+		if err != nil {
+			return false, err
+		}
+		devices, err := manager.ResourceClaims().ListAllAllocatedDevices()
+		if err != nil {
+			return false, nil // a concurrent modification, as the plugin's snapshot retries it
+		}
+		return len(c) == claims && len(s) == slices && len(devices) == allocated, nil
 	})
 	if err != nil {
 		t.Fatalf("DRA manager caches: %v", err)
