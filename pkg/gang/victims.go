@@ -60,20 +60,26 @@ type victimSet struct {
 	gpus       int64
 	freed      int64
 	count      int
+	pods       int
 	priority   int32 // highest priority evicted
 	started    time.Time
 }
 
 // less orders candidate choices with as many budget violations: fewest
-// GPUs, then fewest units, then lowest priority, then the most recently
-// started. Adding a unit, or replacing the last one by the next in the
-// units' order, never makes a set less.
+// GPUs, then fewest units, then fewest pods (as DefaultPreemption prefers
+// the fewest victims: a 20-pod Job is one unit, as one lone pod is), then
+// lowest priority, then the most recently started. Adding a unit, or
+// replacing the last one by the next in the units' order, never makes a
+// set less.
 func (a *victimSet) less(b *victimSet) bool {
 	if a.gpus != b.gpus {
 		return a.gpus < b.gpus
 	}
 	if a.count != b.count {
 		return a.count < b.count
+	}
+	if a.pods != b.pods {
+		return a.pods < b.pods
 	}
 	if a.priority != b.priority {
 		return a.priority < b.priority
@@ -97,7 +103,7 @@ func (h *victimHeap) Pop() interface{} {
 // Choose finds the set of units for which feasible says the gang fits once
 // they are gone: the fewest PodDisruptionBudget violations, counted for the
 // whole set against each budget's allowance (as DefaultPreemption counts
-// them), then the fewest GPUs, units, lowest priority, latest start.
+// them), then the fewest GPUs, units, pods, lowest priority, latest start.
 //
 // It first asks whether evicting every unit would do: if not, nothing will,
 // and the search ends after one check. Then it searches exactly, by
@@ -292,6 +298,7 @@ func (s VictimSearch) newSet(order []int, positions []int) *victimSet {
 		u := s.Units[order[pos]]
 		set.gpus += u.GPUs
 		set.freed += u.FreedGPUs
+		set.pods += u.Pods
 		set.priority = max(set.priority, u.Priority)
 		if u.Started.After(set.started) {
 			set.started = u.Started

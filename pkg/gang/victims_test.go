@@ -137,6 +137,19 @@ func TestChooseVictimsOrder(t *testing.T) {
 	}
 }
 
+// Among sets of as many GPUs and units, the one of fewer pods: a lone
+// pod, not a 20-pod Job that started later.
+func TestChooseVictimsPrefersFewerPods(t *testing.T) {
+	units := []VictimUnit{
+		{Name: "job", Pods: 20, Started: time.Unix(20, 0)},
+		{Name: "lone", Pods: 1, Started: time.Unix(10, 0)},
+	}
+	choice := VictimSearch{Units: units, MaxChecks: 10}.Choose(func([]int) bool { return true })
+	if len(choice.Units) != 1 || units[choice.Units[0]].Name != "lone" {
+		t.Errorf("chose %v, want [lone]", choice.Units)
+	}
+}
+
 // TestChooseVictimsCountsBudgetsForTheSet: two pods of one budget that
 // allows one disruption are each harmless alone but two disruptions
 // together; a 24-GPU gang that no budget covers is evicted instead.

@@ -45,7 +45,7 @@ type victimUnit struct {
 // preempt makes room for a gang (or a pod scheduled alone) that cannot be
 // planned, by evicting whole lower-priority gangs or lone pods: the set
 // with the fewest PodDisruptionBudget violations (counted for the set),
-// then the fewest GPUs, then the fewest units, then the lowest priority,
+// then the fewest GPUs, then the fewest units, then the fewest pods, then the lowest priority,
 // then the most recently started, and only if the gang's plan passes the
 // framework's filters with them gone. Only units that free what the gang
 // lacks are candidates: GPUs on nodes it may use, so the CPU pods every
