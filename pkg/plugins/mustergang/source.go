@@ -234,21 +234,33 @@ func (src *gangSource) live(key gang.Key) func(types.UID) bool {
 	return func(uid types.UID) bool {
 		if standing == nil {
 			standing = sets.New[types.UID]()
-			objs, _ := src.pods.ByIndex(src.gangIndex, key.String())
-			if key.Kind == gang.KindPod {
-				objs = nil
-				if pod := src.lonePod(key); pod != nil {
-					objs = append(objs, pod)
-				}
-			}
-			for _, obj := range objs {
-				if pod := obj.(*v1.Pod); pod.DeletionTimestamp == nil {
-					standing.Insert(pod.UID)
-				}
+			for _, pod := range src.standingPods(src.gangIndex, key) {
+				standing.Insert(pod.UID)
 			}
 		}
 		return standing.Has(uid)
 	}
+}
+
+// standingPods are the gang's pods in the pod informer's gang index that
+// are not terminating; a lone pod's key (a pod scheduled alone that
+// preempted, a gang of itself) names its pod only.
+func (src *gangSource) standingPods(index string, key gang.Key) []*v1.Pod {
+	var objs []interface{}
+	if key.Kind == gang.KindPod {
+		if pod := src.lonePod(key); pod != nil {
+			objs = append(objs, pod)
+		}
+	} else {
+		objs, _ = src.pods.ByIndex(index, key.String())
+	}
+	pods := make([]*v1.Pod, 0, len(objs))
+	for _, obj := range objs {
+		if pod := obj.(*v1.Pod); pod.DeletionTimestamp == nil {
+			pods = append(pods, pod)
+		}
+	}
+	return pods
 }
 
 // gangEnded reports whether the gang is over: it has no pods left (a lone
@@ -286,21 +298,8 @@ func (src *gangSource) gangIndexes() []string {
 // membersIn lists the gang's live pods in the pod informer's gang index.
 func (src *gangSource) membersIn(index string, key gang.Key) memberSet {
 	var set memberSet
-	var objs []interface{}
-	if key.Kind == gang.KindPod {
-		// A pod scheduled alone that preempted is a gang of itself.
-		if pod := src.lonePod(key); pod != nil {
-			objs = append(objs, pod)
-		}
-	} else {
-		objs, _ = src.pods.ByIndex(index, key.String())
-	}
 	inFlight := src.gangs.InFlight(key)
-	for _, obj := range objs {
-		pod := obj.(*v1.Pod)
-		if pod.DeletionTimestamp != nil {
-			continue
-		}
+	for _, pod := range src.standingPods(index, key) {
 		set.total++
 		if node, ok := inFlight[pod.UID]; pod.Spec.NodeName != "" || ok {
 			if pod.Spec.NodeName != "" {
