@@ -168,7 +168,8 @@ func TestBoundMemberLeavingBreaksThePlanThatCountedOnIt(t *testing.T) {
 	// Permit, is rejected; the next plan places all three again.
 	a := worker("j", 0, 8, "n1")
 	b, c := worker("j", 1, 8, ""), worker("j", 2, 8, "")
-	f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8)}, []*v1.Pod{a, b, c})
+	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...) // priority-0 CPU pods, as on a real cluster
+	f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8)}, append([]*v1.Pod{a, b, c}, background...))
 	key, _ := gang.KeyOf(b)
 	_, plan := f.planAndWait(t, b)
 	require.Len(t, plan.Slots, 2, "the plan places b and c beside a")

@@ -159,7 +159,8 @@ func TestFailedBindingAfterReleaseIsPlacedAgainAtOnce(t *testing.T) {
 // and a does not bind without it.
 func TestLastArrivalDoesNotReleaseTheGangWithoutADeletedMember(t *testing.T) {
 	a, b, c := worker("j", 0, 8, ""), worker("j", 1, 8, ""), worker("j", 2, 8, "")
-	f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, []*v1.Pod{a, b, c})
+	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...) // priority-0 CPU pods, as on a real cluster
+	f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, append([]*v1.Pod{a, b, c}, background...))
 	key, _ := gang.KeyOf(a)
 	_, plan := f.planAndWait(t, a)
 	toPermit := func(pod *v1.Pod) (fwk.CycleState, string, *fwk.Status) {

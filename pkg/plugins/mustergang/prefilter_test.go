@@ -185,7 +185,9 @@ func TestHigherPriorityGangDisplacesALowerPlan(t *testing.T) {
 	}
 	high := worker("j", 0, 8, "")
 	high.Spec.Priority = ptr.To[int32](100)
-	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(low, high))
+	// Priority-0 CPU pods run on both nodes, as on a real cluster.
+	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...)
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(append(low, high), background...))
 	job, err := f.plugin.handle.ClientSet().BatchV1().Jobs("ns").Get(context.Background(), "j", metav1.GetOptions{})
 	require.NoError(t, err)
 	job = job.DeepCopy()
