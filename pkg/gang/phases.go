@@ -191,7 +191,12 @@ type Drop struct {
 type Rejection struct {
 	Key     Key
 	Members map[types.UID]string
-	Message string
+	// Reserved are the members that had reached Reserve. One whose Permit
+	// returned Wait an instant before the drop is not among the waiting
+	// pods yet: the framework adds it only after every Permit plugin
+	// returned, so it must be looked for again.
+	Reserved []types.UID
+	Message  string
 }
 
 // Notice is a gang's outcome and its explanation.

@@ -266,7 +266,7 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 	e := Effects{
 		StopDeadline: plan.ID,
 		Dropped:      &Drop{Key: key, Cause: cause, Reason: reason, Backoff: backoff},
-		Reject:       &Rejection{Key: key, Members: plan.Slots, Message: msg},
+		Reject:       &Rejection{Key: key, Members: plan.Slots, Reserved: sets.List(plan.Reserved), Message: msg},
 		Notice:       s.notice(key, cause.Outcome(), msg),
 		Timers:       []Timer{{Key: key, Kind: TimerBackoffEnded, After: backoff}},
 	}

@@ -24,7 +24,7 @@ func (p *Plugin) carryOut(ctx context.Context, e gang.Effects, owner runtime.Obj
 		logger.V(2).Info("Gang plan dropped", "gang", d.Key, "cause", d.Cause.String(), "reason", d.Reason, "backoff", d.Backoff)
 	}
 	if r := e.Reject; r != nil {
-		p.rejectWaiting(r.Key, r.Members, r.Message)
+		p.reject(r)
 	}
 	for _, uid := range e.Allow {
 		if wp := p.handle.GetWaitingPod(uid); wp != nil {

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -106,9 +107,9 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 // rejectWaiting rejects the gang's members waiting at Permit: those in
 // slots, or every waiting member of the gang when slots is nil (members
 // left over from a plan that was dropped while they entered it). It returns
-// how many it rejected.
-func (p *Plugin) rejectWaiting(key gang.Key, slots map[types.UID]string, msg string) int {
-	rejected := 0
+// those it rejected.
+func (p *Plugin) rejectWaiting(key gang.Key, slots map[types.UID]string, msg string) sets.Set[types.UID] {
+	rejected := sets.New[types.UID]()
 	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
 		pod := wp.GetPod()
 		if k, ok := gang.KeyOf(pod); !ok || k != key {
@@ -116,8 +117,50 @@ func (p *Plugin) rejectWaiting(key gang.Key, slots map[types.UID]string, msg str
 		}
 		if _, in := slots[pod.UID]; in || slots == nil {
 			wp.Reject(Name, msg)
-			rejected++
+			rejected.Insert(pod.UID)
 		}
 	})
 	return rejected
+}
+
+// lateRejection names the next look for a member of a dropped plan that
+// was reserved but not found waiting (rejectLate).
+type lateRejection types.UID
+
+// lateRejectionAfter are the waits before each look again for a reserved
+// member of a dropped plan: the framework adds a pod to its waiting pods
+// right after the Permit plugins return, in the same scheduling cycle.
+var lateRejectionAfter = []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second}
+
+// reject carries out a Rejection: the members waiting now are turned away,
+// and a reserved member not waiting yet (its Permit returned Wait as the
+// plan dropped) is looked for again shortly, so it does not wait at Permit
+// until the framework's timer with its node's resources assumed.
+func (p *Plugin) reject(r *gang.Rejection) {
+	rejected := p.rejectWaiting(r.Key, r.Members, r.Message)
+	for _, uid := range r.Reserved {
+		if !rejected.Has(uid) {
+			p.rejectLate(r.Key, uid, r.Message, 0)
+		}
+	}
+}
+
+// rejectLate looks for member uid among the waiting pods after the
+// attempt-th wait of lateRejectionAfter and rejects it there, unless it
+// waits for a newer plan of its gang.
+func (p *Plugin) rejectLate(key gang.Key, uid types.UID, msg string, attempt int) {
+	if attempt >= len(lateRejectionAfter) {
+		return
+	}
+	p.timers.once(lateRejection(uid), lateRejectionAfter[attempt], func() {
+		wp := p.handle.GetWaitingPod(uid)
+		if wp == nil {
+			p.rejectLate(key, uid, msg, attempt+1)
+			return
+		}
+		if plan := p.gangs.Plan(key); plan != nil && plan.Reserved.Has(uid) {
+			return // it was turned away meanwhile and waits for a newer plan
+		}
+		wp.Reject(Name, msg)
+	})
 }

@@ -5,11 +5,13 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/component-base/metrics/testutil"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -186,4 +188,36 @@ func TestLastArrivalDoesNotReleaseTheGangWithoutADeletedMember(t *testing.T) {
 	waited := f.fw.WaitOnPermit(context.Background(), a)
 	assert.False(t, waited.IsSuccess(), "a: %v", waited)
 	assert.Contains(t, waited.Message(), "member "+string(b.UID)+" was deleted while it waited at Permit")
+}
+
+// A member whose Permit returned Wait just as its plan dropped is not yet
+// among the framework's waiting pods: the scheduling cycle adds it only
+// after every Permit plugin returned. It is turned away once it is there,
+// not left waiting until the framework's timer with its node's GPUs
+// assumed.
+func TestMemberArrivingAsItsPlanDropsIsRejected(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	state, status := f.preFilter(t, a)
+	require.True(t, status.IsSuccess(), "PreFilter: %v", status)
+	plan := f.plugin.gangs.Plan(key)
+	slot := plan.Slots[a.UID]
+	require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, a, slot).IsSuccess())
+	waits, st := f.fw.RunPermitPlugins(context.Background(), state, a, slot)
+	require.Equal(t, fwk.Wait, st.Code(), "Permit: %v", st)
+
+	f.plugin.expirePlan(key, plan.ID) // the drop lands before the framework adds a
+	f.fw.AddWaitingPod(a, waits)
+	f.clock.Step(lateRejectionAfter[0])
+
+	done := make(chan *fwk.Status, 1)
+	go func() { done <- f.fw.WaitOnPermit(context.Background(), a) }()
+	select {
+	case st := <-done:
+		assert.True(t, st.IsRejected(), "a ended with %v, want rejected", st)
+		assert.Contains(t, st.Message(), "timed out after", "want muster's reason, not the framework's timer")
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("a still waits at Permit for a plan that was dropped")
+	}
 }

@@ -372,7 +372,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		// filters see (volumes, claims, pod labels) changes without the
 		// snapshot's generation, and members released here change it next.
 		r := refuseGang(gang.OutcomeUnschedulable, msg)
-		if !gr.alone && check != nil && len(check.rejected) == 0 && released == 0 {
+		if !gr.alone && check != nil && len(check.rejected) == 0 && released.Len() == 0 {
 			r.gang.Reuse = &gang.FailedAttempt{Epoch: epoch, Pending: len(gr.candidates), Needed: gr.req.Needed, Valid: reuseFailedPlan}
 		}
 		r.failedPlan = func() *gang.FailedPlan {
