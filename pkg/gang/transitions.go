@@ -311,6 +311,7 @@ func (m *Manager) Rejected(key Key, planID int64, uid types.UID, name, node stri
 	if s := m.gangs[key]; s != nil {
 		m.leftFlight(key, s, uid)
 		if s.plan != nil && s.plan.ID == planID {
+			s.plan.Reserved.Delete(uid) // it left the plan: no Permit of its waits
 			avoided = append(avoided, m.avoid(s, key, node, now, avoidUntil, uid))
 		}
 	}

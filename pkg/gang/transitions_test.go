@@ -351,6 +351,40 @@ func TestDrops(t *testing.T) {
 	}
 }
 
+// A drop names the reserved members to reject even if they are not
+// waiting at Permit yet, but not the rejected member that caused it: it left
+// the plan and will not wait.
+func TestDropNamesReservedMembersButNotTheRejectedOne(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		drop     func(m *Manager, planID int64) Effects
+		reserved []types.UID
+	}{
+		{
+			name:     "timeout",
+			drop:     func(m *Manager, id int64) Effects { return m.Expire(jobA, id, t0.Add(time.Minute), time.Second) },
+			reserved: []types.UID{"a0", "a1"},
+		},
+		{
+			name: "a1 rejected",
+			drop: func(m *Manager, id int64) Effects {
+				return m.Rejected(jobA, id, "a1", "a-1", "n2", t0, t0.Add(time.Minute), time.Second)
+			},
+			reserved: []types.UID{"a0"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := twoMembers()
+			m := installed(t, jobA, plan)
+			m.Reserved(jobA, plan.ID, "a0")
+			m.Reserved(jobA, plan.ID, "a1")
+			e := tc.drop(m, plan.ID)
+			require.NotNil(t, e.Reject)
+			assert.Equal(t, tc.reserved, e.Reject.Reserved)
+		})
+	}
+}
+
 // A transition aimed at a plan that is no longer the gang's changes
 // nothing of the plan in force.
 func TestTransitionsOfAnOldPlanAreNoOps(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -123,44 +124,44 @@ func (p *Plugin) rejectWaiting(key gang.Key, slots map[types.UID]string, msg str
 	return rejected
 }
 
-// lateRejection names the next look for a member of a dropped plan that
-// was reserved but not found waiting (rejectLate).
-type lateRejection types.UID
-
-// lateRejectionAfter are the waits before each look again for a reserved
-// member of a dropped plan: the framework adds a pod to its waiting pods
-// right after the Permit plugins return, in the same scheduling cycle.
-var lateRejectionAfter = []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second}
+// lateLookEvery and lateLookFor pace the look again for a reserved member
+// of a dropped plan that is not among the waiting pods yet: the framework
+// adds a pod to them right after the Permit plugins return, in the same
+// scheduling cycle. That is a race between goroutines, so it is timed on
+// the real clock, not on the plugin's (virtual in the simulator).
+const (
+	lateLookEvery = 5 * time.Millisecond
+	lateLookFor   = time.Second
+)
 
 // reject carries out a Rejection: the members waiting now are turned away,
-// and a reserved member not waiting yet (its Permit returned Wait as the
-// plan dropped) is looked for again shortly, so it does not wait at Permit
-// until the framework's timer with its node's resources assumed.
+// and reserved members not waiting yet (their Permit returned Wait as the
+// plan dropped) are looked for again, so they do not wait at Permit until
+// the framework's timer with their nodes' resources assumed.
 func (p *Plugin) reject(r *gang.Rejection) {
 	rejected := p.rejectWaiting(r.Key, r.Members, r.Message)
-	for _, uid := range r.Reserved {
-		if !rejected.Has(uid) {
-			p.rejectLate(r.Key, uid, r.Message, 0)
-		}
+	late := sets.New(r.Reserved...).Difference(rejected)
+	if late.Len() > 0 {
+		go p.rejectLate(r.Key, late, r.Message)
 	}
 }
 
-// rejectLate looks for member uid among the waiting pods after the
-// attempt-th wait of lateRejectionAfter and rejects it there, unless it
-// waits for a newer plan of its gang.
-func (p *Plugin) rejectLate(key gang.Key, uid types.UID, msg string, attempt int) {
-	if attempt >= len(lateRejectionAfter) {
-		return
-	}
-	p.timers.once(lateRejection(uid), lateRejectionAfter[attempt], func() {
-		wp := p.handle.GetWaitingPod(uid)
-		if wp == nil {
-			p.rejectLate(key, uid, msg, attempt+1)
-			return
+// rejectLate rejects members uids of gang key once they wait at Permit,
+// unless one waits for a newer plan of its gang. It gives up after
+// lateLookFor (a member that was bound meanwhile never waits) or when the
+// scheduler stops.
+func (p *Plugin) rejectLate(key gang.Key, uids sets.Set[types.UID], msg string) {
+	_ = wait.PollUntilContextTimeout(p.run, lateLookEvery, lateLookFor, true, func(context.Context) (bool, error) {
+		for uid := range uids {
+			wp := p.handle.GetWaitingPod(uid)
+			if wp == nil {
+				continue
+			}
+			uids.Delete(uid)
+			if plan := p.gangs.Plan(key); plan == nil || !plan.Reserved.Has(uid) {
+				wp.Reject(Name, msg)
+			}
 		}
-		if plan := p.gangs.Plan(key); plan != nil && plan.Reserved.Has(uid) {
-			return // it was turned away meanwhile and waits for a newer plan
-		}
-		wp.Reject(Name, msg)
+		return uids.Len() == 0, nil
 	})
 }

@@ -209,7 +209,6 @@ func TestMemberArrivingAsItsPlanDropsIsRejected(t *testing.T) {
 
 	f.plugin.expirePlan(key, plan.ID) // the drop lands before the framework adds a
 	f.fw.AddWaitingPod(a, waits)
-	f.clock.Step(lateRejectionAfter[0])
 
 	done := make(chan *fwk.Status, 1)
 	go func() { done <- f.fw.WaitOnPermit(context.Background(), a) }()
