@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -66,10 +67,11 @@ type draGPUs struct {
 }
 
 type sliceGPUs struct {
-	slice   *resourceapi.ResourceSlice
-	node    string
-	devices []structured.DeviceID // the slice's devices in GPU classes
-	seen    uint64                // the last index pass that listed it
+	slice    *resourceapi.ResourceSlice
+	node     string
+	devices  []structured.DeviceID // the slice's devices in GPU classes
+	counters bool                  // it defines or consumes shared counters
+	seen     uint64                // the last index pass that listed it
 }
 
 // index brings slices and byNode up to date with the listed slices; only
@@ -96,6 +98,7 @@ func (d *draGPUs) index(ctx context.Context, slices []*resourceapi.ResourceSlice
 			if c.node != "" { // network-attached devices are no node's GPUs
 				c.devices = d.matchGPUs(ctx, s, gpuClasses)
 			}
+			c.counters = len(s.Spec.SharedCounters) > 0 || anyConsumesCounters(s.Spec.Devices)
 			d.slices[s.Name] = c
 			changed = true
 		}
@@ -306,6 +309,7 @@ func (d *draGPUs) snapshot(ctx context.Context) (*draState, error) {
 		return nil, nil // no GPU class
 	}
 	st := &draState{free: make(map[string]int64, len(d.slices))}
+	partitioned := false
 	for _, c := range d.slices {
 		for _, id := range c.devices {
 			if !allocated.Has(id) {
@@ -314,11 +318,107 @@ func (d *draGPUs) snapshot(ctx context.Context) (*draState, error) {
 			}
 		}
 		st.version += c.slice.Generation << 20
+		partitioned = partitioned || c.counters
+	}
+	if partitioned && d.features.PartitionableDevices {
+		d.withinCounters(st, allocated)
 	}
 	if len(st.free) == 0 && len(allocated) == 0 {
 		return nil, nil
 	}
 	return st, nil
+}
+
+// consumesCounters reports whether dev draws on its pool's shared counters
+// (a partitionable GPU, or one of its partitions).
+func consumesCounters(dev resourceapi.Device) bool { return len(dev.ConsumesCounters) > 0 }
+
+func anyConsumesCounters(devs []resourceapi.Device) bool {
+	for _, dev := range devs {
+		if consumesCounters(dev) {
+			return true
+		}
+	}
+	return false
+}
+
+// poolCounters are the counters left in one pool: counter set → counter →
+// value.
+type poolCounters map[string]map[string]resource.Quantity
+
+// take subtracts what consumes draws from the counters if they cover it
+// all, and reports whether they did. With force it subtracts anyway (an
+// allocated device's consumption, which may leave a counter below zero).
+func (p poolCounters) take(consumes []resourceapi.DeviceCounterConsumption, force bool) bool {
+	if !force {
+		for _, c := range consumes {
+			for name, want := range c.Counters {
+				if left, ok := p[c.CounterSet][name]; ok && left.Cmp(want.Value) < 0 {
+					return false
+				}
+			}
+		}
+	}
+	for _, c := range consumes {
+		for name, want := range c.Counters {
+			if left, ok := p[c.CounterSet][name]; ok {
+				left.Sub(want.Value)
+				p[c.CounterSet][name] = left
+			}
+		}
+	}
+	return true
+}
+
+// withinCounters takes out of st the free GPU devices their pool's shared
+// counters no longer cover: a GPU one of whose partitions is allocated is
+// no free GPU, though no claim holds the GPU device itself. The counters
+// left are what the allocator starts from (checkAvailableCounters in
+// k8s.io/dynamic-resource-allocation/structured): each set's values less
+// what the allocated devices consume. The free GPU devices then draw on
+// them in slice and device order; one they do not cover is not free.
+// d.mu is held.
+func (d *draGPUs) withinCounters(st *draState, allocated sets.Set[structured.DeviceID]) {
+	type poolID struct{ driver, pool string }
+	pools := map[poolID]poolCounters{}
+	var partitioned []*sliceGPUs
+	for _, c := range d.slices {
+		if !c.counters {
+			continue
+		}
+		partitioned = append(partitioned, c)
+		id := poolID{c.slice.Spec.Driver, c.slice.Spec.Pool.Name}
+		for _, set := range c.slice.Spec.SharedCounters {
+			if pools[id] == nil {
+				pools[id] = poolCounters{}
+			}
+			counters := make(map[string]resource.Quantity, len(set.Counters))
+			for name, c := range set.Counters {
+				counters[name] = c.Value.DeepCopy()
+			}
+			pools[id][set.Name] = counters
+		}
+	}
+	sort.Slice(partitioned, func(i, j int) bool { return partitioned[i].slice.Name < partitioned[j].slice.Name })
+	for _, c := range partitioned {
+		for _, dev := range c.slice.Spec.Devices {
+			if consumesCounters(dev) && allocated.Has(structured.MakeDeviceID(c.slice.Spec.Driver, c.slice.Spec.Pool.Name, dev.Name)) {
+				pools[poolID{c.slice.Spec.Driver, c.slice.Spec.Pool.Name}].take(dev.ConsumesCounters, true)
+			}
+		}
+	}
+	for _, c := range partitioned {
+		gpus := sets.New(c.devices...)
+		for _, dev := range c.slice.Spec.Devices {
+			id := structured.MakeDeviceID(c.slice.Spec.Driver, c.slice.Spec.Pool.Name, dev.Name)
+			if !consumesCounters(dev) || !gpus.Has(id) || allocated.Has(id) {
+				continue
+			}
+			if !pools[poolID{c.slice.Spec.Driver, c.slice.Spec.Pool.Name}].take(dev.ConsumesCounters, false) {
+				st.free[c.node]--
+			}
+		}
+	}
 }
 
 // allocatedState is what the DynamicResources plugin's PreFilter counts as
@@ -361,6 +461,9 @@ func (d *draGPUs) matchGPUs(ctx context.Context, slice *resourceapi.ResourceSlic
 		dev := &slice.Spec.Devices[i]
 		if d.features.DeviceTaints && tainted(dev) {
 			continue
+		}
+		if !d.features.PartitionableDevices && consumesCounters(*dev) {
+			continue // the allocator refuses it
 		}
 		input := cel.Device{Driver: slice.Spec.Driver, AllowMultipleAllocations: dev.AllowMultipleAllocations,
 			Attributes: dev.Attributes, Capacity: dev.Capacity}
@@ -513,15 +616,28 @@ func (d *draGPUs) allocatedGPUs(claim *resourceapi.ResourceClaim) int64 {
 	return n
 }
 
+// claimUnit is the unit a pod's claims are counted for: the pods
+// placed together (one gang's pending members) or evicted together (one
+// victim gang's bound members). nil is the pod alone.
+type claimUnit struct {
+	// counted holds the claims already counted for another pod of the
+	// unit: a claim several of them share is allocated once and counts
+	// once, for the first.
+	counted sets.Set[types.UID]
+	// has reports whether a pod is in the unit; nil for pending members
+	// (a pending pod's claim counts while it is unallocated, whoever
+	// else it is for).
+	has func(types.UID) bool
+}
+
 // request is a pod's request as muster counts it, from req (as the
 // framework counts it):
 //   - the GPUs of the pod's ResourceClaims are added: those still to
 //     allocate when pending, those allocated to it when bound (what its
-//     eviction frees). counted, for the members of one gang, holds the
-//     claims already counted for another member: a claim several members
-//     share is allocated once and counts once, for the first. A bound pod's
-//     claim that serves other pods too is counted for none (its eviction
-//     frees nothing while they run);
+//     eviction frees), once per unit. A bound pod's claim that is
+//     reserved for a consumer outside the unit is counted for none: its
+//     eviction frees nothing while that consumer runs (a PodGroup
+//     reservation is dropped only when the PodGroup is gone);
 //   - extended resources other than the GPU that a DeviceClass serves are
 //     left out: nodes do not list them in allocatable, NodeResourcesFit
 //     leaves them to DynamicResources, and the plan's filter check asks
@@ -529,20 +645,24 @@ func (d *draGPUs) allocatedGPUs(claim *resourceapi.ResourceClaim) int64 {
 //     nodes, nodeGPUs.) Those a GPU class serves under another name (its
 //     implicit deviceclass.resource.kubernetes.io/CLASS, or the own name
 //     of a class in gpuDeviceClasses) are GPUs, and count as such.
-func (d *draGPUs) request(req gang.Resources, pod *v1.Pod, counted sets.Set[types.UID]) gang.Resources {
+func (d *draGPUs) request(req gang.Resources, pod *v1.Pod, unit *claimUnit) gang.Resources {
 	d.leaveToDRA(&req)
 	claims := d.podClaims(pod)
 	var n int64
 	for _, c := range claims {
-		if pod.Spec.NodeName == "" {
-			if c.Status.Allocation == nil && !counted.Has(c.UID) {
-				n += d.claimGPUs(c)
-				if counted != nil {
-					counted.Insert(c.UID)
-				}
-			}
-		} else if !shared(c, pod) {
+		if unit != nil && unit.counted.Has(c.UID) {
+			continue
+		}
+		switch {
+		case pod.Spec.NodeName == "" && c.Status.Allocation == nil:
+			n += d.claimGPUs(c)
+		case pod.Spec.NodeName != "" && onlyFor(c, pod, unit):
 			n += d.allocatedGPUs(c)
+		default:
+			continue
+		}
+		if unit != nil {
+			unit.counted.Insert(c.UID)
 		}
 	}
 	if n == 0 {
@@ -579,14 +699,18 @@ func (d *draGPUs) leaveToDRA(req *gang.Resources) {
 	}
 }
 
-// shared reports whether claim is reserved for other pods than pod too.
-func shared(claim *resourceapi.ResourceClaim, pod *v1.Pod) bool {
+// onlyFor reports whether claim is reserved for no consumer but pod and
+// the pods of its unit.
+func onlyFor(claim *resourceapi.ResourceClaim, pod *v1.Pod, unit *claimUnit) bool {
 	for _, r := range claim.Status.ReservedFor {
-		if r.UID != pod.UID {
-			return true
+		if r.UID == pod.UID {
+			continue
+		}
+		if r.APIGroup != "" || r.Resource != "pods" || unit == nil || unit.has == nil || !unit.has(r.UID) {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // extendedClaim is the claim the DynamicResources plugin makes for pod's

@@ -415,6 +415,74 @@ func TestDRAPreemptionFreesVictimsDevices(t *testing.T) {
 	assert.Equal(t, map[string]int{"n1": 1, "n2": 1}, slotsByNode(plan))
 }
 
+// sharedVictimClaim is one claim of devices GPUs allocated on node and
+// reserved for every pod in pods, each of which references it.
+func sharedVictimClaim(node string, devices int, pods ...*v1.Pod) *resourceapi.ResourceClaim {
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared-gpus", UID: "shared-gpus"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(devices)}}}}},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}}}
+	for i := range devices {
+		claim.Status.Allocation.Devices.Results = append(claim.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: "gpu", Driver: gpuClassName, Pool: node, Device: fmt.Sprintf("gpu-%d", i)})
+	}
+	for _, pod := range pods {
+		pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim.Name)}}
+		pod.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpu"}}
+		claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
+	}
+	return claim
+}
+
+func TestDRAVictimGangFreesTheClaimItsMembersShare(t *testing.T) {
+	// Both members of a low-priority gang on n1 use one claim of n1's four
+	// devices. Evicting the gang frees the four, once: the high 2x2 gang
+	// preempts it. Evicting one member alone would free nothing.
+	low := []*v1.Pod{worker("low", 0, 0, "n1"), worker("low", 1, 0, "n1")}
+	for _, p := range low {
+		p.Spec.Priority = ptr.To[int32](1)
+	}
+	claim := sharedVictimClaim("n1", 4, low...)
+	high := []*v1.Pod{worker("j", 0, 2, ""), worker("j", 1, 2, "")}
+	for _, p := range high {
+		p.Spec.Priority = ptr.To[int32](100)
+		p.Spec.Affinity = nil // both on n1
+	}
+	f := newTestFrameworkWith(t, 2, []*v1.Node{draNode("n1", "r1")}, append(low, high...),
+		append(draObjects(gpuSlice("n1", "a", "a", "a", "a")), claim)...)
+	plan := f.preemptFor(t, high[0])
+	require.NotNil(t, plan, "no preemption: the shared claim was counted for no victim")
+	assert.Equal(t, []string{"low-0", "low-1"}, sets.List(victimNames(plan, low)))
+	assert.Equal(t, map[string]int{"n1": 2}, slotsByNode(plan))
+}
+
+func TestDRAVictimClaimSharedOutsideTheGangFreesNothing(t *testing.T) {
+	// The claim also serves a pod of another gang that the high gang may
+	// not evict (its priority is equal): evicting the low gang frees none
+	// of the devices, so there is no preemption.
+	low := []*v1.Pod{worker("low", 0, 0, "n1"), worker("low", 1, 0, "n1")}
+	for _, p := range low {
+		p.Spec.Priority = ptr.To[int32](1)
+	}
+	other := worker("other", 0, 0, "n1")
+	other.Spec.Priority = ptr.To[int32](100)
+	claim := sharedVictimClaim("n1", 4, append(low, other)...)
+	high := []*v1.Pod{worker("j", 0, 2, ""), worker("j", 1, 2, "")}
+	for _, p := range high {
+		p.Spec.Priority = ptr.To[int32](100)
+		p.Spec.Affinity = nil // both on n1
+	}
+	f := newTestFrameworkWith(t, 2, []*v1.Node{draNode("n1", "r1")}, append(append(low, other), high...),
+		append(draObjects(gpuSlice("n1", "a", "a", "a", "a")), claim)...)
+	nodes, err := f.fw.SnapshotSharedLister().NodeInfos().List()
+	require.NoError(t, err)
+	unit := f.plugin.victimClaims(nodes)(gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "low"})
+	for _, p := range low {
+		assert.Zero(t, f.plugin.dra.request(gang.Resources{}, p, unit).Scalars["nvidia.com/gpu"], "GPUs %s frees", p.Name)
+	}
+	assert.Nil(t, f.preemptFor(t, high[0]), "a plan evicting pods whose claim stays reserved")
+}
+
 func TestDRAClassThatDoesNotExist(t *testing.T) {
 	// A worker's claim names a DeviceClass nobody created: no plan, and
 	// the message says which class.
@@ -660,4 +728,70 @@ func TestDRATaintedDevicesAreNoFreeGPUs(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, st)
 	assert.Equal(t, int64(2), st.freeOn("n1"), "4 devices, 2 tainted away")
+}
+
+// partitionedNode publishes node's two GPUs the way a driver with
+// partitionable devices does: a slice of shared counters (each GPU's
+// memory) and a slice of devices drawing on them, each GPU whole (type
+// gpu) and as a half (type mig). Only whole GPUs are in the GPU class.
+func partitionedNode(node string) []runtime.Object {
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "whole-gpu"},
+		Spec: resourceapi.DeviceClassSpec{ExtendedResourceName: ptr.To("nvidia.com/gpu"),
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+				Expression: `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"`}}}}}
+	pool := resourceapi.ResourcePool{Name: node, ResourceSliceCount: 2}
+	counters := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-counters"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: gpuClassName, NodeName: ptr.To(node), Pool: pool}}
+	devices := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-devices"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: gpuClassName, NodeName: ptr.To(node), Pool: pool}}
+	for i := range 2 {
+		set := fmt.Sprintf("gpu-%d", i)
+		counters.Spec.SharedCounters = append(counters.Spec.SharedCounters, resourceapi.CounterSet{Name: set,
+			Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}})
+		for _, d := range []struct{ name, typ, memory string }{{set, "gpu", "80Gi"}, {set + "-mig", "mig", "40Gi"}} {
+			devices.Spec.Devices = append(devices.Spec.Devices, resourceapi.Device{Name: d.name,
+				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": {StringValue: ptr.To(d.typ)}},
+				ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: set,
+					Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(d.memory)}}}}})
+		}
+	}
+	return []runtime.Object{class, counters, devices}
+}
+
+// allocatedDevice is a claim to which device of node's pool is allocated.
+func allocatedDevice(node, device string) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "holds-" + device, UID: types.UID("holds-" + device)},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "r",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "whole-gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "r", Driver: gpuClassName, Pool: node, Device: device}}}}}}
+}
+
+func TestDRAPartitionedGPUsAreFreeOnlyWhileTheirCountersLast(t *testing.T) {
+	// A GPU one of whose partitions is allocated is no free GPU, though
+	// no claim holds the whole GPU's device: the allocator refuses it, its
+	// memory counter being taken. The planner must not count it.
+	for _, tc := range []struct {
+		name      string
+		allocated []string
+		free      int64
+	}{
+		{name: "nothing allocated", free: 2},
+		{name: "a partition of gpu-0 allocated", allocated: []string{"gpu-0-mig"}, free: 1},
+		{name: "gpu-0 allocated whole", allocated: []string{"gpu-0"}, free: 1},
+		{name: "a partition of each", allocated: []string{"gpu-0-mig", "gpu-1-mig"}, free: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := partitionedNode("n1")
+			for _, dev := range tc.allocated {
+				objs = append(objs, allocatedDevice("n1", dev))
+			}
+			f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1")}, nil, objs...)
+			require.True(t, f.plugin.dra.features.PartitionableDevices, "DRAPartitionableDevices is beta, on by default, in 1.37")
+			st, err := f.plugin.dra.snapshot(context.Background())
+			require.NoError(t, err)
+			require.NotNil(t, st)
+			assert.Equal(t, tc.free, st.freeOn("n1"), "free whole GPUs with %v allocated", tc.allocated)
+		})
+	}
 }

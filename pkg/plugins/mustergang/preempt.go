@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	applyv1 "k8s.io/client-go/applyconfigurations/core/v1"
@@ -441,6 +442,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 	byName := map[string]*victimUnit{}
 	useful := map[string]bool{}
 	protected := map[string]bool{}
+	claims := p.victimClaims(nodes)
 	for i, ni := range nodes {
 		if ni.Node() == nil {
 			continue
@@ -449,9 +451,13 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 		loneHere := lone(i)
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()
-			request := p.dra.request(podRequest(pi.CalculateResource()), pod, nil)
-			gpus := request.Scalars[gpu]
 			k, inGang := p.source.victimKey(pod)
+			var unit *claimUnit
+			if inGang {
+				unit = claims(k)
+			}
+			request := p.dra.request(podRequest(pi.CalculateResource()), pod, unit)
+			gpus := request.Scalars[gpu]
 			if !inGang && gpus == 0 && !loneHere {
 				continue
 			}
@@ -504,6 +510,37 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 	}
 	sort.Slice(units, func(i, j int) bool { return units[i].Name < units[j].Name })
 	return units
+}
+
+// victimClaims returns the claim unit of each victim gang among the pods
+// on nodes: a claim its members share is freed once by its eviction. Which
+// gang each bound pod is in is looked up only when a claim has several
+// consumers.
+func (p *Plugin) victimClaims(nodes []fwk.NodeInfo) func(gang.Key) *claimUnit {
+	units := map[gang.Key]*claimUnit{}
+	var gangOf map[types.UID]gang.Key
+	in := func(key gang.Key, uid types.UID) bool {
+		if gangOf == nil {
+			gangOf = map[types.UID]gang.Key{}
+			for _, ni := range nodes {
+				for _, pi := range ni.GetPods() {
+					if k, ok := p.source.victimKey(pi.GetPod()); ok {
+						gangOf[pi.GetPod().UID] = k
+					}
+				}
+			}
+		}
+		k, ok := gangOf[uid]
+		return ok && k == key
+	}
+	return func(key gang.Key) *claimUnit {
+		u := units[key]
+		if u == nil {
+			u = &claimUnit{counted: sets.New[types.UID](), has: func(uid types.UID) bool { return in(key, uid) }}
+			units[key] = u
+		}
+		return u
+	}
 }
 
 // budgets fills each unit's Budgets with how many of its pods each

@@ -264,7 +264,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		BoundNodes: set.boundNodes,
 	}}
 	byTemplate := map[string]*gang.NodeConstraints{}
-	sharedClaims := sets.New[types.UID]() // a claim several members share counts once
+	claims := &claimUnit{counted: sets.New[types.UID]()} // a claim several members share counts once
 	for _, m := range candidates {
 		pi, err := framework.NewPodInfo(m)
 		if err != nil {
@@ -277,7 +277,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 			nc = gang.ConstraintsOf(klog.FromContext(ctx), m)
 			byTemplate[tmpl] = nc
 		}
-		req := p.dra.request(podRequest(pi.CalculateResource()), m, sharedClaims)
+		req := p.dra.request(podRequest(pi.CalculateResource()), m, claims)
 		gr.req.Members = append(gr.req.Members, gang.Member{UID: m.UID, Name: m.Name, Request: req, Constraints: nc})
 		// A nomination left from an earlier attempt (a failover, a Permit
 		// wait that ended) must not make the framework count this pending
