@@ -71,8 +71,14 @@ type sliceGPUs struct {
 	node     string
 	devices  []structured.DeviceID // the slice's devices in GPU classes
 	counters bool                  // it defines or consumes shared counters
+	current  bool                  // the allocator takes devices from it (markCurrentPools)
 	seen     uint64                // the last index pass that listed it
 }
+
+// draPool names a pool of devices: its slices share it.
+type draPool struct{ driver, pool string }
+
+func poolOf(s *resourceapi.ResourceSlice) draPool { return draPool{s.Spec.Driver, s.Spec.Pool.Name} }
 
 // index brings slices and byNode up to date with the listed slices; only
 // new or changed slices are matched against the GPU classes, all of them
@@ -120,8 +126,39 @@ func (d *draGPUs) index(ctx context.Context, slices []*resourceapi.ResourceSlice
 		d.byNode = byNode
 		d.domains = d.attributeDomains(byNode)
 		d.version++
+		d.markCurrentPools()
 	}
 	return len(gpuClasses)
+}
+
+// markCurrentPools marks the slices the allocator takes devices from: those
+// of each pool's newest generation, when the pool is complete (it has as
+// many of them as its resourceSliceCount says). While a driver republishes
+// a pool, or before all of a pool's slices arrived, the allocator refuses
+// the pool's devices (GatherPools in k8s.io/dynamic-resource-allocation/structured):
+// they are no free GPUs. A slice the allocator ignores (one that defines
+// shared counters or selects nodes per device while
+// DRAPartitionableDevices is off) leaves its pool incomplete. d.mu is held.
+func (d *draGPUs) markCurrentPools() {
+	type poolState struct{ generation, slices, want int64 }
+	pools := map[draPool]*poolState{}
+	for _, c := range d.slices {
+		spec := c.slice.Spec
+		if !d.features.PartitionableDevices && (spec.PerDeviceNodeSelection != nil || len(spec.SharedCounters) > 0) {
+			continue
+		}
+		p, gen := pools[poolOf(c.slice)], spec.Pool.Generation
+		switch {
+		case p == nil || gen > p.generation:
+			pools[poolOf(c.slice)] = &poolState{generation: gen, slices: 1, want: spec.Pool.ResourceSliceCount}
+		case gen == p.generation:
+			p.slices++
+		}
+	}
+	for _, c := range d.slices {
+		p := pools[poolOf(c.slice)]
+		c.current = p != nil && c.slice.Spec.Pool.Generation == p.generation && p.slices == p.want
+	}
 }
 
 // gpuClasses lists the GPU classes, by name, and a key that changes when
@@ -311,6 +348,9 @@ func (d *draGPUs) snapshot(ctx context.Context) (*draState, error) {
 	st := &draState{free: make(map[string]int64, len(d.slices))}
 	partitioned := false
 	for _, c := range d.slices {
+		if !c.current {
+			continue
+		}
 		for _, id := range c.devices {
 			if !allocated.Has(id) {
 				st.free[c.node]++
@@ -379,15 +419,14 @@ func (p poolCounters) take(consumes []resourceapi.DeviceCounterConsumption, forc
 // them in slice and device order; one they do not cover is not free.
 // d.mu is held.
 func (d *draGPUs) withinCounters(st *draState, allocated sets.Set[structured.DeviceID]) {
-	type poolID struct{ driver, pool string }
-	pools := map[poolID]poolCounters{}
+	pools := map[draPool]poolCounters{}
 	var partitioned []*sliceGPUs
 	for _, c := range d.slices {
-		if !c.counters {
+		if !c.counters || !c.current {
 			continue
 		}
 		partitioned = append(partitioned, c)
-		id := poolID{c.slice.Spec.Driver, c.slice.Spec.Pool.Name}
+		id := poolOf(c.slice)
 		for _, set := range c.slice.Spec.SharedCounters {
 			if pools[id] == nil {
 				pools[id] = poolCounters{}
@@ -403,7 +442,7 @@ func (d *draGPUs) withinCounters(st *draState, allocated sets.Set[structured.Dev
 	for _, c := range partitioned {
 		for _, dev := range c.slice.Spec.Devices {
 			if consumesCounters(dev) && allocated.Has(structured.MakeDeviceID(c.slice.Spec.Driver, c.slice.Spec.Pool.Name, dev.Name)) {
-				pools[poolID{c.slice.Spec.Driver, c.slice.Spec.Pool.Name}].take(dev.ConsumesCounters, true)
+				pools[poolOf(c.slice)].take(dev.ConsumesCounters, true)
 			}
 		}
 	}
@@ -414,7 +453,7 @@ func (d *draGPUs) withinCounters(st *draState, allocated sets.Set[structured.Dev
 			if !consumesCounters(dev) || !gpus.Has(id) || allocated.Has(id) {
 				continue
 			}
-			if !pools[poolID{c.slice.Spec.Driver, c.slice.Spec.Pool.Name}].take(dev.ConsumesCounters, false) {
+			if !pools[poolOf(c.slice)].take(dev.ConsumesCounters, false) {
 				st.free[c.node]--
 			}
 		}

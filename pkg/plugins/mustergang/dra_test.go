@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -792,6 +793,39 @@ func TestDRAPartitionedGPUsAreFreeOnlyWhileTheirCountersLast(t *testing.T) {
 			require.NoError(t, err)
 			require.NotNil(t, st)
 			assert.Equal(t, tc.free, st.freeOn("n1"), "free whole GPUs with %v allocated", tc.allocated)
+		})
+	}
+}
+
+func TestDRAGPUsOfAPoolInTransitAreNotFree(t *testing.T) {
+	// The allocator takes devices only from a pool's newest generation,
+	// and only once all of that generation's slices are there: while a
+	// driver republishes a node's GPUs their count is what the allocator
+	// will give, not the sum of old and new slices.
+	slice := func(name string, generation, count int64, devices int) *resourceapi.ResourceSlice {
+		s := gpuSlice("n1", slices.Repeat([]string{"a"}, devices)...)
+		s.Name = name
+		s.Spec.Pool.Generation, s.Spec.Pool.ResourceSliceCount = generation, count
+		for i := range s.Spec.Devices {
+			s.Spec.Devices[i].Name = fmt.Sprintf("%s-gpu-%d", name, i)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		slices []*resourceapi.ResourceSlice
+		free   int64
+	}{
+		{"complete", []*resourceapi.ResourceSlice{slice("a", 1, 2, 4), slice("b", 1, 2, 4)}, 8},
+		{"one of two slices published", []*resourceapi.ResourceSlice{slice("a", 1, 2, 4)}, 0},
+		{"generation 2 replaces generation 1", []*resourceapi.ResourceSlice{slice("old", 1, 1, 4), slice("new", 2, 1, 2)}, 2},
+		{"generation 2 not complete yet", []*resourceapi.ResourceSlice{slice("old", 1, 1, 4), slice("new", 2, 2, 2)}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1")}, nil, draObjects(tc.slices...)...)
+			st, err := f.plugin.dra.snapshot(context.Background())
+			require.NoError(t, err)
+			assert.Equal(t, tc.free, st.freeOn("n1"))
 		})
 	}
 }
