@@ -46,7 +46,7 @@ func BenchmarkVictimSearch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			gr, r := f.plugin.prepareGang(ctx, high[0], info, c, &gang.Planning{})
+			gr, r := f.plugin.prepareGang(ctx, high[0], info, c, f.planning(b, info.key))
 			if r != nil {
 				b.Fatal(r.status)
 			}
@@ -89,7 +89,7 @@ func BenchmarkLonePodVictimSearch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gr, r := f.plugin.prepareGang(ctx, high, info, c, &gang.Planning{})
+	gr, r := f.plugin.prepareGang(ctx, high, info, c, f.planning(b, info.key))
 	if r != nil {
 		b.Fatal(r.status)
 	}
@@ -105,4 +105,15 @@ func BenchmarkLonePodVictimSearch(b *testing.B) {
 	}
 	b.ReportMetric(float64(checks)/float64(b.N), "dryruns/op")
 	b.ReportMetric(float64(victims)/float64(b.N), "victims/op")
+}
+
+// planning is the gang's Planning from its manager, as PreFilter and
+// PostFilter get it (its held room is read from the manager).
+func (f *testFramework) planning(tb testing.TB, key gang.Key) *gang.Planning {
+	tb.Helper()
+	a := f.plugin.gangs.Admit(key, t0, f.clock.Now())
+	if a.Planning == nil {
+		tb.Fatalf("gang %s cannot plan now", key)
+	}
+	return a.Planning
 }
