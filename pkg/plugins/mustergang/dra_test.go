@@ -435,22 +435,36 @@ func sharedVictimClaim(node string, devices int, pods ...*v1.Pod) *resourceapi.R
 	return claim
 }
 
-func TestDRAVictimGangFreesTheClaimItsMembersShare(t *testing.T) {
-	// Both members of a low-priority gang on n1 use one claim of n1's four
-	// devices. Evicting the gang frees the four, once: the high 2x2 gang
-	// preempts it. Evicting one member alone would free nothing.
-	low := []*v1.Pod{worker("low", 0, 0, "n1"), worker("low", 1, 0, "n1")}
-	for _, p := range low {
+// sharedClaimCase: the two members of a low-priority gang on n1 share one
+// claim of n1's four devices (with a pod of another Job, of the preemptor's
+// priority, when outside), and a high-priority 2x2 gang, whose members may
+// share a node, asks for GPUs.
+func sharedClaimCase(t *testing.T, outside bool) (f *testFramework, low, high []*v1.Pod) {
+	low = []*v1.Pod{worker("low", 0, 0, "n1"), worker("low", 1, 0, "n1")}
+	high = []*v1.Pod{worker("j", 0, 2, ""), worker("j", 1, 2, "")}
+	consumers := slices.Clone(low)
+	if outside {
+		consumers = append(consumers, worker("other", 0, 0, "n1"))
+	}
+	for _, p := range consumers {
 		p.Spec.Priority = ptr.To[int32](1)
 	}
-	claim := sharedVictimClaim("n1", 4, low...)
-	high := []*v1.Pod{worker("j", 0, 2, ""), worker("j", 1, 2, "")}
-	for _, p := range high {
+	for _, p := range append(high, consumers[len(low):]...) {
 		p.Spec.Priority = ptr.To[int32](100)
+	}
+	for _, p := range high {
 		p.Spec.Affinity = nil // both on n1
 	}
-	f := newTestFrameworkWith(t, 2, []*v1.Node{draNode("n1", "r1")}, append(low, high...),
+	claim := sharedVictimClaim("n1", 4, consumers...)
+	f = newTestFrameworkWith(t, 2, []*v1.Node{draNode("n1", "r1")}, append(consumers, high...),
 		append(draObjects(gpuSlice("n1", "a", "a", "a", "a")), claim)...)
+	return f, low, high
+}
+
+func TestDRAVictimGangFreesTheClaimItsMembersShare(t *testing.T) {
+	// Evicting the low gang frees the claim's four devices, once: the high
+	// gang preempts it. Evicting one member alone would free nothing.
+	f, low, high := sharedClaimCase(t, false)
 	plan := f.preemptFor(t, high[0])
 	require.NotNil(t, plan, "no preemption: the shared claim was counted for no victim")
 	assert.Equal(t, []string{"low-0", "low-1"}, sets.List(victimNames(plan, low)))
@@ -458,23 +472,10 @@ func TestDRAVictimGangFreesTheClaimItsMembersShare(t *testing.T) {
 }
 
 func TestDRAVictimClaimSharedOutsideTheGangFreesNothing(t *testing.T) {
-	// The claim also serves a pod of another gang that the high gang may
-	// not evict (its priority is equal): evicting the low gang frees none
-	// of the devices, so there is no preemption.
-	low := []*v1.Pod{worker("low", 0, 0, "n1"), worker("low", 1, 0, "n1")}
-	for _, p := range low {
-		p.Spec.Priority = ptr.To[int32](1)
-	}
-	other := worker("other", 0, 0, "n1")
-	other.Spec.Priority = ptr.To[int32](100)
-	claim := sharedVictimClaim("n1", 4, append(low, other)...)
-	high := []*v1.Pod{worker("j", 0, 2, ""), worker("j", 1, 2, "")}
-	for _, p := range high {
-		p.Spec.Priority = ptr.To[int32](100)
-		p.Spec.Affinity = nil // both on n1
-	}
-	f := newTestFrameworkWith(t, 2, []*v1.Node{draNode("n1", "r1")}, append(append(low, other), high...),
-		append(draObjects(gpuSlice("n1", "a", "a", "a", "a")), claim)...)
+	// The claim also serves a pod the high gang may not evict (its
+	// priority is equal): evicting the low gang frees none of the devices,
+	// so there is no preemption.
+	f, low, high := sharedClaimCase(t, true)
 	nodes, err := f.fw.SnapshotSharedLister().NodeInfos().List()
 	require.NoError(t, err)
 	unit := f.plugin.victimClaims(nodes)(gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "low"})
