@@ -545,7 +545,7 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 			if why := foreignSecret(applied, w); why != "" {
 				// Fields this controller merged into it before (a give-back that failed, then a
 				// restart) are given back now; with none, the apply changes nothing.
-				if err := c.giveBackSecret(ctx, w.GetNamespace(), name); err != nil {
+				if err := c.giveBackSecret(ctx, w.GetNamespace(), name, applied.UID); err != nil {
 					return false, err
 				}
 				logger.V(2).Info("TF_CONFIG Secret belongs to someone else; nothing applied", "secret", name, "why", why)
@@ -580,7 +580,7 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 		// The apply merged into a Secret someone else made between the dry run and the apply: take
 		// back everything it added.
 		c.forgetSecret(key)
-		if err := c.giveBackSecret(ctx, w.GetNamespace(), name); err != nil {
+		if err := c.giveBackSecret(ctx, w.GetNamespace(), name, applied.UID); err != nil {
 			// Retried: the next sync's dry run finds the Secret foreign and gives the fields back.
 			return false, err
 		}
@@ -602,11 +602,14 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 	return false, nil
 }
 
-// giveBackSecret gives back every field of Secret namespace/name the controller applied (secretRelease).
-func (c *Controller) giveBackSecret(ctx context.Context, namespace, name string) error {
-	_, err := c.client.CoreV1().Secrets(namespace).Apply(ctx, secretRelease(namespace, name), metav1.ApplyOptions{FieldManager: FieldManager})
+// giveBackSecret gives back every field the controller applied to the Secret namespace/name of that
+// UID (secretRelease).
+func (c *Controller) giveBackSecret(ctx context.Context, namespace, name string, uid types.UID) error {
+	_, err := c.client.CoreV1().Secrets(namespace).Apply(ctx, secretRelease(namespace, name, uid), metav1.ApplyOptions{FieldManager: FieldManager})
 	switch {
-	case apierrors.IsInvalid(err): // an immutable Secret: nothing can be taken back, or was added
+	case apierrors.IsConflict(err): // gone (an apply without field values conflicts with nothing else)
+		klog.FromContext(ctx).V(2).Info("The foreign Secret is gone: nothing to give back", "secret", klog.KRef(namespace, name), "uid", uid)
+	case apierrors.IsInvalid(err): // immutable, or replaced under its name: nothing can be taken back, or was added
 		klog.FromContext(ctx).Info("Could not give back the fields applied to a foreign Secret", "secret", klog.KRef(namespace, name), "err", err)
 	case err != nil:
 		return fmt.Errorf("giving back Secret %s/%s: %w", namespace, name, err)

@@ -3,6 +3,7 @@ package tfconfig
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -35,8 +37,8 @@ import (
 // fixture drives Controller.sync directly against a fake clientset, with the informer caches filled
 // from it the way the label-filtered informers would fill them. No informer runs, so nothing races.
 // The fake does server-side apply with real field management (conflicts, managedFields); the fixture
-// adds what the API server does that the controller relies on: a UID for every created Secret and the
-// UID precondition of a delete.
+// adds what the API server does that the controller relies on: a UID for every created Secret, the UID
+// precondition of a delete, and an apply naming a UID that never creates and never changes a UID.
 type fixture struct {
 	t      *testing.T
 	ctx    context.Context
@@ -61,6 +63,16 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 		ns, name := a.GetNamespace(), a.(k8stesting.PatchAction).GetName()
 		old, err := tracker.Get(secretsResource, ns, name)
 		existed := err == nil
+		if uid := appliedUID(t, a); uid != "" {
+			switch {
+			case !existed:
+				return true, nil, apierrors.NewConflict(secretsResource.GroupResource(), name,
+					fmt.Errorf("uid mismatch: the provided object specified uid %s, and no existing object was found", uid))
+			case old.(*corev1.Secret).UID != uid:
+				return true, nil, apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Secret").GroupKind(), name,
+					field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), uid, "field is immutable")})
+			}
+		}
 		handled, obj, err := k8stesting.ObjectReaction(tracker)(a)
 		if isDryRun(a) {
 			// The fake tracker writes dry runs; the API server does not: put back what was there.
@@ -169,6 +181,29 @@ func (f *fixture) syncKey(key gang.Key) (string, []string) {
 	return result, writes
 }
 
+// appliedUID is the metadata.uid an apply names, or "".
+func appliedUID(t *testing.T, a k8stesting.Action) types.UID {
+	var applied metav1.PartialObjectMetadata
+	if err := json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &applied); err != nil {
+		t.Fatalf("apply of %s: %v", a.(k8stesting.PatchAction).GetName(), err)
+	}
+	return applied.UID
+}
+
+// beforeFirstSecretWrite runs do just before the first apply of a Secret that is not a dry run, as
+// someone else would between the controller's dry run and its write. It gets the tracker: the fake
+// client is locked while its reactors run.
+func (f *fixture) beforeFirstSecretWrite(do func(tracker k8stesting.ObjectTracker)) {
+	done := false
+	f.client.PrependReactor("patch", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if !done && !isDryRun(a) {
+			done = true
+			do(f.client.Tracker())
+		}
+		return false, nil, nil
+	})
+}
+
 // isDryRun says whether a patch (an apply) only asked what it would do.
 func isDryRun(a k8stesting.Action) bool {
 	p, ok := a.(interface{ GetPatchOptions() metav1.PatchOptions })
@@ -258,10 +293,20 @@ func wantAbsent[T any](f *fixture, kind, ns, name string, get func(context.Conte
 // createSecret creates s as the named field manager would (kubectl create uses "kubectl-create").
 func (f *fixture) createSecret(s *corev1.Secret, manager string) *corev1.Secret {
 	f.t.Helper()
+	s = withUID(s)
 	created, err := f.client.CoreV1().Secrets(s.Namespace).Create(f.ctx, s, metav1.CreateOptions{FieldManager: manager})
 	must(f.t, err)
 	f.refreshCaches()
 	return created
+}
+
+// withUID is s with the UID the API server gives a Secret it creates (the fake gives none).
+func withUID(s *corev1.Secret) *corev1.Secret {
+	s = s.DeepCopy()
+	if s.UID == "" {
+		s.UID = types.UID("uid-created-" + s.Namespace + "-" + s.Name)
+	}
+	return s
 }
 
 func (f *fixture) updateJob(job *batchv1.Job) {
@@ -593,19 +638,8 @@ func TestSyncForeignSecret(t *testing.T) {
 				before = f.createSecret(tc.foreign, "kubectl-create")
 			} else {
 				// The user's Secret arrives right after the controller's dry run.
-				made := false
-				f.client.PrependReactor("patch", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
-					if !made && !isDryRun(a) {
-						made = true
-						// Through the tracker: the fake client is locked while its reactors run.
-						tracker := f.client.Tracker()
-						must(t, tracker.Create(secretsResource, secret(map[string]string{ClusterKey: want}), "ns",
-							metav1.CreateOptions{FieldManager: "kubectl-create"}))
-						obj, err := tracker.Get(secretsResource, "ns", "mnist-tf-config")
-						must(t, err)
-						before = obj.(*corev1.Secret).DeepCopy()
-					}
-					return false, nil, nil
+				f.beforeFirstSecretWrite(func(tracker k8stesting.ObjectTracker) {
+					before = createByTracker(t, tracker, secret(map[string]string{ClusterKey: want}))
 				})
 			}
 
@@ -651,17 +685,26 @@ func TestSyncForeignSecret(t *testing.T) {
 	}
 }
 
-// The user deletes the controller's Secret and makes their own under its name. If the controller's
-// apply merges into it (the fake API server, unlike a real one, does not refuse the apply its UID
-// precondition) and giving the fields back fails once, the next sync gives them back: the user's
-// Secret ends as they made it, with nothing of the controller's, not even an owner reference through
-// which the garbage collector would delete it with the Job.
+// createByTracker makes s as kubectl would, from inside a reactor, and returns it as stored.
+func createByTracker(t *testing.T, tracker k8stesting.ObjectTracker, s *corev1.Secret) *corev1.Secret {
+	t.Helper()
+	must(t, tracker.Create(secretsResource, withUID(s), s.Namespace, metav1.CreateOptions{FieldManager: "kubectl-create"}))
+	obj, err := tracker.Get(secretsResource, s.Namespace, s.Name)
+	must(t, err)
+	return obj.(*corev1.Secret).DeepCopy()
+}
+
+// The user makes their Secret between the controller's dry run and its apply, which merges into it,
+// and giving the fields back fails once: the next sync gives them back. The user's Secret ends as they
+// made it, with nothing of the controller's, not even an owner reference through which the garbage
+// collector would delete it with the Job.
 func TestSyncGivesBackAForeignSecretAfterAFailedGiveBack(t *testing.T) {
 	f := newFixture(t, makeJob("ns", "mnist", 2).Obj())
-	f.sync("ns", "mnist")
-	must(t, f.client.CoreV1().Secrets("ns").Delete(f.ctx, "mnist-tf-config", metav1.DeleteOptions{}))
-	users := f.createSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "mnist-tf-config"},
-		Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"password": []byte("hunter2")}}, "kubectl-create")
+	var users *corev1.Secret
+	f.beforeFirstSecretWrite(func(tracker k8stesting.ObjectTracker) {
+		users = createByTracker(t, tracker, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "mnist-tf-config"},
+			Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"password": []byte("hunter2")}})
+	})
 	failed := false
 	f.client.PrependReactor("patch", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if p, ok := a.(k8stesting.PatchAction); ok && !isDryRun(a) && !failed && !bytes.Contains(p.GetPatch(), []byte(ClusterKey)) {
@@ -672,6 +715,9 @@ func TestSyncGivesBackAForeignSecretAfterAFailedGiveBack(t *testing.T) {
 	})
 	if _, err := f.c.sync(f.ctx, gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "mnist"}); err == nil || !failed {
 		t.Fatalf("sync with the give-back failing: %v (failed: %v), want the error", err, failed)
+	}
+	if merged := f.secret("ns", "mnist-tf-config"); len(merged.OwnerReferences) == 0 {
+		t.Fatalf("the apply did not merge into the user's Secret (owners %+v): nothing to give back", merged.OwnerReferences)
 	}
 	f.refreshCaches()
 	if result, _ := f.sync("ns", "mnist"); result != resultConflict {
@@ -685,6 +731,30 @@ func TestSyncGivesBackAForeignSecretAfterAFailedGiveBack(t *testing.T) {
 		if e.Manager == FieldManager {
 			t.Errorf("the controller still owns fields of the user's Secret: %s", e.FieldsV1.Raw)
 		}
+	}
+}
+
+// The user deletes their Secret between the controller's dry run, which finds it foreign, and the
+// give-back. An apply makes what is missing, so a give-back without the Secret's UID would make an
+// empty Secret under the Job's Secret name, foreign to the controller for good; with it, the give-back
+// makes nothing, and the next sync writes the controller's Secret.
+func TestSyncForeignSecretDeletedBeforeItsGiveBack(t *testing.T) {
+	f := newFixture(t, makeJob("ns", "mnist", 2).Obj())
+	f.createSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "mnist-tf-config"},
+		Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"password": []byte("hunter2")}}, "kubectl-create")
+	f.beforeFirstSecretWrite(func(tracker k8stesting.ObjectTracker) {
+		must(t, tracker.Delete(secretsResource, "ns", "mnist-tf-config"))
+	})
+	if result, writes := f.sync("ns", "mnist"); result != resultConflict || !slices.Contains(writes, "apply secrets mnist-tf-config") {
+		t.Errorf("result %s, writes %v; want %s after a give-back", result, writes, resultConflict)
+	}
+	f.secretAbsent("ns", "mnist-tf-config")
+	if result, _ := f.sync("ns", "mnist"); result != resultSynced {
+		t.Errorf("after the foreign Secret was deleted: result %s, want synced", result)
+	}
+	const want = `{"worker":["mnist-0.mnist.ns.svc:2222","mnist-1.mnist.ns.svc:2222"]}`
+	if got := f.secret("ns", "mnist-tf-config"); string(got.Data[ClusterKey]) != want {
+		t.Errorf("cluster = %s, want %s", got.Data[ClusterKey], want)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	applymetav1 "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -59,9 +60,11 @@ func secretApply(w workload, cluster []byte) *applycorev1.SecretApplyConfigurati
 
 // secretRelease gives back every field of the Secret name the controller applied: applied, the API
 // server removes the fields no other field manager owns, which undoes an apply that merged into
-// someone else's Secret.
-func secretRelease(namespace, name string) *applycorev1.SecretApplyConfiguration {
-	return applycorev1.Secret(name, namespace)
+// someone else's Secret. The UID is that Secret's: an apply of it never creates a Secret (the API
+// server refuses to create an object with a given UID), so a Secret deleted since it was read is not
+// made again, empty, under the workload's Secret name.
+func secretRelease(namespace, name string, uid types.UID) *applycorev1.SecretApplyConfiguration {
+	return applycorev1.Secret(name, namespace).WithUID(uid)
 }
 
 // contentFields are the fields of a Secret that say whose it is: another writer of any of them makes

@@ -39,11 +39,11 @@ func TestSecretApplyConfiguration(t *testing.T) {
 		})
 	}
 
-	got, err := json.Marshal(secretRelease("ns", "mnist-tf-config"))
+	got, err := json.Marshal(secretRelease("ns", "mnist-tf-config", "uid-users"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"kind":"Secret","apiVersion":"v1","metadata":{"name":"mnist-tf-config","namespace":"ns"}}`; string(got) != want {
+	if want := `{"kind":"Secret","apiVersion":"v1","metadata":{"name":"mnist-tf-config","namespace":"ns","uid":"uid-users"}}`; string(got) != want {
 		t.Errorf("release configuration\n got %s\nwant %s", got, want)
 	}
 }

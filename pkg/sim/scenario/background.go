@@ -9,15 +9,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// Background is what a real cluster has beside the training jobs
-// (DESIGN.md §6, "a realistic background"): CPU-only pods on every node,
-// PodDisruptionBudgets over some of them, nodes of two GPU sizes, gangs
-// with members that ask for no GPU, and for a busy cluster pods that hold
-// most of the GPUs and CPU-heavy pods that workers avoid (busy.go). Each
-// part is on when its block is present; a present block's omitted fields
-// take the defaults below. Every choice (which nodes are small, which pods
-// a budget covers, which gangs get a CPU-only member, where the GPU pods
-// go) is drawn from the scenario's seed.
+// Background is what a real cluster has beside the training jobs: CPU-only
+// pods on every node, PodDisruptionBudgets over some of them, nodes of two
+// GPU sizes, gangs with members that ask for no GPU, and for a busy cluster
+// pods that hold most of the GPUs and CPU-heavy pods that workers avoid
+// (busy.go). Each part is on when its block is present; a present block's
+// omitted fields take the defaults below. Every choice (which nodes are
+// small, which pods a budget covers, which gangs get a CPU-only member,
+// where the GPU pods go) is drawn from the scenario's seed.
 //
 //	background:
 //	  pods: {agents: 2, services: 1, serviceReplicas: 4, pdbFraction: 0.5, pdbMaxUnavailable: 1, cpu: 250m, memory: 512Mi}
