@@ -3,6 +3,7 @@ package mustergang
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
+	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -67,12 +69,18 @@ type draGPUs struct {
 }
 
 type sliceGPUs struct {
-	slice    *resourceapi.ResourceSlice
-	node     string
-	devices  []structured.DeviceID // the slice's devices in GPU classes
-	counters bool                  // it defines or consumes shared counters
-	current  bool                  // the allocator takes devices from it (markCurrentPools)
-	seen     uint64                // the last index pass that listed it
+	slice   *resourceapi.ResourceSlice
+	node    string
+	devices []structured.DeviceID // the slice's devices in GPU classes
+	// deviceNodes, for a slice that selects nodes per device, is each
+	// GPU device's node (nodeOf); its GPUs for several nodes are no node's.
+	deviceNodes map[structured.DeviceID]string
+	// shareable are those of devices that allow multiple allocations
+	// (while DRAConsumableCapacity is on): free while one more share fits.
+	shareable map[structured.DeviceID]*resourceapi.Device
+	counters  bool   // it defines or consumes shared counters
+	current   bool   // the allocator takes devices from it (markCurrentPools)
+	seen      uint64 // the last index pass that listed it
 }
 
 // draPool names a pool of devices: its slices share it.
@@ -101,9 +109,14 @@ func (d *draGPUs) index(ctx context.Context, slices []*resourceapi.ResourceSlice
 			if s.Spec.NodeName != nil {
 				c.node = *s.Spec.NodeName
 			}
-			if c.node != "" { // network-attached devices are no node's GPUs
+			// Network-attached devices (for several nodes) are no node's GPUs.
+			switch {
+			case c.node != "":
 				c.devices = d.matchGPUs(ctx, s, gpuClasses)
+			case ptr.Deref(s.Spec.PerDeviceNodeSelection, false):
+				c.devices, c.deviceNodes = d.nodeLocalGPUs(ctx, s, gpuClasses)
 			}
+			c.shareable = d.shareableGPUs(s, c.devices)
 			c.counters = len(s.Spec.SharedCounters) > 0 || anyConsumesCounters(s.Spec.Devices)
 			d.slices[s.Name] = c
 			changed = true
@@ -136,15 +149,14 @@ func (d *draGPUs) index(ctx context.Context, slices []*resourceapi.ResourceSlice
 // many of them as its resourceSliceCount says). While a driver republishes
 // a pool, or before all of a pool's slices arrived, the allocator refuses
 // the pool's devices (GatherPools in k8s.io/dynamic-resource-allocation/structured):
-// they are no free GPUs. A slice the allocator ignores (one that defines
-// shared counters or selects nodes per device while
-// DRAPartitionableDevices is off) leaves its pool incomplete. d.mu is held.
+// they are no free GPUs. A slice the allocator ignores leaves its pool
+// incomplete (ignoredByAllocator). d.mu is held.
 func (d *draGPUs) markCurrentPools() {
 	type poolState struct{ generation, slices, want int64 }
 	pools := map[draPool]*poolState{}
 	for _, c := range d.slices {
 		spec := c.slice.Spec
-		if !d.features.PartitionableDevices && (spec.PerDeviceNodeSelection != nil || len(spec.SharedCounters) > 0) {
+		if d.ignoredByAllocator(c.slice) {
 			continue
 		}
 		p, gen := pools[poolOf(c.slice)], spec.Pool.Generation
@@ -159,6 +171,29 @@ func (d *draGPUs) markCurrentPools() {
 		p := pools[poolOf(c.slice)]
 		c.current = p != nil && c.slice.Spec.Pool.Generation == p.generation && p.slices == p.want
 	}
+}
+
+// ignoredByAllocator reports whether the allocator passes over slice, as
+// GatherPools in k8s.io/dynamic-resource-allocation/structured does: one
+// that defines shared counters or selects nodes per device while
+// DRAPartitionableDevices is off, one whose devices name compatibility
+// groups while DRADeviceCompatibilityGroups (alpha, off in 1.37) is off.
+func (d *draGPUs) ignoredByAllocator(slice *resourceapi.ResourceSlice) bool {
+	spec := slice.Spec
+	if !d.features.PartitionableDevices && (spec.PerDeviceNodeSelection != nil || len(spec.SharedCounters) > 0) {
+		return true
+	}
+	if d.features.CompatibilityGroups {
+		return false
+	}
+	for _, dev := range spec.Devices {
+		for _, c := range dev.ConsumesCounters {
+			if len(c.CompatibilityGroups) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // gpuClasses lists the GPU classes, by name, and a key that changes when
@@ -339,7 +374,7 @@ func (d *draGPUs) snapshot(ctx context.Context) (*draState, error) {
 	if err != nil {
 		return nil, err
 	}
-	allocated := state.AllocatedDevices
+	inUse := devicesInUse(state)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.index(ctx, slices) == 0 {
@@ -352,8 +387,8 @@ func (d *draGPUs) snapshot(ctx context.Context) (*draState, error) {
 			continue
 		}
 		for _, id := range c.devices {
-			if !allocated.Has(id) {
-				st.free[c.node]++
+			if c.free(id, state) {
+				st.free[c.nodeOf(id)]++
 				st.version++
 			}
 		}
@@ -361,12 +396,112 @@ func (d *draGPUs) snapshot(ctx context.Context) (*draState, error) {
 		partitioned = partitioned || c.counters
 	}
 	if partitioned && d.features.PartitionableDevices {
-		d.withinCounters(st, allocated)
+		d.withinCounters(st, state, inUse)
 	}
-	if len(st.free) == 0 && len(allocated) == 0 {
+	if len(st.free) == 0 && len(inUse) == 0 {
 		return nil, nil
 	}
 	return st, nil
+}
+
+// nodeOf is the node of GPU device id of c.
+func (c *sliceGPUs) nodeOf(id structured.DeviceID) string {
+	if c.deviceNodes != nil {
+		return c.deviceNodes[id]
+	}
+	return c.node
+}
+
+// nodeLocalGPUs are the GPU devices of slice, which selects nodes per
+// device (DRAPartitionableDevices), that name one node, and their nodes.
+func (d *draGPUs) nodeLocalGPUs(ctx context.Context, slice *resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass) ([]structured.DeviceID, map[structured.DeviceID]string) {
+	nodes := map[structured.DeviceID]string{}
+	for _, dev := range slice.Spec.Devices {
+		if node := ptr.Deref(dev.NodeName, ""); node != "" {
+			nodes[structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, dev.Name)] = node
+		}
+	}
+	ids := slices.DeleteFunc(d.matchGPUs(ctx, slice, classes), func(id structured.DeviceID) bool { return nodes[id] == "" })
+	return ids, nodes
+}
+
+// free reports whether GPU device id of c takes one more request for a
+// whole GPU: it is allocated to no claim or, if it allows multiple
+// allocations, one more share of it fits.
+func (c *sliceGPUs) free(id structured.DeviceID, state *structured.AllocatedState) bool {
+	if state.AllocatedDevices.Has(id) {
+		return false
+	}
+	dev := c.shareable[id]
+	return dev == nil || shareFits(dev, state.AggregatedCapacity[id])
+}
+
+// shareFits reports whether a request that names no capacity (a whole
+// GPU, as muster counts them) fits what is left of dev, a device that
+// allows multiple allocations. Such a request is charged each capacity's
+// default, or all of it without a policy (CmpRequestOverCapacity in
+// k8s.io/dynamic-resource-allocation/structured), so a device shared by
+// others is no free GPU unless its policy's default leaves room. A policy
+// without a default may refuse the whole value; such a device is not
+// counted.
+func shareFits(dev *resourceapi.Device, consumed structured.ConsumedCapacity) bool {
+	for name, c := range dev.Capacity {
+		charge := c.Value
+		if p := c.RequestPolicy; p != nil {
+			if p.Default == nil {
+				return false
+			}
+			charge = *p.Default
+		}
+		total := charge.DeepCopy()
+		if used := consumed[name]; used != nil {
+			total.Add(*used)
+		}
+		if total.Cmp(c.Value) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// shareableGPUs picks from the GPU devices of slice those that allow
+// multiple allocations; nil while DRAConsumableCapacity is off (the
+// allocator then gives each device to one claim).
+func (d *draGPUs) shareableGPUs(slice *resourceapi.ResourceSlice, gpus []structured.DeviceID) map[structured.DeviceID]*resourceapi.Device {
+	if !d.features.ConsumableCapacity || len(gpus) == 0 {
+		return nil
+	}
+	var out map[structured.DeviceID]*resourceapi.Device
+	for i := range slice.Spec.Devices {
+		dev := &slice.Spec.Devices[i]
+		if !ptr.Deref(dev.AllowMultipleAllocations, false) {
+			continue
+		}
+		if id := structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, dev.Name); slices.Contains(gpus, id) {
+			if out == nil {
+				out = map[structured.DeviceID]*resourceapi.Device{}
+			}
+			out[id] = dev
+		}
+	}
+	return out
+}
+
+// devicesInUse are the devices the allocator counts as drawing on their
+// pool's counters (IsDeviceAllocated in k8s.io/dynamic-resource-allocation/structured):
+// those allocated to a claim and those of which a share is allocated.
+func devicesInUse(state *structured.AllocatedState) sets.Set[structured.DeviceID] {
+	if len(state.AllocatedSharedDeviceIDs) == 0 && len(state.AggregatedCapacity) == 0 {
+		return state.AllocatedDevices
+	}
+	inUse := state.AllocatedDevices.Clone()
+	for shared := range state.AllocatedSharedDeviceIDs {
+		inUse.Insert(shared.GetDeviceID())
+	}
+	for id := range state.AggregatedCapacity {
+		inUse.Insert(id)
+	}
+	return inUse
 }
 
 // consumesCounters reports whether dev draws on its pool's shared counters
@@ -415,10 +550,11 @@ func (p poolCounters) take(consumes []resourceapi.DeviceCounterConsumption, forc
 // no free GPU, though no claim holds the GPU device itself. The counters
 // left are what the allocator starts from (checkAvailableCounters in
 // k8s.io/dynamic-resource-allocation/structured): each set's values less
-// what the allocated devices consume. The free GPU devices then draw on
-// them in slice and device order; one they do not cover is not free.
+// what the devices in use consume. The free GPU devices then draw on
+// them in slice and device order; one they do not cover is not free (a
+// shared device in use has drawn already: a further share is not charged).
 // d.mu is held.
-func (d *draGPUs) withinCounters(st *draState, allocated sets.Set[structured.DeviceID]) {
+func (d *draGPUs) withinCounters(st *draState, state *structured.AllocatedState, inUse sets.Set[structured.DeviceID]) {
 	pools := map[draPool]poolCounters{}
 	var partitioned []*sliceGPUs
 	for _, c := range d.slices {
@@ -441,7 +577,7 @@ func (d *draGPUs) withinCounters(st *draState, allocated sets.Set[structured.Dev
 	sort.Slice(partitioned, func(i, j int) bool { return partitioned[i].slice.Name < partitioned[j].slice.Name })
 	for _, c := range partitioned {
 		for _, dev := range c.slice.Spec.Devices {
-			if consumesCounters(dev) && allocated.Has(structured.MakeDeviceID(c.slice.Spec.Driver, c.slice.Spec.Pool.Name, dev.Name)) {
+			if consumesCounters(dev) && inUse.Has(structured.MakeDeviceID(c.slice.Spec.Driver, c.slice.Spec.Pool.Name, dev.Name)) {
 				pools[poolOf(c.slice)].take(dev.ConsumesCounters, true)
 			}
 		}
@@ -450,11 +586,11 @@ func (d *draGPUs) withinCounters(st *draState, allocated sets.Set[structured.Dev
 		gpus := sets.New(c.devices...)
 		for _, dev := range c.slice.Spec.Devices {
 			id := structured.MakeDeviceID(c.slice.Spec.Driver, c.slice.Spec.Pool.Name, dev.Name)
-			if !consumesCounters(dev) || !gpus.Has(id) || allocated.Has(id) {
+			if !consumesCounters(dev) || !gpus.Has(id) || inUse.Has(id) || !c.free(id, state) {
 				continue
 			}
 			if !pools[poolOf(c.slice)].take(dev.ConsumesCounters, false) {
-				st.free[c.node]--
+				st.free[c.nodeOf(id)]--
 			}
 		}
 	}
@@ -632,7 +768,9 @@ func (d *draGPUs) claimGPUs(claim *resourceapi.ResourceClaim) int64 {
 }
 
 // allocatedGPUs is how many of claim's allocated devices are in GPU
-// classes.
+// classes. A share of a device that allows multiple allocations counts
+// for none: evicting its pod frees a whole GPU only if no other share
+// is left, which the dry run of the preemption asks the framework.
 func (d *draGPUs) allocatedGPUs(claim *resourceapi.ResourceClaim) int64 {
 	if claim.Status.Allocation == nil {
 		return 0
@@ -648,7 +786,7 @@ func (d *draGPUs) allocatedGPUs(claim *resourceapi.ResourceClaim) int64 {
 	}
 	var n int64
 	for _, res := range claim.Status.Allocation.Devices.Results {
-		if class, ok := classes[res.Request]; ok && d.gpuClass(class) {
+		if class, ok := classes[res.Request]; ok && res.ShareID == nil && d.gpuClass(class) {
 			n++
 		}
 	}

@@ -57,17 +57,23 @@ func newDRAManager(ctx context.Context, client kubernetes.Interface, factory inf
 
 // waitForDRA waits until the DRA manager's caches (filled by informer
 // handlers after the informers synced) hold the claims and slices among
-// objects, and the devices of the allocated claims (a handler of its own).
+// objects, and the devices and shares of the allocated claims (a handler of its own).
 func waitForDRA(t testing.TB, manager fwk.SharedDRAManager, objects []runtime.Object) {
 	t.Helper()
-	var claims, slices, allocated int
+	var claims, slices, allocated, shares int
 	var extended []v1.ResourceName
 	for _, o := range objects {
 		switch o := o.(type) {
 		case *resourceapi.ResourceClaim:
 			claims++
 			if o.Status.Allocation != nil {
-				allocated += len(o.Status.Allocation.Devices.Results)
+				for _, r := range o.Status.Allocation.Devices.Results {
+					if r.ShareID != nil {
+						shares++
+					} else {
+						allocated++
+					}
+				}
 			}
 		case *resourceapi.ResourceSlice:
 			slices++
@@ -91,11 +97,12 @@ func waitForDRA(t testing.TB, manager fwk.SharedDRAManager, objects []runtime.Ob
 		if err != nil {
 			return false, err
 		}
-		devices, err := manager.ResourceClaims().ListAllAllocatedDevices()
-		if err != nil {
+		state, err := manager.ResourceClaims().GatherAllocatedState()
+		if err != nil || state == nil {
 			return false, nil // a concurrent modification, as the plugin's snapshot retries it
 		}
-		return len(c) == claims && len(s) == slices && len(devices) == allocated, nil
+		return len(c) == claims && len(s) == slices && len(state.AllocatedDevices) == allocated &&
+			len(state.AllocatedSharedDeviceIDs) == shares, nil
 	})
 	if err != nil {
 		t.Fatalf("DRA manager caches: %v", err)
@@ -776,17 +783,30 @@ func TestDRAPartitionedGPUsAreFreeOnlyWhileTheirCountersLast(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		allocated []string
+		shared    bool // the allocations are shares of devices that allow several
 		free      int64
 	}{
 		{name: "nothing allocated", free: 2},
 		{name: "a partition of gpu-0 allocated", allocated: []string{"gpu-0-mig"}, free: 1},
 		{name: "gpu-0 allocated whole", allocated: []string{"gpu-0"}, free: 1},
 		{name: "a partition of each", allocated: []string{"gpu-0-mig", "gpu-1-mig"}, free: 0},
+		// A partition that allows multiple allocations draws on the
+		// counters once it is in use, though no claim holds it whole.
+		{name: "a share of gpu-0's partition allocated", allocated: []string{"gpu-0-mig"}, shared: true, free: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := partitionedNode("n1")
 			for _, dev := range tc.allocated {
-				objs = append(objs, allocatedDevice("n1", dev))
+				claim := allocatedDevice("n1", dev)
+				if tc.shared {
+					claim.Status.Allocation.Devices.Results[0].ShareID = ptr.To(types.UID("share-" + dev))
+					for i, d := range objs[2].(*resourceapi.ResourceSlice).Spec.Devices {
+						if d.Name == dev {
+							objs[2].(*resourceapi.ResourceSlice).Spec.Devices[i].AllowMultipleAllocations = ptr.To(true)
+						}
+					}
+				}
+				objs = append(objs, claim)
 			}
 			f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1")}, nil, objs...)
 			require.True(t, f.plugin.dra.features.PartitionableDevices, "DRAPartitionableDevices is beta, on by default, in 1.37")
@@ -829,4 +849,95 @@ func TestDRAGPUsOfAPoolInTransitAreNotFree(t *testing.T) {
 			assert.Equal(t, tc.free, st.freeOn("n1"))
 		})
 	}
+}
+
+func TestDRASharedGPUsAreFreeWhileAShareFits(t *testing.T) {
+	// A device that allows multiple allocations (DRAConsumableCapacity,
+	// beta and on in 1.37) takes a further claim while its capacity lasts.
+	// A whole-GPU request names no capacity, so the allocator charges it
+	// each capacity's policy default, or all of it without a policy: a
+	// device shared by others is free only while that charge still fits.
+	shareable := func(policy *resourceapi.CapacityRequestPolicy) *resourceapi.ResourceSlice {
+		s := gpuSlice("n1", "a100", "a100")
+		for i := range s.Spec.Devices {
+			s.Spec.Devices[i].AllowMultipleAllocations = ptr.To(true)
+			s.Spec.Devices[i].Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				"memory": {Value: resource.MustParse("80Gi"), RequestPolicy: policy}}
+		}
+		return s
+	}
+	share := func(name, device, memory string) *resourceapi.ResourceClaim {
+		claim := allocatedDevice("n1", device)
+		claim.Name, claim.UID = name, types.UID(name)
+		claim.Spec.Devices.Requests[0].Exactly.DeviceClassName = gpuClassName
+		res := &claim.Status.Allocation.Devices.Results[0]
+		res.ShareID = ptr.To(types.UID(name))
+		res.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}
+		return claim
+	}
+	tenGi := &resourceapi.CapacityRequestPolicy{Default: ptr.To(resource.MustParse("10Gi")),
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Gi"))}}
+	for _, tc := range []struct {
+		name   string
+		policy *resourceapi.CapacityRequestPolicy
+		claims []*resourceapi.ResourceClaim
+		free   int64
+	}{
+		{name: "no share allocated", free: 2},
+		{name: "a share of gpu-0, no policy: the next takes all", claims: []*resourceapi.ResourceClaim{share("s1", "gpu-0", "10Gi")}, free: 1},
+		{name: "default 10Gi, 70Gi of gpu-0 taken", policy: tenGi,
+			claims: []*resourceapi.ResourceClaim{share("s1", "gpu-0", "40Gi"), share("s2", "gpu-0", "30Gi")}, free: 2},
+		{name: "default 10Gi, 75Gi of gpu-0 taken", policy: tenGi,
+			claims: []*resourceapi.ResourceClaim{share("s1", "gpu-0", "75Gi")}, free: 1},
+		{name: "a policy without a default may refuse the whole value", policy: &resourceapi.CapacityRequestPolicy{
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Gi")), Max: ptr.To(resource.MustParse("40Gi"))}}, free: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := draObjects(shareable(tc.policy))
+			for _, c := range tc.claims {
+				objs = append(objs, c)
+			}
+			f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1")}, nil, objs...)
+			require.True(t, f.plugin.dra.features.ConsumableCapacity, "DRAConsumableCapacity is beta, on by default, in 1.37")
+			st, err := f.plugin.dra.snapshot(context.Background())
+			require.NoError(t, err)
+			assert.Equal(t, tc.free, st.freeOn("n1"), "free whole GPUs with shares %v", tc.claims)
+		})
+	}
+
+	// A share's pod frees no whole GPU when it is evicted.
+	f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1")}, nil, draObjects(shareable(nil))...)
+	assert.Zero(t, f.plugin.dra.allocatedGPUs(share("s1", "gpu-0", "10Gi")))
+	whole := allocatedDevice("n1", "gpu-0")
+	whole.Spec.Devices.Requests[0].Exactly.DeviceClassName = gpuClassName
+	assert.EqualValues(t, 1, f.plugin.dra.allocatedGPUs(whole))
+}
+
+func TestDRAPoolNamingCompatibilityGroupsIsNotCountedWhileTheGateIsOff(t *testing.T) {
+	// While DRADeviceCompatibilityGroups (alpha, off in 1.37) is off, the
+	// allocator ignores a slice whose devices name compatibility groups,
+	// which leaves its pool incomplete: none of the pool's GPUs is given.
+	objs := partitionedNode("n1")
+	devices := objs[2].(*resourceapi.ResourceSlice)
+	devices.Spec.Devices[1].ConsumesCounters[0].CompatibilityGroups = []string{"mig-40g"}
+	f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1")}, nil, objs...)
+	require.False(t, f.plugin.dra.features.CompatibilityGroups, "DRADeviceCompatibilityGroups is alpha, off by default, in 1.37")
+	st, err := f.plugin.dra.snapshot(context.Background())
+	require.NoError(t, err)
+	assert.Zero(t, st.freeOn("n1"))
+}
+
+func TestDRAGPUsOfASliceThatSelectsNodesPerDeviceAreTheirNodes(t *testing.T) {
+	// A slice with perDeviceNodeSelection (DRAPartitionableDevices) names
+	// the node of each device: those GPUs are their nodes' GPUs. A device
+	// for all nodes is network-attached: no node's.
+	s := gpuSlice("n1", "a100", "a100", "a100")
+	s.Spec.NodeName, s.Spec.PerDeviceNodeSelection = nil, ptr.To(true)
+	s.Spec.Devices[0].NodeName = ptr.To("n1")
+	s.Spec.Devices[1].NodeName = ptr.To("n2")
+	s.Spec.Devices[2].AllNodes = ptr.To(true)
+	f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1")}, nil, draObjects(s)...)
+	st, err := f.plugin.dra.snapshot(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int64{"n1": 1, "n2": 1}, st.free)
 }
