@@ -23,8 +23,12 @@ build: ## Build the binaries into bin/.
 
 test: test-unit test-integration test-upstream ## Run all tests (unit, integration against an in-process control plane, then upstream's scheduler_perf workloads sized for integration).
 
-test-unit: ## Unit tests (everything but test/integration).
+test-unit: ## Unit tests (everything but test/integration), then every benchmark under pkg, cmd and internal once: one that no longer runs fails here, not in make bench.
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/integration)
+	@mkdir -p out && echo "every benchmark once (log in out/bench-smoke.log)" && \
+	go test $(GO_TEST_FLAGS) -run '^$$' -bench . -benchtime 1x \
+		$$(grep -rl --include='*_test.go' '^func Benchmark' pkg cmd internal | xargs -n1 dirname | sort -u | sed 's|^|./|') \
+		>out/bench-smoke.log 2>&1; rc=$$?; grep -E '^(ok|FAIL|--- FAIL|panic)' out/bench-smoke.log; exit $$rc
 
 test-integration: ## Integration tests: real etcd, kube-apiserver, Job controller and the muster scheduler, in process.
 	go test $(GO_TEST_FLAGS) -timeout 30m ./test/integration/...
