@@ -649,11 +649,14 @@ func (p *Plugin) evictOne(ctx context.Context, client kubernetes.Interface, v *v
 		WithReason(v1.PodReasonPreemptionByScheduler).
 		WithMessage(fmt.Sprintf("%s: preempting to accommodate %s", preemptor.Spec.SchedulerName, key.Subject())).
 		WithLastTransitionTime(metav1.Now())
-	apply := applyv1.Pod(v.Name, v.Namespace).WithStatus(applyv1.PodStatus().WithConditions(condition))
+	// The victim's UID: a pod that has since replaced it under its name is
+	// refused the condition (a UID cannot change), as it is the deletion.
+	apply := applyv1.Pod(v.Name, v.Namespace).WithUID(v.UID).WithStatus(applyv1.PodStatus().WithConditions(condition))
 	if _, err := client.CoreV1().Pods(v.Namespace).ApplyStatus(ctx, apply, metav1.ApplyOptions{FieldManager: "muster-scheduler", Force: true}); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
+		// Refused for another UID, the deletion's precondition says so too.
 		klog.FromContext(ctx).Error(err, "Could not add the DisruptionTarget condition", "victim", klog.KObj(v), "gang", key)
 	}
 	err := client.CoreV1().Pods(v.Namespace).Delete(ctx, v.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(v.UID))})

@@ -2,6 +2,7 @@ package mustergang
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -719,4 +721,40 @@ func TestPreemptionDoesNotCountADisruptedPodTwice(t *testing.T) {
 	plan := f.preemptFor(t, high)
 	require.NotNil(t, plan, "no preemption")
 	assert.Equal(t, []string{"db-0"}, sets.List(victimNames(plan, pods)))
+}
+
+// A victim replaced by a pod of its name (a StatefulSet's, between the
+// snapshot the search read and the eviction) is done: the new pod is
+// neither marked a disruption target nor deleted. The fake client stands
+// in for the API server's answers to an apply and a delete that name
+// another UID.
+func TestEvictionLeavesThePodThatReplacedTheVictim(t *testing.T) {
+	victim := worker("low", 0, 8, "n1")
+	victim.UID = "old"
+	replacement := victim.DeepCopy()
+	replacement.UID = "new"
+	client := fake.NewClientset(replacement)
+	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		var applied metav1.PartialObjectMetadata
+		require.NoError(t, json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &applied))
+		if applied.UID != "" && applied.UID != replacement.UID {
+			return true, nil, apierrors.NewInvalid(v1.SchemeGroupVersion.WithKind("Pod").GroupKind(), victim.Name,
+				field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), applied.UID, "field is immutable")})
+		}
+		return false, nil, nil
+	})
+	client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if pre := a.(k8stesting.DeleteAction).GetDeleteOptions().Preconditions; pre != nil && pre.UID != nil && *pre.UID != replacement.UID {
+			return true, nil, apierrors.NewConflict(v1.Resource("pods"), victim.Name, fmt.Errorf("precondition failed: UID %s", *pre.UID))
+		}
+		return false, nil, nil
+	})
+	high := worker("high", 0, 8, "")
+	require.NoError(t, (&Plugin{}).evictOne(context.Background(), client, victim, high, gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "high"}))
+
+	got, err := client.CoreV1().Pods(victim.Namespace).Get(context.Background(), victim.Name, metav1.GetOptions{})
+	require.NoError(t, err, "the replacement was deleted")
+	for _, c := range got.Status.Conditions {
+		assert.NotEqual(t, v1.DisruptionTarget, c.Type, "the replacement is marked a disruption target")
+	}
 }
