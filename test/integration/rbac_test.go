@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -139,11 +140,13 @@ func TestLeastPrivilege(t *testing.T) {
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), schedulerPolicy), nil
 	})
 	c.createJob(jobSpec{name: "big", workers: 1, gpus: 16})
+	var bigUID types.UID
 	c.waitFor("the big Job's failed plan recorded on it", 30*time.Second, func() (bool, error) {
 		job, err := admin.Client.BatchV1().Jobs(c.ns).Get(ctx, "big", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
+		bigUID = job.UID
 		value, ok := job.Annotations[gang.FailedPlanAnnotation]
 		if !ok {
 			return false, nil
@@ -155,8 +158,21 @@ func TestLeastPrivilege(t *testing.T) {
 		// Four nodes of 8 GPUs: none has 16.
 		return len(f.Nodes) == 1 && f.Nodes[0].Reason == gang.NodeInsufficientGPUs && f.Nodes[0].Nodes == 4, nil
 	})
-	if err := patchJobAs(sched, "big", `{"metadata":{"annotations":{"`+gang.FailedPlanAnnotation+`":null}}}`); err != nil {
+	// The scheduler's patch names the Job's UID, so that a record never
+	// lands on a Job made again under the same name: the policy lets that
+	// through, and the API server refuses another UID as Invalid on
+	// metadata.uid, which the scheduler reads as "replaced".
+	ownAnnotation := func(uid types.UID) string {
+		return `{"metadata":{"uid":"` + string(uid) + `","annotations":{"` + gang.FailedPlanAnnotation + `":null}}}`
+	}
+	if err := patchJobAs(sched, "big", ownAnnotation(bigUID)); err != nil {
 		t.Errorf("the scheduler cannot patch its own annotation: %v", err)
+	}
+	err = patchJobAs(sched, "big", ownAnnotation("a-replaced-job"))
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil ||
+		!slices.ContainsFunc(status.Status().Details.Causes, func(c metav1.StatusCause) bool { return c.Field == "metadata.uid" }) {
+		t.Errorf("the scheduler's patch naming another UID: error %v, want Invalid on metadata.uid", err)
 	}
 	for what, patch := range map[string]string{
 		"a Job's spec": `{"spec":{"parallelism":3}}`, "a Job's labels": `{"metadata":{"labels":{"x":"y"}}}`,

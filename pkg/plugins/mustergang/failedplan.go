@@ -3,6 +3,7 @@ package mustergang
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -26,24 +28,33 @@ type failedPlanWriter struct {
 	client func() kubernetes.Interface
 	source *gangSource // the PodGroup client
 	mu     sync.Mutex
-	latest map[gang.Key]*gang.FailedPlan
+	latest map[gang.Key]*failedPlanRecord
 	queue  workqueue.TypedRateLimitingInterface[gang.Key]
 }
 
+// failedPlanRecord is a failed plan to write on the gang's object, the one
+// with uid: the patch names it, so the API server refuses it (422, the UID
+// is immutable) once the object was deleted and another made under its
+// name, whose gang never had this plan.
+type failedPlanRecord struct {
+	uid  types.UID
+	plan *gang.FailedPlan
+}
+
 func newFailedPlanWriter(client func() kubernetes.Interface, source *gangSource) *failedPlanWriter {
-	return &failedPlanWriter{client: client, source: source, latest: map[gang.Key]*gang.FailedPlan{},
+	return &failedPlanWriter{client: client, source: source, latest: map[gang.Key]*failedPlanRecord{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[gang.Key](),
 			workqueue.TypedRateLimitingQueueConfig[gang.Key]{Name: "muster-failed-plan"})}
 }
 
-// record queues f as the gang's newest failed plan. A pod scheduled alone
-// has no object of its own to write on.
-func (w *failedPlanWriter) record(key gang.Key, f *gang.FailedPlan) {
+// record queues f as the newest failed plan of gang key, whose object has
+// uid. A pod scheduled alone has no object of its own to write on.
+func (w *failedPlanWriter) record(key gang.Key, uid types.UID, f *gang.FailedPlan) {
 	if key.Kind == gang.KindPod || key.Name == "" {
 		return
 	}
 	w.mu.Lock()
-	w.latest[key] = f
+	w.latest[key] = &failedPlanRecord{uid: uid, plan: f}
 	w.mu.Unlock()
 	w.queue.Add(key)
 }
@@ -63,8 +74,11 @@ func (w *failedPlanWriter) sync(ctx context.Context, key gang.Key) error {
 	if f == nil {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{gang.FailedPlanAnnotation: f.Encode()}}})
+	metadata := map[string]any{"annotations": map[string]string{gang.FailedPlanAnnotation: f.plan.Encode()}}
+	if f.uid != "" {
+		metadata["uid"] = f.uid
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": metadata})
 	if err != nil {
 		return err
 	}
@@ -87,8 +101,14 @@ func (w *failedPlanWriter) sync(ctx context.Context, key gang.Key) error {
 	default:
 		return fmt.Errorf("gang %s: no object to record a failed plan on", key)
 	}
-	if apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsNotFound(err):
 		err = nil // the gang is gone
+	case f.uid != "" && uidRefused(err):
+		// Another object has the gang's name now; a retry would be
+		// refused the same way.
+		klog.FromContext(ctx).V(2).Info("Failed plan not recorded: the gang's object was replaced", "gang", key, "uid", f.uid, "err", err)
+		err = nil
 	}
 	if err == nil {
 		w.mu.Lock()
@@ -98,4 +118,19 @@ func (w *failedPlanWriter) sync(ctx context.Context, key gang.Key) error {
 		w.mu.Unlock()
 	}
 	return err
+}
+
+// uidRefused reports whether err is the API server refusing a patch that
+// names another UID than the object's.
+func uidRefused(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, cause := range status.Status().Details.Causes {
+		if cause.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
 }

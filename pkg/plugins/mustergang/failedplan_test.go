@@ -7,11 +7,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -70,4 +75,54 @@ func TestFailedPlanRecordedOnTheGangsObject(t *testing.T) {
 	client.Unlock()
 	assert.Zero(t, pending, "a second record is pending")
 	assert.Equal(t, 1, written, "patches of the Job")
+}
+
+// A failed plan recorded for a Job that was then deleted and made again
+// under its name is not written on the new Job, whose gang never had that
+// plan; the record is dropped, not retried. The new Job's own record is
+// written.
+func TestFailedPlanOfAReplacedObjectIsNotWrittenOnItsSuccessor(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(testobj.MakeJob("ns", "j").UID("first").Obj())
+	// The API server refuses a patch that changes metadata.uid (it is
+	// immutable; the integration test of the scheduler's admission policy
+	// sees the real refusal). The fake would take the new UID.
+	client.PrependReactor("patch", "jobs", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		patch := action.(k8stesting.PatchAction)
+		var body struct {
+			Metadata struct {
+				UID string `json:"uid"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(patch.GetPatch(), &body); err != nil {
+			return true, nil, err
+		}
+		obj, err := client.Tracker().Get(batchv1.SchemeGroupVersion.WithResource("jobs"), patch.GetNamespace(), patch.GetName())
+		if err != nil || body.Metadata.UID == "" || body.Metadata.UID == string(obj.(*batchv1.Job).UID) {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewInvalid(batchv1.SchemeGroupVersion.WithKind("Job").GroupKind(), patch.GetName(),
+			field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), body.Metadata.UID, "field is immutable")})
+	})
+	w := newFailedPlanWriter(func() kubernetes.Interface { return client }, &gangSource{})
+	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
+	annotation := func() string {
+		job, err := client.BatchV1().Jobs("ns").Get(ctx, "j", metav1.GetOptions{})
+		require.NoError(t, err)
+		return job.Annotations[gang.FailedPlanAnnotation]
+	}
+
+	w.record(key, "first", &gang.FailedPlan{Time: time.Unix(1, 0).UTC(), Message: "first Job's plan"})
+	require.NoError(t, client.BatchV1().Jobs("ns").Delete(ctx, "j", metav1.DeleteOptions{}))
+	_, err := client.BatchV1().Jobs("ns").Create(ctx, testobj.MakeJob("ns", "j").UID("second").Obj(), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, w.sync(ctx, key), "a refused record is not retried")
+	assert.Empty(t, annotation(), "the first Job's failed plan on the second Job")
+	assert.Empty(t, w.latest, "the refused record is still pending")
+
+	w.record(key, "second", &gang.FailedPlan{Time: time.Unix(2, 0).UTC(), Message: "second Job's plan"})
+	require.NoError(t, w.sync(ctx, key))
+	record, err := gang.DecodeFailedPlan(annotation())
+	require.NoError(t, err)
+	assert.Equal(t, "second Job's plan", record.Message)
 }

@@ -120,7 +120,7 @@ func (p *Plugin) refuse(ctx context.Context, info *gangInfo, r *refusal) *fwk.St
 	if r.gang != nil {
 		effects := p.gangs.Refused(info.key, *r.gang, p.now())
 		if effects.Notice != nil && r.failedPlan != nil {
-			p.failedPlans.record(p.source.speaker(info.key), r.failedPlan())
+			p.failedPlans.record(info.speaker, info.ownerUID, r.failedPlan())
 		}
 		p.carryOut(ctx, effects, info.owner)
 	}

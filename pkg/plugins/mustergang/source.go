@@ -50,6 +50,11 @@ type gangInfo struct {
 	timeout time.Duration
 	// owner is the object events about the gang are recorded on.
 	owner runtime.Object
+	// speaker is the gang whose object speaks for this one (speaker), as
+	// this pod resolved it; ownerUID is that object's UID, so that a record
+	// written later never lands on an object recreated under its name.
+	speaker  gang.Key
+	ownerUID types.UID
 	// noGang explains why the owner's pods can never form a gang; each is
 	// then placed as it comes (quorum 1).
 	noGang string
@@ -66,11 +71,11 @@ func (src *gangSource) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error)
 	if !ok {
 		return nil, false, nil
 	}
-	info = &gangInfo{key: r.Key, timeout: src.defaultTimeout}
+	info = &gangInfo{key: r.Key, speaker: r.OwnerKey, timeout: src.defaultTimeout}
 	// Events go to the quorum's owner, or to the Kubernetes PodGroup when
 	// its owner cannot be read.
 	if ref := refOf(r.Owner); ref != nil {
-		info.owner = ref
+		info.owner, info.ownerUID = ref, ref.UID
 	} else if r.Group != nil {
 		info.owner = refOf(r.Group)
 	}
