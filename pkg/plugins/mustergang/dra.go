@@ -226,24 +226,44 @@ func (d *draGPUs) gpuClasses(ctx context.Context) ([]*resourceapi.DeviceClass, s
 }
 
 // attributeDomains maps each topology attribute to each node's value of
-// it: that of the first device (in slice and device order) that has it.
+// it: that of the first device that has it among the node's own slices (by
+// name, in device order), else among the devices that name the node in
+// slices that select nodes per device (by name, in device order).
 func (d *draGPUs) attributeDomains(byNode map[string][]*resourceapi.ResourceSlice) map[string]map[string]string {
 	if len(d.attributes) == 0 {
 		return nil
 	}
+	byName := func(slices []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+		sorted := append([]*resourceapi.ResourceSlice(nil), slices...)
+		sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+		return sorted
+	}
+	perDevice := byName(slices.DeleteFunc(slices.Clone(byNode[""]), func(s *resourceapi.ResourceSlice) bool {
+		return !ptr.Deref(s.Spec.PerDeviceNodeSelection, false)
+	}))
 	out := map[string]map[string]string{}
 	for _, attr := range d.attributes {
 		values := map[string]string{}
-		for node, slices := range byNode {
+		for node, nodeSlices := range byNode {
 			if node == "" {
 				continue
 			}
-			sorted := append([]*resourceapi.ResourceSlice(nil), slices...)
-			sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
-			for _, s := range sorted {
+			for _, s := range byName(nodeSlices) {
 				if v := attributeOf(s, attr); v != "" {
 					values[node] = v
 					break
+				}
+			}
+		}
+		for _, s := range perDevice {
+			for i := range s.Spec.Devices {
+				dev := &s.Spec.Devices[i]
+				node := ptr.Deref(dev.NodeName, "")
+				if node == "" || values[node] != "" {
+					continue
+				}
+				if v := deviceAttribute(s.Spec.Driver, dev, attr); v != "" {
+					values[node] = v
 				}
 			}
 		}
@@ -253,29 +273,37 @@ func (d *draGPUs) attributeDomains(byNode map[string][]*resourceapi.ResourceSlic
 }
 
 // attributeOf is the value of attribute (domain/name) on the slice's first
-// device that has it; a device may write the name alone when the domain is
-// its driver's.
+// device that has it.
 func attributeOf(s *resourceapi.ResourceSlice, attribute string) string {
-	domain, name, _ := strings.Cut(attribute, "/")
 	for i := range s.Spec.Devices {
-		attrs := s.Spec.Devices[i].Attributes
-		a, ok := attrs[resourceapi.QualifiedName(attribute)]
-		if !ok && domain == s.Spec.Driver {
-			a, ok = attrs[resourceapi.QualifiedName(name)]
+		if v := deviceAttribute(s.Spec.Driver, &s.Spec.Devices[i], attribute); v != "" {
+			return v
 		}
-		if !ok {
-			continue
-		}
-		switch {
-		case a.StringValue != nil:
-			return *a.StringValue
-		case a.IntValue != nil:
-			return fmt.Sprint(*a.IntValue)
-		case a.BoolValue != nil:
-			return fmt.Sprint(*a.BoolValue)
-		case a.VersionValue != nil:
-			return *a.VersionValue
-		}
+	}
+	return ""
+}
+
+// deviceAttribute is the value of attribute (domain/name) on dev, a device
+// of driver; a device may write the name alone when the domain is its
+// driver's.
+func deviceAttribute(driver string, dev *resourceapi.Device, attribute string) string {
+	domain, name, _ := strings.Cut(attribute, "/")
+	a, ok := dev.Attributes[resourceapi.QualifiedName(attribute)]
+	if !ok && domain == driver {
+		a, ok = dev.Attributes[resourceapi.QualifiedName(name)]
+	}
+	if !ok {
+		return ""
+	}
+	switch {
+	case a.StringValue != nil:
+		return *a.StringValue
+	case a.IntValue != nil:
+		return fmt.Sprint(*a.IntValue)
+	case a.BoolValue != nil:
+		return fmt.Sprint(*a.BoolValue)
+	case a.VersionValue != nil:
+		return *a.VersionValue
 	}
 	return ""
 }

@@ -941,3 +941,29 @@ func TestDRAGPUsOfASliceThatSelectsNodesPerDeviceAreTheirNodes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int64{"n1": 1, "n2": 1}, st.free)
 }
+
+func TestDRATopologyFromDevicesThatNameTheirNodes(t *testing.T) {
+	// A slice that selects nodes per device gives each node the attribute
+	// of the devices that name it; a node's own slice comes first.
+	const clique = "gpu.nvidia.com/clique"
+	args := defaultArgs(t)
+	args.TopologyLevels = append([]config.TopologyLevel{{Name: "node", NodeLabel: "kubernetes.io/hostname"},
+		{Name: "clique", DeviceAttribute: clique}}, args.TopologyLevels[1:]...)
+	perDevice := gpuSlice("n1", "a100", "a100", "a100")
+	perDevice.Spec.NodeName, perDevice.Spec.PerDeviceNodeSelection = nil, ptr.To(true)
+	for i, d := range []struct{ node, clique string }{{"n1", "A"}, {"n2", "B"}, {"n3", "B"}} {
+		perDevice.Spec.Devices[i].NodeName = ptr.To(d.node)
+		perDevice.Spec.Devices[i].Attributes["clique"] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.clique)}
+	}
+	local := gpuSlice("n3", "a100")
+	local.Spec.Devices[0].Attributes["clique"] = resourceapi.DeviceAttribute{StringValue: ptr.To("C")}
+	nodes := []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1"), draNode("n3", "r1")}
+	f := newTestFrameworkWith(t, 1, nodes, nil, append(draObjects(perDevice, local), args)...)
+	_, err := f.plugin.dra.snapshot(context.Background())
+	require.NoError(t, err)
+	domains := map[string]string{}
+	for _, n := range nodes {
+		domains[n.Name] = f.plugin.dra.Domain(n.Name, clique)
+	}
+	assert.Equal(t, map[string]string{"n1": "A", "n2": "B", "n3": "C"}, domains)
+}
