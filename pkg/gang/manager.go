@@ -46,11 +46,14 @@ type victimRef struct {
 }
 
 // Epoch is what a failed plan was computed against: the scheduler
-// snapshot's generation and the number of plans dropped so far. A sibling's
-// failure is reused only within the same epoch.
+// snapshot's generation, the number of plans dropped so far and the sum of
+// the pending members' generations (a pod's generation grows with every
+// change of its spec: a toleration added, a resize). A sibling's failure is
+// reused only within the same epoch.
 type Epoch struct {
 	Snapshot int64
 	Releases uint64
+	Members  int64
 }
 
 type state struct {

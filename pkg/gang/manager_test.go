@@ -108,6 +108,7 @@ func TestFailedPlanIsReusedOnlyWhileNothingChanged(t *testing.T) {
 		at              time.Time
 	}{
 		{"snapshot changed", Epoch{Snapshot: 8}, 4, 4, now},
+		{"a member's spec changed", Epoch{Snapshot: 7, Releases: epoch.Releases, Members: 1}, 4, 4, now},
 		{"another pending member", epoch, 5, 4, now},
 		{"quorum changed", epoch, 4, 3, now},
 		{"too old", epoch, 4, 4, now.Add(2 * time.Second)},

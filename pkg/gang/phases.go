@@ -125,6 +125,9 @@ const (
 	// WakeOwnerChanged: the gang's Job, StatefulSet or PodGroup was added
 	// or changed in a way that can change its quorum.
 	WakeOwnerChanged
+	// WakeMemberUngated: a pending member's last scheduling gate was
+	// removed; siblings refused while it was gated try again.
+	WakeMemberUngated
 	numWakeReasons
 )
 
@@ -139,6 +142,7 @@ var wakeReasonNames = [numWakeReasons]string{
 	WakeQuorumReached:   "quorum_reached",
 	WakeMemberSucceeded: "member_succeeded",
 	WakeOwnerChanged:    "owner_changed",
+	WakeMemberUngated:   "member_ungated",
 }
 
 // WakeReasons lists every reason, in order.

@@ -338,7 +338,7 @@ func Compute(req Request, nodes []NodeView) (*Plan, error) {
 				mostPlaced, mostPlacedWhere = p.placed, levelName+" "+d.name
 			}
 		}
-		u := &Unplaceable{Message: unplaceableMessage(req, members, eligible, excluded, mostPlaced, mostPlacedWhere, endIdx)}
+		u := &Unplaceable{Message: unplaceableMessage(req, members, eligible, feasible, excluded, mostPlaced, mostPlacedWhere, endIdx)}
 		if endIdx < len(req.Levels) && mostPlaced > 0 {
 			u.Closest = strings.TrimPrefix(mostPlacedWhere, req.Levels[endIdx].Name+" ")
 		}
@@ -470,6 +470,26 @@ func (f *feasibility) fits(c *NodeConstraints, i int) bool {
 		}
 	}
 	return known[i] == 1
+}
+
+// excludedForAll counts the eligible nodes whose taints, labels or fields
+// no member's constraints accept: why a gang with free GPUs in view found
+// no place, in its Unplaceable message.
+func (f *feasibility) excludedForAll() int {
+	n := 0
+	for i := range f.eligible {
+		usable := false
+		for c := range f.known {
+			if f.fits(c, i) {
+				usable = true
+				break
+			}
+		}
+		if !usable {
+			n++
+		}
+	}
+	return n
 }
 
 // memberSlots is, per eligible node, how many of the members' smallest
@@ -876,7 +896,7 @@ type resumePoint struct {
 	refused   int // eligible node index
 }
 
-func unplaceableMessage(req Request, members []Member, eligible []*NodeView, excluded string, mostPlaced int, where string, endIdx int) string {
+func unplaceableMessage(req Request, members []Member, eligible []*NodeView, feasible *feasibility, excluded string, mostPlaced int, where string, endIdx int) string {
 	var b strings.Builder
 	need := len(members)
 	if req.Needed > 0 && req.Needed < need {
@@ -907,6 +927,9 @@ func unplaceableMessage(req Request, members []Member, eligible []*NodeView, exc
 		freeGPU += max(n.gpus(req.GPU), 0)
 	}
 	fmt.Fprintf(&b, "; %d eligible nodes have %d free %s", len(eligible), freeGPU, req.GPU)
+	if n := feasible.excludedForAll(); n > 0 {
+		fmt.Fprintf(&b, "; %d of them no member may use (untolerated taints, node selector or required node affinity)", n)
+	}
 	if excluded != "" {
 		fmt.Fprintf(&b, "; %s", excluded)
 	}

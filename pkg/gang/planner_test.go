@@ -758,3 +758,23 @@ func TestUnplaceableNeverSaysTheWholeGangFits(t *testing.T) {
 	assert.NotContains(t, err.Error(), "at most 2 fit")
 	assert.Contains(t, err.Error(), "their requests fit in the cluster, but not the scheduler's filters")
 }
+
+// TestUnplaceableSaysWhichNodesTheMembersMayNotUse: free GPUs behind a taint
+// the members do not tolerate are counted, and the message says the members
+// may not use those nodes, not only that none fit.
+func TestUnplaceableSaysWhichNodesTheMembersMayNotUse(t *testing.T) {
+	taint := v1.Taint{Key: "dedicated", Value: "training", Effect: v1.TaintEffectNoSchedule}
+	nodes := views(testNode{name: "a", rack: "r1", taints: []v1.Taint{taint}}, testNode{name: "b", rack: "r1", taints: []v1.Taint{taint}},
+		testNode{name: "c", rack: "r1", used: 8})
+	_, err := Compute(request(gangOf(2, 8)), nodes)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "none fit; 3 eligible nodes have 16 free nvidia.com/gpu; 2 of them no member may use")
+
+	tolerating := gangOf(2, 8)
+	constraints := ConstraintsOf(klog.Background(), &v1.Pod{Spec: v1.PodSpec{Tolerations: []v1.Toleration{{Key: taint.Key, Value: taint.Value, Effect: taint.Effect}}}})
+	for i := range tolerating {
+		tolerating[i].Constraints = constraints
+	}
+	_, err = Compute(request(tolerating), nodes)
+	require.NoError(t, err, "members that tolerate the taint use both nodes")
+}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/muster-sched/muster/internal/testobj"
 )
@@ -239,4 +240,34 @@ func (c *cluster) waitForEvent(kind, name, reason, part string) {
 		}
 		return false, nil
 	})
+}
+
+// A gang refused for another plugin's sake (a taint its members do not
+// tolerate) is retried when a toleration is added to its members: the
+// framework asks only MusterGang about a member MusterGang's plan check
+// refused, and MusterGang answers with TaintToleration's hint. Without it
+// the members would wait for the queue's five-minute flush.
+func TestGangRefusedByATaintIsPlacedWhenItsMembersTolerateIt(t *testing.T) {
+	taint := corev1.Taint{Key: "dedicated", Value: "training", Effect: corev1.TaintEffectNoSchedule}
+	c := startCluster(t, gpuNode("node-1", 8).Taint(taint).Obj(), gpuNode("node-2", 8).Taint(taint).Obj())
+	c.createJob(jobSpec{name: "tainted", workers: 2, gpus: 8})
+	pods := c.waitJobUnschedulable("tainted", 2, "2 of them no member may use")
+	if held := c.holdingPods(); len(held) != 0 {
+		t.Fatalf("pods hold capacity while no node tolerates them: %v", held)
+	}
+	for _, p := range pods {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			pod, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: taint.Key, Operator: corev1.TolerationOpEqual,
+				Value: taint.Value, Effect: taint.Effect})
+			_, err = c.Client.CoreV1().Pods(c.ns).Update(c.ctx, pod, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatalf("adding a toleration to %s: %v", p.Name, err)
+		}
+	}
+	c.waitJobBound("tainted", 2)
 }

@@ -63,6 +63,23 @@ func (p *Plugin) onPodChange(obj interface{}) {
 	p.status.enqueue(key)
 }
 
+// onPodUpdate is onPodChange, and a pending member whose last scheduling
+// gate was removed wakes its gang's pending members: a sibling refused
+// while it was gated ("held by scheduling gates") tries again. The
+// framework delivers the member's own update to it alone.
+func (p *Plugin) onPodUpdate(oldObj, obj interface{}) {
+	p.onPodChange(obj)
+	old, ok := oldObj.(*v1.Pod)
+	pod, ok2 := obj.(*v1.Pod)
+	if !ok || !ok2 || len(old.Spec.SchedulingGates) == 0 || len(pod.Spec.SchedulingGates) > 0 ||
+		pod.Spec.NodeName != "" || pod.Spec.SchedulerName != p.handle.ProfileName() {
+		return
+	}
+	if key, inGang := gang.KeyOf(pod); inGang {
+		p.wake(p.logger(), key, gang.WakeMemberUngated, p.source.members(key).pending)
+	}
+}
+
 // recordFinished asks the API server whether a member that left the
 // informer succeeded (the watch reports the last live state); if so it
 // counts toward its PodGroup's quorum and the rest of the gang is woken.

@@ -149,7 +149,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	p.source.pods = podInformer.GetIndexer()
 	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.onPodAdd,
-		UpdateFunc: func(_, obj interface{}) { p.onPodChange(obj) },
+		UpdateFunc: p.onPodUpdate,
 		DeleteFunc: p.onPodDelete,
 	}); err != nil {
 		return nil, err

@@ -338,13 +338,16 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		return nil, r
 	}
 	// A sibling's cycle found no plan on this very snapshot, with no plan
-	// dropped since: the answer is the same.
+	// dropped and no member's spec changed since: the answer is the same.
 	dra, err := p.dra.snapshot(ctx)
 	if err != nil {
 		return nil, refuseCycle(fwk.AsStatus(err))
 	}
 	views, generation := p.nodes.views(nodes, dra)
 	epoch := gang.Epoch{Snapshot: generation, Releases: planning.Releases}
+	for _, m := range gr.candidates {
+		epoch.Members += m.Pod.Generation
+	}
 	if !gr.alone {
 		if msg, ok := planning.FailedPlan(epoch, len(gr.candidates), gr.req.Needed, p.now()); ok {
 			return nil, refuseCycle(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg))

@@ -206,3 +206,30 @@ func TestHigherPriorityGangDisplacesALowerPlan(t *testing.T) {
 	assert.Nil(t, f.plugin.gangs.Plan(lowKey), "the low plan gave way")
 	assert.Equal(t, gang.PhaseDropped, f.plugin.gangs.Phase(lowKey), "dropped, not backing off")
 }
+
+// TestChangedMemberIsPlannedAgain: a sibling's failed plan is reused only
+// while no member changed; members given the toleration their nodes need
+// (their generation grows) are planned again at once, not after the failed
+// plan's reuse runs out.
+func TestChangedMemberIsPlannedAgain(t *testing.T) {
+	taint := v1.Taint{Key: "dedicated", Value: "training", Effect: v1.TaintEffectNoSchedule}
+	nodes := []*v1.Node{testobj.MakeNode("n1").GPUs(8).Taint(taint).Obj(), testobj.MakeNode("n2").GPUs(8).Taint(taint).Obj()}
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, nodes, []*v1.Pod{a, b})
+	_, status := f.preFilter(t, a)
+	require.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "PreFilter: %v", status)
+	assert.Contains(t, status.Message(), "2 of them no member may use")
+
+	var tolerating []*v1.Pod
+	for _, p := range []*v1.Pod{a, b} {
+		p = p.DeepCopy()
+		p.Spec.Tolerations = append(p.Spec.Tolerations, v1.Toleration{Key: taint.Key, Value: taint.Value, Effect: taint.Effect})
+		p.Generation++
+		require.NoError(t, f.plugin.source.pods.Update(p))
+		tolerating = append(tolerating, p)
+	}
+	_, status = f.preFilter(t, tolerating[1])
+	require.True(t, status.IsSuccess(), "PreFilter after the members changed: %v", status)
+	key, _ := gang.KeyOf(b)
+	assert.Len(t, f.plugin.gangs.Plan(key).Slots, 2)
+}

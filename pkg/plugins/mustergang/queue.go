@@ -8,9 +8,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/sets"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/muster-sched/muster/pkg/gang"
@@ -57,26 +59,29 @@ func (p *Plugin) queueKey(pod *v1.Pod) (time.Time, string) {
 	return pod.CreationTimestamp.Time, pod.Namespace + "/" + pod.Name
 }
 
-// EventsToRegister lists the pod and node events that can make a waiting
-// gang schedulable. Hints answer Queue when unsure. A change of a gang's Job,
+// EventsToRegister lists the events that can make a waiting gang
+// schedulable. Hints answer Queue when unsure. A change of a gang's Job,
 // StatefulSet or PodGroup (its quorum) is not registered here: it reaches the
 // gang through the plugin's own informers (ownerHandler), whose listers the
 // plugin reads. Registering it would start a second, cluster-wide dynamic
-// informer per kind whose events can run ahead of those listers. These hints
-// are the framework's path to the active queue; muster's own (wake.go) covers
-// what no registered event shows.
-func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+// informer per kind whose events can run ahead of those listers. The
+// framework delivers a pending pod's own updates to it alone (TargetPod),
+// never to its siblings, and no unscheduled pod's deletion: a sibling's
+// change reaches the gang through the plugin's pod informer (wake.go).
+//
+// A member refused for another plugin's sake carries MusterGang's status: the
+// plan's filter check runs the profile's PreFilter and Filter plugins, and a
+// sibling held back by another PreEnqueue plugin keeps MusterGang's refusal.
+// The framework then asks MusterGang's hints only, so the events and hints
+// of those plugins are registered here as well (profileEvents).
+func (p *Plugin) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
 	events := []fwk.ClusterEventWithHint{
 		// A new member can complete a gang's quorum.
 		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
-		// A member whose scheduling gates are removed can now be planned.
-		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.UpdatePodSchedulingGatesEliminated}, QueueingHintFn: p.sameGangPod},
-		// A deleted pod frees capacity when it was bound; a member's
-		// deletion or success changes its own gang. (A plan released by
-		// another gang wakes the gangs waiting for capacity directly.)
+		// A deleted pod frees capacity when it was bound. (A plan released
+		// by another gang wakes the gangs waiting for capacity directly.)
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}},
-		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Delete}, QueueingHintFn: p.sameGangDeleted},
 		// New or grown nodes, changed labels (topology, spot) or taints; not
 		// a node that only lost room (a reclaim notice taint, a cordon).
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint},
@@ -96,6 +101,42 @@ func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint
 			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}},
 			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.DeviceClass, ActionType: fwk.Add | fwk.Update}},
 			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add | fwk.Update | fwk.Delete}})
+	}
+	others, err := p.profileEvents(ctx)
+	return append(events, others...), err
+}
+
+// profileEvents are the events, with their own hints, of the profile's
+// other PreEnqueue, PreFilter and Filter plugins: those whose refusals
+// reach the framework as MusterGang's. They take no informer of their own:
+// those plugins registered the same events.
+func (p *Plugin) profileEvents(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
+	profile, ok := p.handle.(interface {
+		ListPlugins() *schedconfig.Plugins
+		EnqueueExtensions() []fwk.EnqueueExtensions
+	})
+	if !ok {
+		return nil, nil
+	}
+	refusers := sets.New[string]()
+	if plugins := profile.ListPlugins(); plugins != nil {
+		for _, set := range []schedconfig.PluginSet{plugins.PreEnqueue, plugins.PreFilter, plugins.Filter} {
+			for _, pl := range set.Enabled {
+				refusers.Insert(pl.Name)
+			}
+		}
+	}
+	refusers.Delete(Name)
+	var events []fwk.ClusterEventWithHint
+	for _, ext := range profile.EnqueueExtensions() {
+		if !refusers.Has(ext.Name()) {
+			continue
+		}
+		theirs, err := ext.EventsToRegister(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("events of plugin %s: %w", ext.Name(), err)
+		}
+		events = append(events, theirs...)
 	}
 	return events, nil
 }
@@ -153,12 +194,6 @@ func taintIn(t v1.Taint, taints []v1.Taint) bool {
 		}
 	}
 	return false
-}
-
-// sameGangDeleted: an unscheduled pod's deletion frees nothing (a plan it
-// was part of is released through the gang manager), except for its own gang.
-func (p *Plugin) sameGangDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
-	return p.sameGangPod(logger, pod, nil, oldObj)
 }
 
 // PreEnqueue keeps members of a gang that has fewer pods than its quorum out

@@ -99,18 +99,6 @@ func TestQueueingHints(t *testing.T) {
 		{"lone pod is not woken by pods", lone, lonePod("other", 6, 0), fwk.QueueSkip},
 		{"not a pod: queue when unsure", member, "garbage", fwk.Queue},
 	}
-	deleted := []podHint{
-		{"pending sibling deleted", member, sibling, fwk.Queue},
-		{"other gang's pending pod deleted", member, stranger, fwk.QueueSkip},
-	}
-	for _, tc := range deleted {
-		t.Run("deleted/"+tc.name, func(t *testing.T) {
-			got, err := p.sameGangDeleted(logger, tc.pod, tc.other, nil)
-			if err != nil || got != tc.want {
-				t.Errorf("sameGangDeleted = %v, %v; want %v", got, err, tc.want)
-			}
-		})
-	}
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"rack": "r1"}},
 		Spec: v1.NodeSpec{Taints: []v1.Taint{{Key: "a", Effect: v1.TaintEffectNoSchedule}}}}
 	withTaint := node.DeepCopy()
@@ -161,4 +149,53 @@ func TestEventsToRegisterArePodsAndNodesOnly(t *testing.T) {
 		resources[e.Event.Resource] = true
 	}
 	assert.Equal(t, map[fwk.EventResource]bool{fwk.UnscheduledPod: true, fwk.AssignedPod: true, fwk.Node: true}, resources)
+}
+
+// A member refused in the plan's filter check for another plugin's sake (a
+// taint here) carries MusterGang's status, so the framework asks MusterGang's
+// hints only: MusterGang registers the events of the profile's other
+// PreFilter and Filter plugins with their hints, and a toleration added to
+// the member requeues it as it would requeue a lone pod.
+func TestEventsOfTheProfilesOtherPluginsWakeTheGang(t *testing.T) {
+	taint := v1.Taint{Key: "dedicated", Value: "training", Effect: v1.TaintEffectNoSchedule}
+	nodes := []*v1.Node{testobj.MakeNode("n1").GPUs(8).Taint(taint).Obj(), testobj.MakeNode("n2").GPUs(8).Taint(taint).Obj()}
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, nodes, []*v1.Pod{a, b})
+
+	_, status := f.preFilter(t, a)
+	require.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "PreFilter: %v", status)
+	assert.Equal(t, Name, status.Plugin(), "the framework attributes the taint's refusal to MusterGang")
+
+	events, err := f.plugin.EventsToRegister(t.Context())
+	require.NoError(t, err)
+	tolerating := a.DeepCopy()
+	tolerating.Spec.Tolerations = []v1.Toleration{{Key: "dedicated", Value: "training", Effect: v1.TaintEffectNoSchedule}}
+	update := fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.UpdatePodToleration}
+	// The queue requeues a pod when any matching hint of a plugin that
+	// refused it answers Queue (NodeUnschedulable's hint for the same
+	// event skips: the member still does not tolerate a cordon).
+	var queued bool
+	for _, e := range events {
+		if !framework.MatchClusterEvents(e.Event, update) {
+			continue
+		}
+		hint := fwk.Queue
+		if e.QueueingHintFn != nil {
+			hint, err = e.QueueingHintFn(klog.Background(), tolerating, a, tolerating)
+			require.NoError(t, err)
+		}
+		queued = queued || hint == fwk.Queue
+	}
+	assert.True(t, queued, "a toleration added to the refused member requeues it (TaintToleration's event and hint)")
+
+	// Only the refusers' events: the profile's binder and MusterGang's own
+	// registrations are not repeated.
+	own, err := (&Plugin{gangs: gang.NewManager()}).EventsToRegister(t.Context())
+	require.NoError(t, err)
+	others, err := f.plugin.profileEvents(t.Context())
+	require.NoError(t, err)
+	assert.Len(t, events, len(own)+len(others))
+	for _, e := range others {
+		assert.NotNil(t, e.QueueingHintFn, "event %v is registered with its plugin's hint", e.Event)
+	}
 }

@@ -404,3 +404,33 @@ func TestUnplaceableGangPlannedWhenAWorkerOfTheHolderFails(t *testing.T) {
 	assert.Len(t, plan.Slots, 2)
 	assert.Empty(t, f.plugin.gangs.HeldForOthers(waiting, gang.AnyPriority), "the dropped plan holds nothing")
 }
+
+// A pending member whose last scheduling gate is removed wakes its gang's
+// pending members (the framework tells only that pod); removing one gate of
+// two, or an update of a bound member, wakes nobody.
+func TestWakeWhenAMembersLastGateIsRemoved(t *testing.T) {
+	a := worker("g", 0, 1, "")
+	gated := testobj.MakePod("ns", "g-1").UID("g-1").OwnedByJob("g", jobUID).SchedulerName("muster").
+		SchedulingGate("first").SchedulingGate("second").Obj()
+	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8)}, nil, []*v1.Pod{a, gated})
+	before := wakeCounts(t)
+
+	oneLeft := gated.DeepCopy()
+	oneLeft.Spec.SchedulingGates = oneLeft.Spec.SchedulingGates[1:]
+	f.plugin.onPodUpdate(gated, oneLeft)
+	assert.Empty(t, f.takeActivated(), "a gate remains")
+
+	ungated := oneLeft.DeepCopy()
+	ungated.Spec.SchedulingGates = nil
+	require.NoError(t, f.plugin.source.pods.Update(ungated))
+	f.plugin.onPodUpdate(oneLeft, ungated)
+	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeMemberUngated: 1}, wakesSince(t, before))
+
+	f.plugin.onPodUpdate(ungated, ungated)
+	bound := a.DeepCopy()
+	bound.Spec.NodeName = "n1"
+	f.plugin.onPodUpdate(a, bound)
+	assert.Empty(t, f.takeActivated(), "no gate went")
+	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeMemberUngated: 1}, wakesSince(t, before))
+}
