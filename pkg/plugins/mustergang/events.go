@@ -53,15 +53,17 @@ func (p *Plugin) wakeTargets(w gang.Wake) []*v1.Pod {
 	return p.source.members(w.Key).pending
 }
 
-// setTimer sets a timer a transition asked for.
+// setTimer sets a timer a transition asked for. The gang's members are
+// looked up in every profile when it fires: a plan of one profile may
+// displace a gang of another.
 func (p *Plugin) setTimer(t gang.Timer) {
 	switch t.Kind {
 	case gang.TimerPlanDeadline:
 		p.timers.once(planDeadline(t.PlanID), t.After, func() { p.expirePlan(t.Key, t.PlanID) })
 	case gang.TimerBackoffEnded:
-		p.timers.forGang(t.Key, t.After, func() { p.wake(p.logger(), t.Key, gang.WakeBackoffEnded, p.source.members(t.Key).pending) })
+		p.timers.forGang(t.Key, t.After, func() { p.wake(p.logger(), t.Key, gang.WakeBackoffEnded, p.source.pendingInAnyProfile(t.Key)) })
 	case gang.TimerAvoidEnded:
-		p.timers.forGang(t.Key, t.After, func() { p.wake(p.logger(), t.Key, gang.WakeAvoidEnded, p.source.members(t.Key).pending) })
+		p.timers.forGang(t.Key, t.After, func() { p.wake(p.logger(), t.Key, gang.WakeAvoidEnded, p.source.pendingInAnyProfile(t.Key)) })
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
@@ -433,4 +435,33 @@ func TestWakeWhenAMembersLastGateIsRemoved(t *testing.T) {
 	f.plugin.onPodUpdate(a, bound)
 	assert.Empty(t, f.takeActivated(), "no gate went")
 	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeMemberUngated: 1}, wakesSince(t, before))
+}
+
+// A plan displaced by a higher-priority gang of another profile ends its
+// (zero) backoff by waking its own members, which this profile's gang
+// index does not hold.
+func TestDisplacedGangOfAnotherProfileIsWoken(t *testing.T) {
+	low := []*v1.Pod{worker("o", 0, 8, ""), worker("o", 1, 8, "")}
+	for _, p := range low {
+		p.Spec.SchedulerName = "other"
+		p.Spec.Priority = ptr.To[int32](1)
+	}
+	high := worker("g", 0, 8, "")
+	high.Spec.Priority = ptr.To[int32](100)
+	f := newQuietFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, nil, append(low, high))
+	require.NoError(t, f.plugin.handle.SharedInformerFactory().Core().V1().Pods().Informer().
+		AddIndexers(cache.Indexers{gangIndexPrefix + "other": gangIndexFunc("other")}))
+	lowKey, _ := gang.KeyOf(low[0])
+	_, ok := f.plugin.gangs.Install(lowKey, &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{low[0].UID: "n1", low[1].UID: "n2"}},
+		Priority: 1, Reserved: sets.New[types.UID]()}, low[0].UID, "planned", t0)
+	require.True(t, ok)
+	before := wakeCounts(t)
+
+	_, status := f.preFilter(t, high)
+	require.True(t, status.IsSuccess(), "PreFilter of the high worker: %v", status)
+	require.Nil(t, f.plugin.gangs.Plan(lowKey), "the low plan gave way")
+	f.takeActivated()
+	f.clock.Step(0)
+	assert.ElementsMatch(t, []string{"ns/o-0", "ns/o-1"}, f.takeActivated(), "the displaced gang's members try again")
+	assert.Equal(t, 1.0, wakesSince(t, before)[gang.WakeBackoffEnded])
 }
