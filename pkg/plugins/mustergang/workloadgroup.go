@@ -270,6 +270,11 @@ func (g *groupPass) unseenMember(plan *gang.ActivePlan, unscheduled map[string]*
 // refused it at its slot), or planned and never seen by muster's PreFilter
 // (another PreFilter refused it first, a volume claim deleted since the
 // plan). Nil outside a pass.
+//
+// The group's unscheduled pods are read from the cycle's snapshot, taken
+// when the core began the group's cycle: a member created later (planned
+// from muster's informer, but not in the pass) is left to a later cycle
+// instead of being taken for one another plugin refused.
 func (p *Plugin) refusedInPass(s *cycleState) (*passMember, bool) {
 	if s.pass == nil {
 		return nil, false
@@ -277,11 +282,11 @@ func (p *Plugin) refusedInPass(s *cycleState) (*passMember, bool) {
 	if m := s.pass.refusedMember(); m != nil {
 		return m, true
 	}
-	manager := p.handle.PodGroupManager()
-	if manager == nil || s.key.Kind != gang.KindWorkloadPodGroup {
+	snapshot := p.handle.SnapshotSharedLister()
+	if snapshot == nil || s.key.Kind != gang.KindWorkloadPodGroup {
 		return nil, false
 	}
-	group, err := manager.PodGroupStates().Get(s.key.Namespace, s.key.Name)
+	group, err := snapshot.PodGroupStates().Get(s.key.Namespace, s.key.Name)
 	if err != nil {
 		return nil, false
 	}

@@ -240,3 +240,73 @@ func TestGroupPassFindsTheUnseenMember(t *testing.T) {
 	delete(unscheduled, "refused")
 	assert.Nil(t, pass.unseenMember(plan, unscheduled), "no planned member unseen")
 }
+
+// snapshotHandle is a framework handle whose cycle snapshot holds one
+// group's unscheduled pods, and whose live PodGroupManager holds live.
+type snapshotHandle struct {
+	fwk.Handle
+	unscheduled map[string]*v1.Pod
+	live        map[string]*v1.Pod
+}
+
+func (h snapshotHandle) SnapshotSharedLister() fwk.SharedLister { return snapshotLister(h) }
+func (h snapshotHandle) PodGroupManager() fwk.PodGroupManager {
+	return liveManager{unscheduled: snapshotLister{unscheduled: h.live}}
+}
+
+type liveManager struct {
+	fwk.PodGroupManager
+	unscheduled snapshotLister
+}
+
+func (m liveManager) PodGroupStates() fwk.PodGroupStateLister { return m.unscheduled }
+
+type snapshotLister snapshotHandle
+
+func (l snapshotLister) NodeInfos() fwk.NodeInfoLister                             { panic("not used") }
+func (l snapshotLister) StorageInfos() fwk.StorageInfoLister                       { panic("not used") }
+func (l snapshotLister) PodGroups() fwk.PodGroupLister                             { panic("not used") }
+func (l snapshotLister) CompositePodGroupStates() fwk.CompositePodGroupStateLister { panic("not used") }
+func (l snapshotLister) CompositePodGroups() fwk.CompositePodGroupLister           { panic("not used") }
+func (l snapshotLister) PodGroupStates() fwk.PodGroupStateLister                   { return l }
+func (l snapshotLister) Get(_, _ string) (fwk.PodGroupState, error) {
+	return snapshotGroup{unscheduled: l.unscheduled}, nil
+}
+
+type snapshotGroup struct {
+	fwk.PodGroupState
+	unscheduled map[string]*v1.Pod
+}
+
+func (g snapshotGroup) UnscheduledPods() map[string]*v1.Pod { return g.unscheduled }
+
+// Permit finds a planned member the pass never saw among the group's
+// unscheduled pods of the cycle's snapshot: one created after the core took
+// it (muster planned it from its informer) is not in the pass, and is left
+// to a later cycle rather than taken for a member another plugin refused.
+func TestMemberCreatedAfterTheGroupCycleBeganIsNotRefused(t *testing.T) {
+	pod := func(name string) *v1.Pod { return testobj.MakePod("ns", name).UID("u-" + name).PodGroup("pg").Obj() }
+	placed, refused, late := pod("placed"), pod("refused"), pod("late")
+	key := gang.Key{Kind: gang.KindWorkloadPodGroup, Namespace: "ns", Name: "pg"}
+	h := snapshotHandle{unscheduled: map[string]*v1.Pod{"refused": refused}, live: map[string]*v1.Pod{"refused": refused, "late": late}}
+	p := &Plugin{handle: h, gangs: gang.NewManager()}
+	plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{placed.UID: "n1", refused.UID: "n2", late.UID: "n3"}},
+		Reserved: sets.New[types.UID]()}
+	_, ok := p.gangs.Install(key, plan, placed.UID, "planned", t0)
+	require.True(t, ok)
+	installed := p.gangs.Plan(key)
+	pass := passOf(framework.NewCycleState(), installed.ID)
+	pass.saw(placed.UID)
+	pass.steered(placed, "n1")
+	pass.reserved(placed.UID)
+	s := &cycleState{slot: "n1", planID: installed.ID, key: key, pass: pass}
+
+	got, atSlot := p.refusedInPass(s)
+	require.NotNil(t, got, "the member another plugin refused in the pass")
+	assert.Equal(t, "refused", got.name)
+	assert.False(t, atSlot)
+
+	delete(h.unscheduled, "refused")
+	got, _ = p.refusedInPass(s)
+	assert.Nil(t, got, "the member created after the snapshot is not in the pass, and not refused")
+}
