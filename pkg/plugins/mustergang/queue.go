@@ -18,38 +18,52 @@ import (
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
-// Less orders pods by priority, then by when their gang (or the pod, when
-// alone) was first seen, then by gang and pod name, so the members of a gang
-// leave the queue together and the order is total. The key never changes
-// while a pod is queued and never calls the API server.
+// Less orders the queue's entries by priority, then by when their gang (or
+// the pod, when alone) was first seen, then by gang and pod name, so the
+// members of a gang leave the queue together and the order is total. A
+// Kubernetes PodGroup queued as one entry (GenericWorkload) sorts as its
+// members would, ahead of them. The key never changes while an entry is
+// queued and never calls the API server.
 func (p *Plugin) Less(a, b fwk.QueuedEntityInfo) bool {
-	pa, pb := queuedPod(a), queuedPod(b)
-	if pa == nil || pb == nil {
-		if a.GetPriority() != b.GetPriority() {
-			return a.GetPriority() > b.GetPriority()
-		}
-		return a.GetTimestamp().Before(b.GetTimestamp())
+	ka, kb := p.sortKey(a), p.sortKey(b)
+	if ka.priority != kb.priority {
+		return ka.priority > kb.priority
 	}
-	prioA, prioB := corev1helpers.PodPriority(pa), corev1helpers.PodPriority(pb)
-	if prioA != prioB {
-		return prioA > prioB
+	if !ka.seen.Equal(kb.seen) {
+		return ka.seen.Before(kb.seen)
 	}
-	seenA, groupA := p.queueKey(pa)
-	seenB, groupB := p.queueKey(pb)
-	if !seenA.Equal(seenB) {
-		return seenA.Before(seenB)
+	if ka.group != kb.group {
+		return ka.group < kb.group
 	}
-	if groupA != groupB {
-		return groupA < groupB
-	}
-	return pa.Name < pb.Name
+	return ka.name < kb.name
 }
 
-func queuedPod(e fwk.QueuedEntityInfo) *v1.Pod {
-	if qp, ok := e.(*framework.QueuedPodInfo); ok && qp.PodInfo != nil {
-		return qp.Pod
+// queueSortKey is where an entry sorts: one key for every kind of entry,
+// so that the order is transitive when pods and pod groups share the queue.
+type queueSortKey struct {
+	priority int32
+	seen     time.Time
+	group    string
+	name     string // "" for a pod group: it sorts before its members
+}
+
+func (p *Plugin) sortKey(e fwk.QueuedEntityInfo) queueSortKey {
+	switch q := e.(type) {
+	case *framework.QueuedPodInfo:
+		if q.PodInfo != nil {
+			seen, group := p.queueKey(q.Pod)
+			return queueSortKey{priority: corev1helpers.PodPriority(q.Pod), seen: seen, group: group, name: q.Pod.Name}
+		}
+	case *framework.QueuedPodGroupInfo:
+		if q.PodGroupInfo != nil {
+			if pods := q.GetUnscheduledPods(); len(pods) > 0 {
+				seen, group := p.queueKey(pods[0])
+				return queueSortKey{priority: q.GetPriority(), seen: seen, group: group}
+			}
+			return queueSortKey{priority: q.GetPriority(), seen: e.GetTimestamp(), group: q.GetNamespace() + "/" + q.GetName()}
+		}
 	}
-	return nil
+	return queueSortKey{priority: e.GetPriority(), seen: e.GetTimestamp()}
 }
 
 func (p *Plugin) queueKey(pod *v1.Pod) (time.Time, string) {

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -54,16 +55,27 @@ func TestLessKeepsGangsTogetherInFirstSeenOrder(t *testing.T) {
 	}
 	lone := lonePod("lone", 5, 0)
 	urgent := jobPod("urgent", 0, 100, 10)
+	// A Kubernetes PodGroup queued as one entry, first seen between a and
+	// b, its queue timestamp (now) later than every pod's creation.
+	grouped := testobj.MakePod("ns", "pg-0").UID("pg-0").Created(t0.Add(1500 * time.Millisecond)).PodGroup("pg").Obj()
+	groupKey, _ := gang.KeyOf(grouped)
+	p.gangs.FirstSeen(groupKey, grouped.CreationTimestamp.Time)
+	group := &framework.QueuedPodGroupInfo{
+		PodGroupInfo:   &framework.PodGroupInfo{Namespace: "ns", Name: "pg", PodGroup: &schedulingv1beta1.PodGroup{}, UnscheduledPods: []*v1.Pod{grouped}},
+		QueueingParams: framework.QueueingParams{Timestamp: time.Now()},
+	}
 
 	// The expected order: higher priority first; then gangs by first-seen
 	// time, members of one gang together (by name); a lone pod by its own
-	// creation time.
-	want := []*v1.Pod{urgent, a0, a1, b0, b1, lone}
-	for i := range want {
-		for j := range want {
-			got := p.Less(queued(t, want[i]), queued(t, want[j]))
+	// creation time; a pod group where its members would be. One key for
+	// every entry keeps the order transitive.
+	entries := []fwk.QueuedEntityInfo{queued(t, urgent), queued(t, a0), queued(t, a1), group, queued(t, b0), queued(t, b1), queued(t, lone)}
+	names := []string{"urgent", "a-0", "a-1", "group pg", "b-0", "b-1", "lone"}
+	for i := range entries {
+		for j := range entries {
+			got := p.Less(entries[i], entries[j])
 			if got != (i < j) {
-				t.Errorf("Less(%s, %s) = %v, want %v", want[i].Name, want[j].Name, got, i < j)
+				t.Errorf("Less(%s, %s) = %v, want %v", names[i], names[j], got, i < j)
 			}
 		}
 	}
