@@ -9,7 +9,6 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/sets"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -25,10 +24,12 @@ import (
 // members would, ahead of them. The key never changes while an entry is
 // queued and never calls the API server.
 func (p *Plugin) Less(a, b fwk.QueuedEntityInfo) bool {
-	ka, kb := p.sortKey(a), p.sortKey(b)
-	if ka.priority != kb.priority {
-		return ka.priority > kb.priority
+	// Priority first, from the entry itself (a pod's, or its PodGroup's):
+	// most comparisons end here without looking the gangs up.
+	if pa, pb := a.GetPriority(), b.GetPriority(); pa != pb {
+		return pa > pb
 	}
+	ka, kb := p.sortKey(a), p.sortKey(b)
 	if !ka.seen.Equal(kb.seen) {
 		return ka.seen.Before(kb.seen)
 	}
@@ -38,13 +39,13 @@ func (p *Plugin) Less(a, b fwk.QueuedEntityInfo) bool {
 	return ka.name < kb.name
 }
 
-// queueSortKey is where an entry sorts: one key for every kind of entry,
-// so that the order is transitive when pods and pod groups share the queue.
+// queueSortKey is where an entry sorts among those of its priority: one key
+// for every kind of entry, so that the order is transitive when pods and
+// pod groups share the queue.
 type queueSortKey struct {
-	priority int32
-	seen     time.Time
-	group    string
-	name     string // "" for a pod group: it sorts before its members
+	seen  time.Time
+	group string
+	name  string // "" for a pod group: it sorts before its members
 }
 
 func (p *Plugin) sortKey(e fwk.QueuedEntityInfo) queueSortKey {
@@ -52,18 +53,18 @@ func (p *Plugin) sortKey(e fwk.QueuedEntityInfo) queueSortKey {
 	case *framework.QueuedPodInfo:
 		if q.PodInfo != nil {
 			seen, group := p.queueKey(q.Pod)
-			return queueSortKey{priority: corev1helpers.PodPriority(q.Pod), seen: seen, group: group, name: q.Pod.Name}
+			return queueSortKey{seen: seen, group: group, name: q.Pod.Name}
 		}
 	case *framework.QueuedPodGroupInfo:
 		if q.PodGroupInfo != nil {
 			if pods := q.GetUnscheduledPods(); len(pods) > 0 {
 				seen, group := p.queueKey(pods[0])
-				return queueSortKey{priority: q.GetPriority(), seen: seen, group: group}
+				return queueSortKey{seen: seen, group: group}
 			}
-			return queueSortKey{priority: q.GetPriority(), seen: e.GetTimestamp(), group: q.GetNamespace() + "/" + q.GetName()}
+			return queueSortKey{seen: e.GetTimestamp(), group: q.GetNamespace() + "/" + q.GetName()}
 		}
 	}
-	return queueSortKey{priority: e.GetPriority(), seen: e.GetTimestamp()}
+	return queueSortKey{seen: e.GetTimestamp()}
 }
 
 func (p *Plugin) queueKey(pod *v1.Pod) (time.Time, string) {
