@@ -212,12 +212,7 @@ func TestHigherPriorityGangDisplacesALowerPlan(t *testing.T) {
 // (their generation grows) are planned again at once, not after the failed
 // plan's reuse runs out.
 func TestChangedMemberIsPlannedAgain(t *testing.T) {
-	taint := v1.Taint{Key: "dedicated", Value: "training", Effect: v1.TaintEffectNoSchedule}
-	nodes := []*v1.Node{testobj.MakeNode("n1").GPUs(8).Taint(taint).Obj(), testobj.MakeNode("n2").GPUs(8).Taint(taint).Obj()}
-	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
-	f := newTestFramework(t, 2, nodes, []*v1.Pod{a, b})
-	_, status := f.preFilter(t, a)
-	require.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "PreFilter: %v", status)
+	f, taint, a, b, status := refusedByATaint(t)
 	assert.Contains(t, status.Message(), "2 of them no member may use")
 
 	var tolerating []*v1.Pod

@@ -169,13 +169,7 @@ func TestEventsToRegisterArePodsAndNodesOnly(t *testing.T) {
 // PreFilter and Filter plugins with their hints, and a toleration added to
 // the member requeues it as it would requeue a lone pod.
 func TestEventsOfTheProfilesOtherPluginsWakeTheGang(t *testing.T) {
-	taint := v1.Taint{Key: "dedicated", Value: "training", Effect: v1.TaintEffectNoSchedule}
-	nodes := []*v1.Node{testobj.MakeNode("n1").GPUs(8).Taint(taint).Obj(), testobj.MakeNode("n2").GPUs(8).Taint(taint).Obj()}
-	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
-	f := newTestFramework(t, 2, nodes, []*v1.Pod{a, b})
-
-	_, status := f.preFilter(t, a)
-	require.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "PreFilter: %v", status)
+	f, _, a, _, status := refusedByATaint(t)
 	assert.Equal(t, Name, status.Plugin(), "the framework attributes the taint's refusal to MusterGang")
 
 	events, err := f.plugin.EventsToRegister(t.Context())
@@ -210,4 +204,18 @@ func TestEventsOfTheProfilesOtherPluginsWakeTheGang(t *testing.T) {
 	for _, e := range others {
 		assert.NotNil(t, e.QueueingHintFn, "event %v is registered with its plugin's hint", e.Event)
 	}
+}
+
+// refusedByATaint is a gang of two 8-GPU workers of Job j on two 8-GPU
+// nodes whose taint they do not tolerate, and the status of a's PreFilter:
+// no plan.
+func refusedByATaint(t *testing.T) (f *testFramework, taint v1.Taint, a, b *v1.Pod, status *fwk.Status) {
+	t.Helper()
+	taint = v1.Taint{Key: "dedicated", Value: "training", Effect: v1.TaintEffectNoSchedule}
+	nodes := []*v1.Node{testobj.MakeNode("n1").GPUs(8).Taint(taint).Obj(), testobj.MakeNode("n2").GPUs(8).Taint(taint).Obj()}
+	a, b = worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f = newTestFramework(t, 2, nodes, []*v1.Pod{a, b})
+	_, status = f.preFilter(t, a)
+	require.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "PreFilter: %v", status)
+	return f, taint, a, b, status
 }
