@@ -249,7 +249,11 @@ func (c *cluster) waitForEvent(kind, name, reason, part string) {
 // the members would wait for the queue's five-minute flush.
 func TestGangRefusedByATaintIsPlacedWhenItsMembersTolerateIt(t *testing.T) {
 	taint := corev1.Taint{Key: "dedicated", Value: "training", Effect: corev1.TaintEffectNoSchedule}
-	c := startCluster(t, gpuNode("node-1", 8).Taint(taint).Obj(), gpuNode("node-2", 8).Taint(taint).Obj())
+	nodes := []*corev1.Node{gpuNode("node-1", 8).Taint(taint).Obj(), gpuNode("node-2", 8).Taint(taint).Obj()}
+	c := startCluster(t, nodes...)
+	// Priority-0 CPU pods (bound by name, past the taint) and their
+	// PodDisruptionBudget on both nodes, as on a shared cluster.
+	c.addBackground(4, nodes...)
 	c.createJob(jobSpec{name: "tainted", workers: 2, gpus: 8})
 	pods := c.waitJobUnschedulable("tainted", 2, "2 of them no member may use")
 	if held := c.holdingPods(); len(held) != 0 {
