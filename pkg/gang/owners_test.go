@@ -3,6 +3,7 @@ package gang
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	appsv1 "k8s.io/api/apps/v1"
@@ -12,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
@@ -98,7 +101,7 @@ func TestResolve(t *testing.T) {
 				assert.Equal(t, KindPodGroup, k.Kind, "only a scheduler-plugins PodGroup's successes are asked for")
 				return 2
 			}
-			r, ok, err := Resolve(tc.pod, o, nil, succeeded)
+			r, ok, err := Resolver{Owners: o, Succeeded: succeeded}.Resolve(tc.pod)
 			assert.Equal(t, !tc.notInGang, ok, "in a gang")
 			if tc.notInGang {
 				assert.NoError(t, err)
@@ -115,4 +118,50 @@ func TestResolve(t *testing.T) {
 			assert.Equal(t, tc.quorum, r.Quorum, "quorum")
 		})
 	}
+}
+
+// Resolve gives every pod its own annotations, and a gang the object its
+// Events go on and the plan deadline in force: the default, the owner's
+// own, and never past the framework's longest Permit wait.
+func TestResolverSaysWhereEventsGoAndHowLongAPlanLasts(t *testing.T) {
+	job := testobj.MakeJob("ns", "train").UID("job-uid").Workers(2).Obj()
+	short := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "short", UID: "pg-uid"},
+		Spec: v1alpha1.PodGroupSpec{MinMember: 2, ScheduleTimeoutSeconds: ptr.To[int32](30)}}
+	long := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "long"},
+		Spec: v1alpha1.PodGroupSpec{MinMember: 2, ScheduleTimeoutSeconds: ptr.To[int32](3600)}}
+	orphanGroup := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "basic", UID: "group-uid"}}
+	rs := Resolver{Owners: ownerMap{objects: map[string]runtime.Object{"train": job, "short": short, "long": long, "basic": orphanGroup}},
+		Levels: []Level{{Name: "rack"}}, DefaultTimeout: time.Minute}
+	pod := func() *testobj.PodWrapper { return testobj.MakePod("ns", "p") }
+
+	r, ok, err := rs.Resolve(pod().OwnedByJob("train", "job-uid").Annotation(AnnotationTopologyRequired, "rack").Obj())
+	assert.True(t, ok)
+	assert.NoError(t, err)
+	assert.Equal(t, &v1.ObjectReference{APIVersion: "batch/v1", Kind: "Job", Namespace: "ns", Name: "train", UID: "job-uid"}, r.Ref)
+	assert.Equal(t, types.UID("job-uid"), r.OwnerUID)
+	assert.Equal(t, time.Minute, r.Timeout, "the default")
+	assert.Equal(t, "rack", r.Constraints.Required)
+
+	r, _, _ = rs.Resolve(pod().Label(v1alpha1.PodGroupLabel, "short").Obj())
+	assert.Equal(t, 30*time.Second, r.Timeout, "the PodGroup's own")
+	assert.Equal(t, types.UID("pg-uid"), r.OwnerUID)
+	r, _, _ = rs.Resolve(pod().Label(v1alpha1.PodGroupLabel, "long").Obj())
+	assert.Equal(t, MaxPlanTimeout, r.Timeout, "cut where the framework cuts a Permit wait")
+
+	// The basic group's controller is gone: Events go on the group, and
+	// no record is written under the controller's name.
+	r, ok, err = rs.Resolve(pod().PodGroup("basic").OwnedByJob("gone", "gone-uid").Obj())
+	assert.True(t, ok)
+	assert.Error(t, err)
+	assert.Equal(t, "PodGroup", r.Ref.Kind)
+	assert.Empty(t, r.OwnerUID)
+
+	// A pod alone has its annotations read, and explained when invalid.
+	r, ok, err = rs.Resolve(pod().Annotation(AnnotationPreemptible, string(PolicyPrefer)).Obj())
+	assert.False(t, ok)
+	assert.NoError(t, err)
+	assert.Equal(t, PolicyPrefer, r.Constraints.Policy)
+	_, ok, err = rs.Resolve(pod().Annotation(AnnotationTopologyRequired, "planet").Obj())
+	assert.False(t, ok)
+	assert.ErrorContains(t, err, "unknown topology level")
 }

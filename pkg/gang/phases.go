@@ -234,7 +234,8 @@ const (
 	TimerAvoidEnded
 )
 
-// Timer is a timer to set.
+// Timer is a timer to set; when it fires, Manager.TimerFired says what
+// follows.
 type Timer struct {
 	Key    Key
 	Kind   TimerKind

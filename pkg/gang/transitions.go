@@ -292,6 +292,22 @@ func (m *Manager) Expire(key Key, planID int64, now time.Time, base time.Duratio
 	return m.drop(key, planID, DropTimeout, timedOut(s.plan), now, base)
 }
 
+// TimerFired: timer t, set by an earlier transition, fired. A plan's
+// deadline drops the plan if it has not completed (Expire); the end of a
+// backoff or of an avoidance wakes the gang's pending members in every
+// profile (a plan of one profile may displace a gang of another).
+func (m *Manager) TimerFired(t Timer, now time.Time, base time.Duration) Effects {
+	switch t.Kind {
+	case TimerPlanDeadline:
+		return m.Expire(t.Key, t.PlanID, now, base)
+	case TimerBackoffEnded:
+		return Effects{Wake: []Wake{{Key: t.Key, Reason: WakeBackoffEnded, AllProfiles: true}}}
+	case TimerAvoidEnded:
+		return Effects{Wake: []Wake{{Key: t.Key, Reason: WakeAvoidEnded, AllProfiles: true}}}
+	}
+	return Effects{}
+}
+
 // timedOut is why plan p was dropped at its deadline.
 func timedOut(p *ActivePlan) string {
 	return fmt.Sprintf("timed out after %s with %d of %d members reserved",

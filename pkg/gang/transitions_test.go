@@ -522,3 +522,23 @@ func TestDisplace(t *testing.T) {
 	assert.NotContains(t, m.Held(5), "n9", "a plan of lower priority holds nothing from priority 5")
 	assert.Contains(t, m.Held(1), "n9")
 }
+
+// A plan's deadline drops the plan it was set for, and only that one; the
+// end of a backoff or an avoidance wakes the gang in every profile.
+func TestTimerFired(t *testing.T) {
+	m := installed(t, jobA, twoMembers())
+	plan := m.Plan(jobA)
+	stale := m.TimerFired(Timer{Key: jobA, Kind: TimerPlanDeadline, PlanID: plan.ID + 1}, t0.Add(time.Minute), time.Second)
+	assert.Equal(t, Effects{}, stale, "a deadline of another plan")
+	assert.NotNil(t, m.Plan(jobA))
+
+	e := m.TimerFired(Timer{Key: jobA, Kind: TimerPlanDeadline, PlanID: plan.ID}, t0.Add(time.Minute), time.Second)
+	require.NotNil(t, e.Dropped)
+	assert.Equal(t, DropTimeout, e.Dropped.Cause)
+	assert.Nil(t, m.Plan(jobA))
+
+	for kind, reason := range map[TimerKind]WakeReason{TimerBackoffEnded: WakeBackoffEnded, TimerAvoidEnded: WakeAvoidEnded} {
+		e := m.TimerFired(Timer{Key: jobA, Kind: kind}, t0, time.Second)
+		assert.Equal(t, []Wake{{Key: jobA, Reason: reason, AllProfiles: true}}, e.Wake, reason.String())
+	}
+}

@@ -195,7 +195,7 @@ func eventKey(e *eventsv1.Event) (gang.Key, bool) {
 // a Kubernetes PodGroup with the basic policy is no gang, its pods stay
 // their Job's or StatefulSet's.
 func (ix *index) keyOf(pod *corev1.Pod) (gang.Key, bool) {
-	r, ok, _ := gang.Resolve(pod, ix, ix.opts.Levels, nil)
+	r, ok, _ := gang.Resolver{Owners: ix, Levels: ix.opts.Levels}.Resolve(pod)
 	return r.OwnerKey, ok
 }
 

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-sched/muster/pkg/gang"
@@ -14,7 +13,7 @@ import (
 // carryOut does what a transition of the gang manager asks, in the order
 // of gang.Effects. owner is the object Events about the gang go on when the
 // caller has it; nil looks it up.
-func (p *Plugin) carryOut(ctx context.Context, e gang.Effects, owner runtime.Object) {
+func (p *Plugin) carryOut(ctx context.Context, e gang.Effects, owner *v1.ObjectReference) {
 	logger := klog.FromContext(ctx)
 	if e.StopDeadline != 0 {
 		p.timers.cancel(planDeadline(e.StopDeadline))
@@ -53,24 +52,23 @@ func (p *Plugin) wakeTargets(w gang.Wake) []*v1.Pod {
 	return p.source.members(w.Key).pending
 }
 
-// setTimer sets a timer a transition asked for. The gang's members are
-// looked up in every profile when it fires: a plan of one profile may
-// displace a gang of another.
+// setTimer sets a timer a transition asked for: a plan's deadline by its
+// plan, the others by their gang (forgetting a gang stops them).
 func (p *Plugin) setTimer(t gang.Timer) {
-	switch t.Kind {
-	case gang.TimerPlanDeadline:
-		p.timers.once(planDeadline(t.PlanID), t.After, func() { p.expirePlan(t.Key, t.PlanID) })
-	case gang.TimerBackoffEnded:
-		p.timers.forGang(t.Key, t.After, func() { p.wake(p.logger(), t.Key, gang.WakeBackoffEnded, p.source.pendingInAnyProfile(t.Key)) })
-	case gang.TimerAvoidEnded:
-		p.timers.forGang(t.Key, t.After, func() { p.wake(p.logger(), t.Key, gang.WakeAvoidEnded, p.source.pendingInAnyProfile(t.Key)) })
+	// A timer fires at the time it was due: its callback must not read a
+	// fake clock that is running it.
+	due := p.now().Add(t.After)
+	if t.Kind == gang.TimerPlanDeadline {
+		p.timers.once(planDeadline(t.PlanID), t.After, func() { p.fire(t, due) })
+		return
 	}
+	p.timers.forGang(t.Key, t.After, func() { p.fire(t, due) })
 }
 
-// expirePlan ends plan id of gang key if it did not complete before its
-// deadline.
-func (p *Plugin) expirePlan(key gang.Key, id int64) {
-	p.carryOut(p.handlerCtx(), p.gangs.Expire(key, id, p.now(), p.backoffBase()), nil)
+// fire carries out what the gang manager says timer t's firing at now
+// means.
+func (p *Plugin) fire(t gang.Timer, now time.Time) {
+	p.carryOut(p.handlerCtx(), p.gangs.TimerFired(t, now, p.backoffBase()), nil)
 }
 
 // backoffBase is the first backoff of a gang whose plan was dropped.
@@ -86,15 +84,13 @@ func (p *Plugin) drop(ctx context.Context, key gang.Key, planID int64, cause gan
 // publish announces a gang's new outcome: a log line, the PodGroup status
 // and, for outcomes that are Events (Outcome.IsEvent), an Event on the
 // gang's owner.
-func (p *Plugin) publish(ctx context.Context, n gang.Notice, owner runtime.Object) {
+func (p *Plugin) publish(ctx context.Context, n gang.Notice, owner *v1.ObjectReference) {
 	klog.FromContext(ctx).V(2).Info("Gang notice", "gang", n.Key, "reason", n.Outcome.Reason(), "message", n.Message)
 	if n.Outcome.IsEvent() {
 		if owner == nil {
-			if ref := p.source.ownerRef(n.Key); ref != nil {
-				owner = ref // never a typed nil: the recorder would dereference it
-			}
+			owner = p.source.ownerRef(n.Key)
 		}
-		if owner != nil {
+		if owner != nil { // never a typed nil: the recorder would dereference it
 			p.handle.EventRecorder().Eventf(owner, nil, n.Outcome.EventType(), n.Outcome.Reason(), "Scheduling", "%s", n.Message)
 		}
 	}

@@ -37,8 +37,8 @@ func (p *Plugin) onPodAdd(obj interface{}) {
 	if !ok || err != nil {
 		return
 	}
-	if set := p.source.members(info.key); set.total >= info.quorum {
-		p.wake(p.logger(), info.key, gang.WakeQuorumReached, set.pending)
+	if set := p.source.members(info.Key); set.total >= info.Quorum {
+		p.wake(p.logger(), info.Key, gang.WakeQuorumReached, set.pending)
 	}
 }
 

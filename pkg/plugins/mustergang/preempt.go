@@ -61,21 +61,18 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if !p.args.GangPreemption {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption is off")
 	}
-	constraints, err := gang.ConstraintsFromPod(pod, p.nodes.levels)
-	if err != nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
-	}
 	info, inGang, err := p.source.resolve(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	if !inGang {
-		info = &gangInfo{key: gang.LoneKey(pod), quorum: 1, timeout: p.source.defaultTimeout, owner: refOf(pod)}
-	} else if p.gangs.Phase(info.key) != gang.PhaseUnplaceable {
+		// A gang of itself, its own Event target.
+		info.Key, info.Quorum, info.Ref = gang.LoneKey(pod), 1, gang.Reference(pod)
+	} else if p.gangs.Phase(info.Key) != gang.PhaseUnplaceable {
 		// Waiting for members, backing off, invalid: eviction cannot help.
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang is not waiting for capacity")
 	}
-	key := info.key
+	key := info.Key
 	defer p.forgetIfEnded(key)
 	now := p.now()
 	admission := p.gangs.Admit(key, pod.CreationTimestamp.Time, now)
@@ -89,7 +86,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		// add victims (the plan that waited for them timed out first).
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s waits for %d pods it preempted to terminate", key.Subject(), n))
 	}
-	gr, r := p.prepareGang(ctx, pod, info, constraints, admission.Planning)
+	gr, r := p.prepareGang(ctx, pod, info, admission.Planning)
 	if r != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, p.refuse(ctx, info, r).Message())
 	}
@@ -100,7 +97,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if !p.gangs.TryPreemption(key, now, time.Duration(max(p.args.GangBackoffSeconds, 1))*time.Second) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s tried preemption recently", key.Subject()))
 	}
-	found, err := p.searchVictims(ctx, gr, prio, constraints.Policy)
+	found, err := p.searchVictims(ctx, gr, prio, info.Constraints.Policy)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
@@ -280,7 +277,7 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 	needGPUs := gang.NeededGPUs(gr.req)
 	lackGPUs := needGPUs - gang.FreeGPUs(p.nodes.subtractHeld(views, gr.planning.HeldByOthers()), policy, gpu)
 	// A lone pod that asks for no GPU is grouped only where it can matter.
-	all := p.victimUnits(nodes, views, gr.info.key, prio, policy, func(int) bool { return needGPUs == 0 })
+	all := p.victimUnits(nodes, views, gr.info.Key, prio, policy, func(int) bool { return needGPUs == 0 })
 
 	var plan *gang.Plan
 	var victims []*v1.Pod
@@ -334,7 +331,7 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 		}
 		blocked := p.blockedNodes(nodes, views, units, gr, policy, refused)
 		units = nil
-		all = p.victimUnits(nodes, views, gr.info.key, prio, policy, func(i int) bool { return blocked[i] })
+		all = p.victimUnits(nodes, views, gr.info.Key, prio, policy, func(i int) bool { return blocked[i] })
 		for _, u := range all {
 			for _, n := range u.nodes {
 				if blocked[n] || u.FreedGPUs > 0 {

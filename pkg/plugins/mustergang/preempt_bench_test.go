@@ -42,18 +42,14 @@ func BenchmarkVictimSearch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			c, err := gang.ConstraintsFromPod(high[0], f.plugin.nodes.levels)
-			if err != nil {
-				b.Fatal(err)
-			}
-			gr, r := f.plugin.prepareGang(ctx, high[0], info, c, f.planning(b, info.key))
+			gr, r := f.plugin.prepareGang(ctx, high[0], info, f.planning(b, info.Key))
 			if r != nil {
 				b.Fatal(r.status)
 			}
 			checks := 0
 			b.ReportAllocs()
 			for b.Loop() {
-				found, err := f.plugin.searchVictims(ctx, gr, 100, c.Policy)
+				found, err := f.plugin.searchVictims(ctx, gr, 100, info.Constraints.Policy)
 				if err != nil || found.choice.Units == nil {
 					b.Fatalf("no victims found: %v", err)
 				}
@@ -84,19 +80,15 @@ func BenchmarkLonePodVictimSearch(b *testing.B) {
 		Container(testobj.MakeContainer("c").Request(v1.ResourceCPU, resource.MustParse("3970m")).Request(v1.ResourceMemory, resource.MustParse("500Mi")).Obj()).Obj()
 	f := newTestFramework(b, 1, nodes, append(pods, high))
 	ctx := context.Background()
-	info := &gangInfo{key: gang.LoneKey(high), quorum: 1, owner: high}
-	c, err := gang.ConstraintsFromPod(high, f.plugin.nodes.levels)
-	if err != nil {
-		b.Fatal(err)
-	}
-	gr, r := f.plugin.prepareGang(ctx, high, info, c, f.planning(b, info.key))
+	info := &gang.Resolved{Key: gang.LoneKey(high), Ask: gang.Ask{Quorum: 1}, Ref: gang.Reference(high)}
+	gr, r := f.plugin.prepareGang(ctx, high, info, f.planning(b, info.Key))
 	if r != nil {
 		b.Fatal(r.status)
 	}
 	checks, victims := 0, 0
 	b.ReportAllocs()
 	for b.Loop() {
-		found, err := f.plugin.searchVictims(ctx, gr, 10, c.Policy)
+		found, err := f.plugin.searchVictims(ctx, gr, 10, info.Constraints.Policy)
 		if err != nil || found.choice.Units == nil {
 			b.Fatalf("no victims found: %v", err)
 		}

@@ -27,33 +27,29 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if _, err := cs.Read(dryRunKey); err == nil {
 		return nil, fwk.NewStatus(fwk.Skip) // a planning dry run asks the other plugins only
 	}
-	constraints, err := gang.ConstraintsFromPod(pod, p.nodes.levels)
-	info, inGang, resolveErr := p.source.resolve(pod)
-	if err == nil {
-		err = resolveErr
-	}
+	info, inGang, err := p.source.resolve(pod)
 	if err != nil {
-		if info == nil {
+		if !inGang {
 			p.podEvent(pod, gang.OutcomeInvalid, err.Error())
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 		}
-		defer p.forgetIfEnded(info.key)
+		defer p.forgetIfEnded(info.Key)
 		return nil, p.refuse(ctx, info, refuseGang(gang.OutcomeInvalid, err.Error()))
 	}
 	if !inGang {
-		return p.preFilterAlone(ctx, cs, pod, constraints)
+		return p.preFilterAlone(ctx, cs, pod, info.Constraints)
 	}
-	defer p.forgetIfEnded(info.key)
-	if info.noGang != "" {
+	defer p.forgetIfEnded(info.Key)
+	if info.NoGang != "" {
 		// Said, not refused: its pods are placed one by one (quorum 1).
-		p.carryOut(ctx, p.gangs.Refused(info.key, gang.Refusal{Outcome: gang.OutcomeNotPossible, Message: info.noGang}, p.now()), info.owner)
-		p.podEvent(pod, gang.OutcomeNotPossible, info.noGang)
+		p.carryOut(ctx, p.gangs.Refused(info.Key, gang.Refusal{Outcome: gang.OutcomeNotPossible, Message: info.NoGang}, p.now()), info.Ref)
+		p.podEvent(pod, gang.OutcomeNotPossible, info.NoGang)
 	}
-	plan, r := p.gangPlan(ctx, pod, info, constraints, nodes)
+	plan, r := p.gangPlan(ctx, pod, info, nodes)
 	if r != nil {
 		return nil, p.refuse(ctx, info, r)
 	}
-	return p.steer(cs, pod, info.key, plan, constraints)
+	return p.steer(cs, pod, info.Key, plan, info.Constraints)
 }
 
 // preFilterAlone serves a pod scheduled alone: it has a plan only when it
@@ -78,19 +74,19 @@ func (p *Plugin) preFilterAlone(ctx context.Context, cs fwk.CycleState, pod *v1.
 
 // gangPlan is the gang's active plan, made now when it has none and does
 // not back off.
-func (p *Plugin) gangPlan(ctx context.Context, pod *v1.Pod, info *gangInfo, constraints gang.Constraints, nodes []fwk.NodeInfo) (*gang.ActivePlan, *refusal) {
+func (p *Plugin) gangPlan(ctx context.Context, pod *v1.Pod, info *gang.Resolved, nodes []fwk.NodeInfo) (*gang.ActivePlan, *refusal) {
 	// One reading of the clock: the manager and this check must agree on
 	// whether the gang still backs off (Planning is set only when not).
 	now := p.now()
-	admission := p.gangs.Admit(info.key, pod.CreationTimestamp.Time, now)
+	admission := p.gangs.Admit(info.Key, pod.CreationTimestamp.Time, now)
 	if until := admission.BackoffUntil; now.Before(until) {
 		return nil, refuseCycle(fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("gang %s backs off until %s after: %s", info.key, until.Format(time.RFC3339), admission.Why)))
+			fmt.Sprintf("gang %s backs off until %s after: %s", info.Key, until.Format(time.RFC3339), admission.Why)))
 	}
 	if admission.Plan != nil {
 		return admission.Plan, nil
 	}
-	return p.planGang(ctx, pod, info, constraints, nodes, admission.Planning)
+	return p.planGang(ctx, pod, info, nodes, admission.Planning)
 }
 
 // refusal is why a member cannot go ahead in this cycle: the status the
@@ -116,13 +112,13 @@ func refuseGang(outcome gang.Outcome, msg string) *refusal {
 func refuseCycle(status *fwk.Status) *refusal { return &refusal{status: status} }
 
 // refuse records r for the gang of info and returns the framework's status.
-func (p *Plugin) refuse(ctx context.Context, info *gangInfo, r *refusal) *fwk.Status {
+func (p *Plugin) refuse(ctx context.Context, info *gang.Resolved, r *refusal) *fwk.Status {
 	if r.gang != nil {
-		effects := p.gangs.Refused(info.key, *r.gang, p.now())
+		effects := p.gangs.Refused(info.Key, *r.gang, p.now())
 		if effects.Notice != nil && r.failedPlan != nil {
-			p.failedPlans.record(info.speaker, info.ownerUID, r.failedPlan())
+			p.failedPlans.record(info.OwnerKey, info.OwnerUID, r.failedPlan())
 		}
-		p.carryOut(ctx, effects, info.owner)
+		p.carryOut(ctx, effects, info.Ref)
 	}
 	return r.status
 }
@@ -211,7 +207,7 @@ func (p *Plugin) devicesReleased(plan *gang.ActivePlan) bool {
 // gangRequest is what planning a gang needs, gathered once: the planner's
 // request (its Check set per attempt) and the pods it places.
 type gangRequest struct {
-	info *gangInfo
+	info *gang.Resolved
 	// alone: the gang's quorum is bound and only this pod is placed.
 	alone bool
 	req   gang.Request
@@ -230,13 +226,13 @@ type gangRequest struct {
 
 // prepareGang gathers the gang of pod for planning: the pending members to
 // place, around the members already bound.
-func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints, planning *gang.Planning) (*gangRequest, *refusal) {
-	key := info.key
+func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gang.Resolved, planning *gang.Planning) (*gangRequest, *refusal) {
+	key, c := info.Key, info.Constraints
 	set := p.source.members(key)
-	if set.total < info.quorum {
-		return nil, refuseGang(gang.OutcomeWaitingForMembers, shortMessage(key, set.total, info.quorum))
+	if set.total < info.Quorum {
+		return nil, refuseGang(gang.OutcomeWaitingForMembers, shortMessage(key, set.total, info.Quorum))
 	}
-	needed := info.quorum - set.bound()
+	needed := info.Quorum - set.bound()
 	if needed > len(set.pending) {
 		return nil, refuseGang(gang.OutcomeWaitingForMembers, fmt.Sprintf("gang %s needs %d more members but only %d can be scheduled; %d are held by scheduling gates",
 			key, needed, len(set.pending), set.total-set.bound()-len(set.pending)))
@@ -251,7 +247,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c
 		return nil, refuseGang(gang.OutcomeInvalid, msg)
 	}
 	// The owner's own topology requirement narrows the members' wishes.
-	c.Required = gang.NarrowerLevel(p.nodes.levels, c.Required, info.required)
+	c.Required = gang.NarrowerLevel(p.nodes.levels, c.Required, info.Required)
 	gr := &gangRequest{info: info, set: set, alone: len(candidates) == 1, planning: planning, req: gang.Request{
 		Gang:       key.String(),
 		Needed:     needed,
@@ -306,7 +302,7 @@ func (p *Plugin) requestOf(pod *v1.Pod) gang.Resources {
 // frees (its requestOf, which the victim search computes once per search,
 // not once per set it tries).
 func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.NodeView, victims []*v1.Pod, freed []gang.Resources) (*gang.Plan, *filterCheck, error) {
-	check, err := p.newFilterCheck(ctx, gr.info.key, gr.candidates, victims, gr.planning.Avoided)
+	check, err := p.newFilterCheck(ctx, gr.info.Key, gr.candidates, victims, gr.planning.Avoided)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -332,8 +328,8 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 // planGang computes and installs a plan for the gang of pod: every pending
 // member, around the members already bound, each choice confirmed by the
 // profile's own filters.
-func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c gang.Constraints, nodes []fwk.NodeInfo, planning *gang.Planning) (*gang.ActivePlan, *refusal) {
-	gr, r := p.prepareGang(ctx, pod, info, c, planning)
+func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gang.Resolved, nodes []fwk.NodeInfo, planning *gang.Planning) (*gang.ActivePlan, *refusal) {
+	gr, r := p.prepareGang(ctx, pod, info, planning)
 	if r != nil {
 		return nil, r
 	}
@@ -355,7 +351,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 	}
 	// Members still waiting at Permit from a plan that was dropped while they
 	// entered it hold capacity no plan accounts for: release them first.
-	released := p.rejectWaiting(info.key, nil, fmt.Sprintf("gang %s is being planned again", info.key))
+	released := p.rejectWaiting(info.Key, nil, fmt.Sprintf("gang %s is being planned again", info.Key))
 
 	if p.dra.enabled() && len(p.dra.attributes) > 0 {
 		p.nodes.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion())
@@ -390,7 +386,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 		}
 		return nil, r
 	}
-	klog.FromContext(ctx).V(4).Info("Plan checked with the framework's filters", "gang", info.key, "filterChecks", check.checks)
+	klog.FromContext(ctx).V(4).Info("Plan checked with the framework's filters", "gang", info.Key, "filterChecks", check.checks)
 	active, status := p.installPlan(ctx, pod, gr, plan, nil, "")
 	if status != nil {
 		return nil, refuseCycle(status)
@@ -402,7 +398,7 @@ func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gangInfo, c ga
 // ledger, and wakes the planned siblings (unless victims must go first).
 // preempting announces a plan with victims.
 func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, plan *gang.Plan, victims []*v1.Pod, preempting string) (*gang.ActivePlan, *fwk.Status) {
-	info, key := gr.info, gr.info.key
+	info, key := gr.info, gr.info.Key
 	now := p.now()
 	active := &gang.ActivePlan{
 		Plan:     *plan,
@@ -411,8 +407,8 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 		Victims:  sets.New[types.UID](),
 		Profile:  p.handle.ProfileName(),
 		Created:  now,
-		Deadline: now.Add(info.timeout),
-		Quorum:   info.quorum,
+		Deadline: now.Add(info.Timeout),
+		Quorum:   info.Quorum,
 		Priority: gr.priority,
 		CountsOn: sets.New(gr.set.boundUIDs...),
 	}
@@ -439,7 +435,7 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 	}
 	klog.FromContext(ctx).V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
 		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "victims", len(victims))
-	p.carryOut(ctx, effects, info.owner)
+	p.carryOut(ctx, effects, info.Ref)
 	// Plans of lower priority holding room on these nodes were counted as
 	// free (HeldByOthers): they give way.
 	for _, e := range p.gangs.Displace(key, active.Priority, sets.New(slices.Collect(maps.Values(plan.Slots))...), now) {

@@ -220,13 +220,13 @@ func (p *Plugin) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
 	if !ok || err != nil {
 		return nil // scheduled alone, or explained with a condition by PreFilter
 	}
-	p.gangs.FirstSeen(info.key, pod.CreationTimestamp.Time)
-	total := p.source.members(info.key).total
-	if total >= info.quorum {
+	p.gangs.FirstSeen(info.Key, pod.CreationTimestamp.Time)
+	total := p.source.members(info.Key).total
+	if total >= info.Quorum {
 		return nil
 	}
 	p.explainShortLater(info)
-	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, shortMessage(info.key, total, info.quorum))
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, shortMessage(info.Key, total, info.Quorum))
 }
 
 // membersGrace is how long a gang may lack members before muster says so. A
@@ -244,8 +244,8 @@ func shortMessage(key gang.Key, total, quorum int) string {
 // has fewer pods than its quorum membersGrace after a member was held for
 // it. One check per gang is pending at a time; a member held after a check
 // fired arms the next.
-func (p *Plugin) explainShortLater(info *gangInfo) {
-	key, quorum, owner, due := info.key, info.quorum, info.owner, p.now().Add(membersGrace)
+func (p *Plugin) explainShortLater(info *gang.Resolved) {
+	key, quorum, owner, due := info.Key, info.Quorum, info.Ref, p.now().Add(membersGrace)
 	p.timers.once(membersCheck(key), membersGrace, func() {
 		if total := p.source.members(key).total; total < quorum {
 			// At the time the check was due: a timer's callback must not

@@ -5,8 +5,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
-
-	"github.com/muster-sched/muster/pkg/gang"
 )
 
 var _ fwk.SignPlugin = &Plugin{}
@@ -26,12 +24,12 @@ const signPolicyKey = "muster.dev/preemptible-policy"
 // plan too; its Filter refuses a hinted node that is not its slot, so a
 // stale signature costs one Filter call, never a wrong placement.)
 func (p *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	constraints, err := gang.ConstraintsFromPod(pod, p.nodes.levels)
-	if err != nil {
+	info, inGang, err := p.source.resolve(pod)
+	switch {
+	case err != nil && !inGang:
 		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
-	}
-	if _, inGang, err := p.source.resolve(pod); err != nil || inGang {
+	case err != nil || inGang:
 		return nil, fwk.NewStatus(fwk.Unschedulable, "a gang member is placed by its gang's plan")
 	}
-	return []fwk.SignFragment{{Key: signPolicyKey, Value: string(constraints.Policy)}}, nil
+	return []fwk.SignFragment{{Key: signPolicyKey, Value: string(info.Constraints.Policy)}}, nil
 }

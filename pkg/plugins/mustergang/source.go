@@ -10,7 +10,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -43,57 +42,13 @@ type gangSource struct {
 	pgClient  *v1alpha1.Client
 }
 
-// gangInfo is what a pod's gang asks for, resolved from the PodGroup or Job.
-type gangInfo struct {
-	key     gang.Key
-	quorum  int
-	timeout time.Duration
-	// owner is the object events about the gang are recorded on.
-	owner runtime.Object
-	// speaker is the gang whose object speaks for this one (speaker), as
-	// this pod resolved it; ownerUID is that object's UID, so that a record
-	// written later never lands on an object recreated under its name.
-	speaker  gang.Key
-	ownerUID types.UID
-	// noGang explains why the owner's pods can never form a gang; each is
-	// then placed as it comes (quorum 1).
-	noGang string
-	// required is a topology level the owner itself requires (a Kubernetes
-	// PodGroup's schedulingConstraints), beside the members' annotations.
-	required string
-}
-
-// resolve finds the pod's gang and what its owner asks (gang.Resolve). ok
-// is false for a pod scheduled alone; err explains a gang that cannot be
-// served yet or at all.
-func (src *gangSource) resolve(pod *v1.Pod) (info *gangInfo, ok bool, err error) {
-	r, ok, err := gang.Resolve(pod, src, src.levels, src.gangs.Succeeded)
-	if !ok {
-		return nil, false, nil
-	}
-	info = &gangInfo{key: r.Key, speaker: r.OwnerKey, timeout: src.defaultTimeout}
-	// Events go to the quorum's owner, or to the Kubernetes PodGroup when
-	// its owner cannot be read.
-	if ref := refOf(r.Owner); ref != nil {
-		info.owner, info.ownerUID = ref, ref.UID
-	} else if r.Group != nil {
-		info.owner = refOf(r.Group)
-	}
-	if err != nil {
-		return info, true, err
-	}
-	info.quorum, info.required, info.noGang = r.Quorum, r.Required, r.NoGang
-	if r.Timeout > 0 {
-		info.timeout = r.Timeout
-	}
-	return info.capTimeout(), true, nil
-}
-
-// capTimeout cuts the plan deadline where the framework cuts a Permit wait:
-// at 15 minutes.
-func (info *gangInfo) capTimeout() *gangInfo {
-	info.timeout = min(info.timeout, 15*time.Minute)
-	return info
+// resolve finds the pod's gang, what its owner asks and the pod's own
+// placement annotations (gang.Resolver); info is never nil. inGang is
+// false for a pod scheduled alone; err explains an invalid annotation, or
+// a gang that cannot be served yet or at all.
+func (src *gangSource) resolve(pod *v1.Pod) (info *gang.Resolved, inGang bool, err error) {
+	r, inGang, err := gang.Resolver{Owners: src, Levels: src.levels, Succeeded: src.gangs.Succeeded, DefaultTimeout: src.defaultTimeout}.Resolve(pod)
+	return &r, inGang, err
 }
 
 // ownerOf reads the object that defines gang key from the informers
@@ -138,7 +93,7 @@ func (src *gangSource) ownerRef(key gang.Key) *v1.ObjectReference {
 	if err != nil {
 		return nil
 	}
-	return refOf(obj)
+	return gang.Reference(obj)
 }
 
 // speaker is the gang whose object speaks for gang key to users: Events,
@@ -153,28 +108,11 @@ func (src *gangSource) speaker(key gang.Key) gang.Key {
 	}
 	objs, _ := src.pods.ByIndex(src.gangIndex, key.String())
 	for _, o := range objs {
-		if r, _, _ := gang.Resolve(o.(*v1.Pod), src, src.levels, nil); r.Key == key && r.OwnerKey != (gang.Key{}) {
+		if r, _, _ := (gang.Resolver{Owners: src, Levels: src.levels}).Resolve(o.(*v1.Pod)); r.Key == key && r.OwnerKey != (gang.Key{}) {
 			return r.OwnerKey
 		}
 	}
 	return key
-}
-
-// refOf refers to a gang's owner object.
-func refOf(obj runtime.Object) *v1.ObjectReference {
-	switch o := obj.(type) {
-	case *v1.Pod:
-		return &v1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: o.Namespace, Name: o.Name, UID: o.UID}
-	case *batchv1.Job:
-		return &v1.ObjectReference{APIVersion: "batch/v1", Kind: "Job", Namespace: o.Namespace, Name: o.Name, UID: o.UID}
-	case *appsv1.StatefulSet:
-		return &v1.ObjectReference{APIVersion: "apps/v1", Kind: "StatefulSet", Namespace: o.Namespace, Name: o.Name, UID: o.UID}
-	case *v1alpha1.PodGroup:
-		return &v1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "PodGroup", Namespace: o.Namespace, Name: o.Name, UID: o.UID}
-	case *schedulingv1beta1.PodGroup:
-		return &v1.ObjectReference{APIVersion: schedulingv1beta1.SchemeGroupVersion.String(), Kind: "PodGroup", Namespace: o.Namespace, Name: o.Name, UID: o.UID}
-	}
-	return nil
 }
 
 // memberSet is a gang's live pods as the scheduler sees them.

@@ -49,7 +49,7 @@ func statefulSetPod(set string) *v1.Pod {
 // resolved resolves pod with src, checks whether it is in a gang and its
 // error, and returns its gang's info and the owner it names for Events when
 // there is more to check (nil when the case ends here).
-func resolved(t *testing.T, src *gangSource, pod *v1.Pod, inGang bool, errPart string) (*gangInfo, *v1.ObjectReference) {
+func resolved(t *testing.T, src *gangSource, pod *v1.Pod, inGang bool, errPart string) (*gang.Resolved, *v1.ObjectReference) {
 	t.Helper()
 	info, got, err := src.resolve(pod)
 	require.Equal(t, inGang, got)
@@ -61,9 +61,8 @@ func resolved(t *testing.T, src *gangSource, pod *v1.Pod, inGang bool, errPart s
 	if !inGang {
 		return nil, nil
 	}
-	ref, ok := info.owner.(*v1.ObjectReference)
-	require.True(t, ok, "owner %T", info.owner)
-	return info, ref
+	require.NotNil(t, info.Ref, "owner")
+	return info, info.Ref
 }
 
 func TestResolve(t *testing.T) {
@@ -97,11 +96,11 @@ func TestResolve(t *testing.T) {
 			if info == nil {
 				return
 			}
-			assert.Equal(t, tc.quorum, info.quorum)
-			assert.Equal(t, time.Minute, info.timeout)
-			assert.Equal(t, tc.noGang, info.noGang != "", info.noGang)
+			assert.Equal(t, tc.quorum, info.Quorum)
+			assert.Equal(t, time.Minute, info.Timeout)
+			assert.Equal(t, tc.noGang, info.NoGang != "", info.NoGang)
 			assert.Equal(t, tc.ownerRef, ref.Kind+"/"+ref.Name)
-			assert.Equal(t, ref, src.ownerRef(info.key), "resolve and ownerRef name the same owner")
+			assert.Equal(t, ref, src.ownerRef(info.Key), "resolve and ownerRef name the same owner")
 		})
 	}
 }

@@ -113,8 +113,8 @@ func TestResolveWorkloadGroup(t *testing.T) {
 			if info == nil {
 				return
 			}
-			assert.Equal(t, tc.quorum, info.quorum)
-			assert.Equal(t, tc.required, info.required)
+			assert.Equal(t, tc.quorum, info.Quorum)
+			assert.Equal(t, tc.required, info.Required)
 			assert.Equal(t, tc.ownerIsGroup, ref.APIVersion == "scheduling.k8s.io/v1beta1" && ref.Kind == "PodGroup")
 		})
 	}
@@ -144,9 +144,9 @@ func TestBasicGroupEventsGoOnItsJob(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, inGang)
 	jobRef := &v1.ObjectReference{APIVersion: "batch/v1", Kind: "Job", Namespace: "ns", Name: "train", UID: "job-uid"}
-	assert.Equal(t, jobRef, info.owner, "the cycle's Events")
-	assert.Equal(t, jobRef, src.ownerRef(info.key), "the Events recorded by the gang's key")
-	assert.Equal(t, gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "train"}, src.speaker(info.key), "the failed plan's record")
+	assert.Equal(t, jobRef, info.Ref, "the cycle's Events")
+	assert.Equal(t, jobRef, src.ownerRef(info.Key), "the Events recorded by the gang's key")
+	assert.Equal(t, gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "train"}, src.speaker(info.Key), "the failed plan's record")
 	assert.Equal(t, "PodGroup", src.ownerRef(gang.Key{Kind: gang.KindWorkloadPodGroup, Namespace: "ns", Name: "gang"}).Kind)
 }
 
