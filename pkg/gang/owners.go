@@ -94,7 +94,8 @@ type Resolved struct {
 	// pod, in a gang or alone.
 	Constraints Constraints
 	// Ask is what the Owner asks; Resolver.Resolve sets its Timeout to the
-	// plan deadline in force (the default when the owner sets none).
+	// plan deadline in force (the default when the owner sets none). Its
+	// Quorum is 0 exactly when the ask could not be read.
 	Ask
 }
 

@@ -112,6 +112,7 @@ func TestResolve(t *testing.T) {
 			assert.Equal(t, tc.ownerObject, r.Owner != nil, "owner read")
 			if tc.err != "" {
 				assert.EqualError(t, err, tc.err)
+				assert.Zero(t, r.Quorum, "no quorum when the ask is not read")
 				return
 			}
 			assert.NoError(t, err)

@@ -180,6 +180,9 @@ type Effects struct {
 	Wake []Wake
 	// Timers to set.
 	Timers []Timer
+	// Displaced are the effects of dropping other gangs' plans that this
+	// transition displaced, each carried out as that gang's own.
+	Displaced []Effects
 }
 
 // Drop is a plan a drop released.
@@ -241,4 +244,8 @@ type Timer struct {
 	Kind   TimerKind
 	After  time.Duration
 	PlanID int64
+	// Due is when it fires: the time the transition read, plus After.
+	// Its firing is handled at that time, without reading a clock (a
+	// fake clock runs its timers' callbacks under its own lock).
+	Due time.Time
 }

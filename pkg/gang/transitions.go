@@ -82,7 +82,8 @@ func (m *Manager) HeldOut(key Key, heldOut bool, now time.Time) {
 // the meantime (ok false): its slots are held from now on, its deadline
 // timer set, and, unless it waits for victims, its other members (all but
 // self) woken. message announces it: OutcomePreempting when the plan
-// preempted, OutcomePlanned otherwise.
+// preempted, OutcomePlanned otherwise. Plans of lower priority it
+// displaces are dropped in the same step (e.Displaced).
 func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message string, seen time.Time) (e Effects, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -97,7 +98,8 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	for uid := range plan.Victims {
 		m.victimOf[uid] = victimRef{key: key, profile: plan.Profile}
 	}
-	e.Timers = []Timer{{Key: key, Kind: TimerPlanDeadline, After: plan.Deadline.Sub(plan.Created), PlanID: plan.ID}}
+	e.Timers = []Timer{{Key: key, Kind: TimerPlanDeadline, After: plan.Deadline.Sub(plan.Created), PlanID: plan.ID, Due: plan.Deadline}}
+	e.Displaced = m.displace(key, plan.Priority, sets.New(slices.Collect(maps.Values(plan.Slots))...), plan.Created)
 	if plan.Victims.Len() > 0 {
 		s.preempted = s.plan.Evicted // read-only, as the plan's
 		m.setPhase(key, s, PhasePreempting)
@@ -110,14 +112,13 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	return e, true
 }
 
-// Displace: a plan of priority prio was installed for gang key on nodes.
+// displace: a plan of priority prio was installed for gang key on nodes.
 // Plans of lower priority holding capacity there for members not yet
 // reserved are dropped, without backoff and avoiding nothing: the new plan
-// counted that capacity as free, as the framework counts lower-priority
-// nominated pods, and the displaced gangs are planned again at once.
-func (m *Manager) Displace(key Key, prio int32, nodes sets.Set[string], now time.Time) []Effects {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// counted that capacity as free (HeldByOthers), as the framework counts
+// lower-priority nominated pods, and the displaced gangs are planned again
+// at once. m.mu is held.
+func (m *Manager) displace(key Key, prio int32, nodes sets.Set[string], now time.Time) []Effects {
 	var lower []Key
 	for other, s := range m.planned {
 		if other != key && s.plan.Priority < prio {
@@ -268,7 +269,7 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 		Dropped:      &Drop{Key: key, Cause: cause, Reason: reason, Backoff: backoff},
 		Reject:       &Rejection{Key: key, Members: plan.Slots, Reserved: sets.List(plan.Reserved), Message: msg},
 		Notice:       s.notice(key, cause.Outcome(), msg),
-		Timers:       []Timer{{Key: key, Kind: TimerBackoffEnded, After: backoff}},
+		Timers:       []Timer{{Key: key, Kind: TimerBackoffEnded, After: backoff, Due: s.backoffUntil}},
 	}
 	for other := range m.unplaceable {
 		e.Wake = append(e.Wake, Wake{Key: other, Reason: WakeCapacityFreed, AllProfiles: true})
@@ -292,14 +293,14 @@ func (m *Manager) Expire(key Key, planID int64, now time.Time, base time.Duratio
 	return m.drop(key, planID, DropTimeout, timedOut(s.plan), now, base)
 }
 
-// TimerFired: timer t, set by an earlier transition, fired. A plan's
-// deadline drops the plan if it has not completed (Expire); the end of a
-// backoff or of an avoidance wakes the gang's pending members in every
-// profile (a plan of one profile may displace a gang of another).
-func (m *Manager) TimerFired(t Timer, now time.Time, base time.Duration) Effects {
+// TimerFired: timer t, set by an earlier transition, fired (at t.Due). A
+// plan's deadline drops the plan if it has not completed (Expire); the end
+// of a backoff or of an avoidance wakes the gang's pending members in
+// every profile (a plan of one profile may displace a gang of another).
+func (m *Manager) TimerFired(t Timer, base time.Duration) Effects {
 	switch t.Kind {
 	case TimerPlanDeadline:
-		return m.Expire(t.Key, t.PlanID, now, base)
+		return m.Expire(t.Key, t.PlanID, t.Due, base)
 	case TimerBackoffEnded:
 		return Effects{Wake: []Wake{{Key: t.Key, Reason: WakeBackoffEnded, AllProfiles: true}}}
 	case TimerAvoidEnded:
@@ -478,7 +479,7 @@ func (m *Manager) avoid(s *state, key Key, node string, now, until time.Time, ui
 		}
 		s.avoid[uid][node] = until
 	}
-	return Timer{Key: key, Kind: TimerAvoidEnded, After: until.Sub(now)}
+	return Timer{Key: key, Kind: TimerAvoidEnded, After: until.Sub(now), Due: until}
 }
 
 // VictimGone: a preempted pod is gone. Only the profile whose plan waited

@@ -32,6 +32,16 @@ func twoMembers(victims ...types.UID) *ActivePlan {
 	}
 }
 
+// withoutDue is timers with their Due times left out.
+func withoutDue(timers []Timer) []Timer {
+	out := make([]Timer, len(timers))
+	for i, t := range timers {
+		t.Due = time.Time{}
+		out[i] = t
+	}
+	return out
+}
+
 // installed is a manager where key has plan installed (its effects
 // dropped).
 func installed(t *testing.T, key Key, plan *ActivePlan) *Manager {
@@ -61,7 +71,7 @@ func TestInstall(t *testing.T) {
 			assert.Equal(t, tc.phase, m.Phase(jobA))
 			require.NotNil(t, e.Notice)
 			assert.Equal(t, Notice{Key: jobA, Outcome: tc.outcome, Message: "message"}, *e.Notice)
-			assert.Equal(t, []Timer{{Key: jobA, Kind: TimerPlanDeadline, After: time.Minute, PlanID: plan.ID}}, e.Timers)
+			assert.Equal(t, []Timer{{Key: jobA, Kind: TimerPlanDeadline, After: time.Minute, PlanID: plan.ID, Due: plan.Deadline}}, e.Timers)
 			if tc.wake {
 				require.Len(t, e.Wake, 1)
 				assert.Equal(t, WakePlanMade, e.Wake[0].Reason)
@@ -341,10 +351,10 @@ func TestDrops(t *testing.T) {
 			assert.Equal(t, plan.Slots, e.Reject.Members, "every planned member waiting at Permit is rejected")
 			require.NotNil(t, e.Notice)
 			assert.Equal(t, tc.outcome, e.Notice.Outcome)
-			assert.Contains(t, e.Timers, Timer{Key: jobA, Kind: TimerBackoffEnded, After: tc.backoff})
+			assert.Contains(t, withoutDue(e.Timers), Timer{Key: jobA, Kind: TimerBackoffEnded, After: tc.backoff})
 			if tc.avoided != nil {
 				assert.Equal(t, tc.avoided, m.Avoided(jobA, t0))
-				assert.Contains(t, e.Timers, Timer{Key: jobA, Kind: TimerAvoidEnded, After: time.Minute})
+				assert.Contains(t, withoutDue(e.Timers), Timer{Key: jobA, Kind: TimerAvoidEnded, After: time.Minute})
 			}
 			assert.Equal(t, uint64(1), releases(m, Key{Kind: KindJob, Namespace: "ns", Name: "planning"}))
 		})
@@ -495,22 +505,23 @@ func TestDisplace(t *testing.T) {
 	// Plans of lower priority holding room for an unreserved member on a
 	// node the new plan uses give way, without backoff; the others stay.
 	m := NewManager()
-	install := func(name string, prio int32, slots map[types.UID]string, reserved ...types.UID) Key {
+	install := func(name string, prio int32, slots map[types.UID]string, reserved ...types.UID) (Key, Effects) {
 		t.Helper()
 		key := Key{Kind: KindJob, Namespace: "ns", Name: name}
 		plan := twoMembers()
 		plan.Slots, plan.Priority, plan.Reserved = slots, prio, sets.New(reserved...)
-		_, ok := m.Install(key, plan, "", "planned", t0)
+		e, ok := m.Install(key, plan, "", "planned", t0)
 		require.True(t, ok)
-		return key
+		return key, e
 	}
-	lowHere := install("low-here", 1, map[types.UID]string{"l0": "n1", "l1": "n9"})
-	equalHere := install("equal-here", 5, map[types.UID]string{"e0": "n1"})
-	lowElsewhere := install("low-elsewhere", 1, map[types.UID]string{"o0": "n9"})
-	lowReservedHere := install("low-reserved-here", 1, map[types.UID]string{"r0": "n2", "r1": "n9"}, "r0")
-	high := install("high", 5, map[types.UID]string{"h0": "n1", "h1": "n2"})
+	equalHere, _ := install("equal-here", 5, map[types.UID]string{"e0": "n1"})
+	lowHere, e := install("low-here", 1, map[types.UID]string{"l0": "n1", "l1": "n9"})
+	assert.Empty(t, e.Displaced, "a plan of lower priority displaces nothing")
+	lowElsewhere, _ := install("low-elsewhere", 1, map[types.UID]string{"o0": "n9"})
+	lowReservedHere, _ := install("low-reserved-here", 1, map[types.UID]string{"r0": "n2", "r1": "n9"}, "r0")
+	high, e := install("high", 5, map[types.UID]string{"h0": "n1", "h1": "n2"})
 
-	effects := m.Displace(high, 5, sets.New("n1", "n2"), t0)
+	effects := e.Displaced
 	require.Len(t, effects, 1)
 	assert.Equal(t, lowHere, effects[0].Dropped.Key)
 	assert.Equal(t, DropDisplaced, effects[0].Dropped.Cause)
@@ -528,17 +539,18 @@ func TestDisplace(t *testing.T) {
 func TestTimerFired(t *testing.T) {
 	m := installed(t, jobA, twoMembers())
 	plan := m.Plan(jobA)
-	stale := m.TimerFired(Timer{Key: jobA, Kind: TimerPlanDeadline, PlanID: plan.ID + 1}, t0.Add(time.Minute), time.Second)
+	stale := m.TimerFired(Timer{Key: jobA, Kind: TimerPlanDeadline, PlanID: plan.ID + 1, Due: t0.Add(time.Minute)}, time.Second)
 	assert.Equal(t, Effects{}, stale, "a deadline of another plan")
 	assert.NotNil(t, m.Plan(jobA))
 
-	e := m.TimerFired(Timer{Key: jobA, Kind: TimerPlanDeadline, PlanID: plan.ID}, t0.Add(time.Minute), time.Second)
+	e := m.TimerFired(Timer{Key: jobA, Kind: TimerPlanDeadline, PlanID: plan.ID, Due: t0.Add(time.Minute)}, time.Second)
 	require.NotNil(t, e.Dropped)
 	assert.Equal(t, DropTimeout, e.Dropped.Cause)
 	assert.Nil(t, m.Plan(jobA))
+	assert.Equal(t, t0.Add(time.Minute+time.Second), m.Admit(jobA, t0, t0).BackoffUntil, "backed off from the time it was due")
 
 	for kind, reason := range map[TimerKind]WakeReason{TimerBackoffEnded: WakeBackoffEnded, TimerAvoidEnded: WakeAvoidEnded} {
-		e := m.TimerFired(Timer{Key: jobA, Kind: kind}, t0, time.Second)
+		e := m.TimerFired(Timer{Key: jobA, Kind: kind, Due: t0}, time.Second)
 		assert.Equal(t, []Wake{{Key: jobA, Reason: reason, AllProfiles: true}}, e.Wake, reason.String())
 	}
 }

@@ -39,6 +39,9 @@ func (p *Plugin) carryOut(ctx context.Context, e gang.Effects, owner *v1.ObjectR
 	for _, t := range e.Timers {
 		p.setTimer(t)
 	}
+	for _, d := range e.Displaced {
+		p.carryOut(ctx, d, nil)
+	}
 }
 
 // wakeTargets are the pods a wake asks for.
@@ -55,20 +58,16 @@ func (p *Plugin) wakeTargets(w gang.Wake) []*v1.Pod {
 // setTimer sets a timer a transition asked for: a plan's deadline by its
 // plan, the others by their gang (forgetting a gang stops them).
 func (p *Plugin) setTimer(t gang.Timer) {
-	// A timer fires at the time it was due: its callback must not read a
-	// fake clock that is running it.
-	due := p.now().Add(t.After)
 	if t.Kind == gang.TimerPlanDeadline {
-		p.timers.once(planDeadline(t.PlanID), t.After, func() { p.fire(t, due) })
+		p.timers.once(planDeadline(t.PlanID), t.After, func() { p.fire(t) })
 		return
 	}
-	p.timers.forGang(t.Key, t.After, func() { p.fire(t, due) })
+	p.timers.forGang(t.Key, t.After, func() { p.fire(t) })
 }
 
-// fire carries out what the gang manager says timer t's firing at now
-// means.
-func (p *Plugin) fire(t gang.Timer, now time.Time) {
-	p.carryOut(p.handlerCtx(), p.gangs.TimerFired(t, now, p.backoffBase()), nil)
+// fire carries out what the gang manager says timer t's firing means.
+func (p *Plugin) fire(t gang.Timer) {
+	p.carryOut(p.handlerCtx(), p.gangs.TimerFired(t, p.backoffBase()), nil)
 }
 
 // backoffBase is the first backoff of a gang whose plan was dropped.

@@ -33,9 +33,9 @@ func (p *Plugin) onPodAdd(obj interface{}) {
 	if !ok || pod.Spec.NodeName != "" || pod.Spec.SchedulerName != p.handle.ProfileName() {
 		return
 	}
-	info, ok, err := p.source.resolve(pod)
-	if !ok || err != nil {
-		return
+	info, ok, _ := p.source.resolve(pod)
+	if !ok || info.Quorum == 0 {
+		return // alone, or its gang's owner cannot be read
 	}
 	if set := p.source.members(info.Key); set.total >= info.Quorum {
 		p.wake(p.logger(), info.Key, gang.WakeQuorumReached, set.pending)

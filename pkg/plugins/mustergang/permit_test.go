@@ -57,7 +57,7 @@ func TestPlanDeadlineReleasesWaitingMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b never reaches Permit before the gang's deadline.
-	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID}, f.plugin.now())
+	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID, Due: f.plugin.now()})
 	st := f.fw.WaitOnPermit(context.Background(), a)
 	if st.IsSuccess() || !contains(st.Message(), "timed out") {
 		t.Errorf("waiting member ended with %v, want a rejection saying the gang timed out", st)
@@ -207,7 +207,7 @@ func TestMemberArrivingAsItsPlanDropsIsRejected(t *testing.T) {
 	waits, st := f.fw.RunPermitPlugins(context.Background(), state, a, slot)
 	require.Equal(t, fwk.Wait, st.Code(), "Permit: %v", st)
 
-	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID}, f.plugin.now()) // the drop lands before the framework adds a
+	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID, Due: f.plugin.now()}) // the drop lands before the framework adds a
 	f.fw.AddWaitingPod(a, waits)
 
 	done := make(chan *fwk.Status, 1)

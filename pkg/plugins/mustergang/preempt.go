@@ -67,7 +67,8 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	}
 	if !inGang {
 		// A gang of itself, its own Event target.
-		info.Key, info.Quorum, info.Ref = gang.LoneKey(pod), 1, gang.Reference(pod)
+		info = &gang.Resolved{Key: gang.LoneKey(pod), Ref: gang.Reference(pod), Constraints: info.Constraints,
+			Ask: gang.Ask{Quorum: 1, Timeout: info.Timeout}}
 	} else if p.gangs.Phase(info.Key) != gang.PhaseUnplaceable {
 		// Waiting for members, backing off, invalid: eviction cannot help.
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang is not waiting for capacity")

@@ -272,7 +272,7 @@ func TestNoSecondPreemptionWhileVictimsTerminate(t *testing.T) {
 		}
 	}
 	key, _ := gang.KeyOf(high)
-	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID}, f.plugin.now())
+	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID, Due: f.plugin.now()})
 	f.clock.Step(time.Minute) // past the backoff and the preemption interval
 
 	assert.Nil(t, f.preemptFor(t, high), "a second preemption while the first one's victim terminates")
@@ -349,7 +349,7 @@ func TestNominationKeptWhileVictimsTerminate(t *testing.T) {
 	}
 	high.Status.NominatedNodeName = slot // as the scheduler writes the PostFilter's nomination
 	key, _ := gang.KeyOf(high)
-	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID}, f.plugin.now())
+	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID, Due: f.plugin.now()})
 
 	state, status := f.preFilter(t, high)
 	require.Contains(t, status.Message(), "backs off")
@@ -374,7 +374,7 @@ func TestFailedEvictionDoesNotBlockTheNextPreemption(t *testing.T) {
 	plan := f.preemptFor(t, high)
 	require.NotNil(t, plan, "no preemption")
 	key, _ := gang.KeyOf(high)
-	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID}, f.plugin.now())
+	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID, Due: f.plugin.now()})
 	f.clock.Step(time.Minute)
 
 	assert.NotNil(t, f.preemptFor(t, high), "the gang preempts again")
@@ -521,7 +521,7 @@ func TestLonePreemptorsOutcomesAreEventsOnThePod(t *testing.T) {
 	f.fw.RunPostFilterPlugins(context.Background(), state, high, framework.NewDefaultNodeToStatus())
 	plan := f.plugin.gangs.Plan(gang.LoneKey(high))
 	require.NotNil(t, plan, "no preemption")
-	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: gang.LoneKey(high), PlanID: plan.ID}, f.plugin.now())
+	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: gang.LoneKey(high), PlanID: plan.ID, Due: f.plugin.now()})
 
 	var onPod []string
 	for _, e := range f.takeEvents() {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -436,11 +435,6 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 	klog.FromContext(ctx).V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
 		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "victims", len(victims))
 	p.carryOut(ctx, effects, info.Ref)
-	// Plans of lower priority holding room on these nodes were counted as
-	// free (HeldByOthers): they give way.
-	for _, e := range p.gangs.Displace(key, active.Priority, sets.New(slices.Collect(maps.Values(plan.Slots))...), now) {
-		p.carryOut(ctx, e, nil)
-	}
 	return active, nil
 }
 

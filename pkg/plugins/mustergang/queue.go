@@ -216,9 +216,11 @@ func taintIn(t v1.Taint, taints []v1.Taint) bool {
 // for PreEnqueue), so the wait is explained by an Event on the Job or
 // PodGroup and by the PodGroup status.
 func (p *Plugin) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
-	info, ok, err := p.source.resolve(pod)
-	if !ok || err != nil {
-		return nil // scheduled alone, or explained with a condition by PreFilter
+	// A member's own invalid annotation does not stop its gang's quorum
+	// from being counted; PreFilter explains it once the gang is whole.
+	info, ok, _ := p.source.resolve(pod)
+	if !ok || info.Quorum == 0 {
+		return nil // scheduled alone, or its owner cannot be read: explained with a condition by PreFilter
 	}
 	p.gangs.FirstSeen(info.Key, pod.CreationTimestamp.Time)
 	total := p.source.members(info.Key).total

@@ -1,6 +1,7 @@
 package mustergang
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -218,4 +219,16 @@ func refusedByATaint(t *testing.T) (f *testFramework, taint v1.Taint, a, b *v1.P
 	_, status = f.preFilter(t, a)
 	require.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "PreFilter: %v", status)
 	return f, taint, a, b, status
+}
+
+// A member's own invalid annotation does not let it past its gang's
+// quorum: it waits at PreEnqueue like its siblings, and PreFilter explains
+// the annotation once the gang is whole.
+func TestMemberWithAnInvalidAnnotationWaitsForItsGang(t *testing.T) {
+	a := worker("g", 0, 1, "")
+	a.Annotations = map[string]string{gang.AnnotationTopologyRequired: "planet"}
+	f := newQuietFramework(t, 3, []*v1.Node{gpuNode("n1", 8)}, nil, []*v1.Pod{a, worker("g", 1, 1, "")})
+	st := f.plugin.PreEnqueue(context.Background(), a)
+	require.Equal(t, fwk.UnschedulableAndUnresolvable, st.Code(), "PreEnqueue: %v", st)
+	assert.Contains(t, st.Message(), "has 2 of 3 members")
 }

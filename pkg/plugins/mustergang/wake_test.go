@@ -185,7 +185,7 @@ func TestWakeALonePodHeldOutWhenAPlanIsDropped(t *testing.T) {
 	assert.Equal(t, gang.PhaseNew, f.plugin.gangs.Phase(gang.LoneKey(gone)), "a pod deleted during its cycle is forgotten")
 	before := wakeCounts(t)
 
-	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID}, f.plugin.now())
+	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID, Due: f.plugin.now()})
 	assert.Equal(t, []string{"ns/lone"}, f.takeActivated(), "the lone pod held out is woken when the capacity held is free")
 	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeCapacityFreed: 1}, wakesSince(t, before))
 }
