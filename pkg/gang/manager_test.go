@@ -86,7 +86,7 @@ func TestManagerLedgerAndLifecycle(t *testing.T) {
 		t.Errorf("succeeded = %d", r.Succeeded(a))
 	}
 	// A gang forgotten (its object gone) counts no success read later.
-	r.Forget(a)
+	r.Forget(a, now)
 	if r.Succeed(a, "a1") || r.Succeeded(a) != 0 {
 		t.Errorf("a forgotten gang counted a success: %d", r.Succeeded(a))
 	}
@@ -213,7 +213,7 @@ func TestLookupsSeeOnlyActivePlans(t *testing.T) {
 	arrival, _, _ := m.Arrive(job("b"), m.Plan(job("b")).ID, "b0", now, time.Second, nil)
 	require.Equal(t, ArrivalComplete, arrival)
 	active(t, "c")
-	m.Forget(job("c"))
+	m.Forget(job("c"), now)
 	active(t)
 	_, ok := m.Install(job("a"), plan("a0", "n-a"), "", "planned again", now)
 	require.True(t, ok)

@@ -178,8 +178,9 @@ const (
 // not terminating): the framework rejects a deleted member waiting at
 // Permit at once, muster learns of it only when its Unreserve or the
 // deletion's handler runs. A plan this member would complete while a
-// reserved sibling is no longer live is dropped instead, so the others do
-// not bind without it.
+// reserved member, this one included (deleted during its own cycle, its
+// binding would fail), is no longer live is dropped instead, so the others
+// do not bind without it.
 func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, base time.Duration, live func(types.UID) bool) (Arrival, *ActivePlan, Effects) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -200,8 +201,11 @@ func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, ba
 	}
 	if live != nil {
 		for _, member := range sets.List(s.plan.Reserved) {
-			if member != uid && !live(member) {
+			if !live(member) {
 				reason := fmt.Sprintf("member %s was deleted while it waited at Permit", member)
+				if member == uid {
+					reason = fmt.Sprintf("member %s was deleted during its own scheduling cycle", member)
+				}
 				return ArrivalDropped, nil, m.drop(key, planID, DropMemberGone, reason, now, base)
 			}
 		}
@@ -320,7 +324,8 @@ func timedOut(p *ActivePlan) string {
 // still active, muster did not reject it: the node refused it (another
 // plugin's Reserve or Permit, the framework's timeout), so the next plans
 // avoid that pair until avoidUntil, or the same plan comes back after the
-// backoff. The plan is dropped.
+// backoff. The plan is dropped, and so is a newer plan of the gang that
+// counted on the member bound (an allowed member that failed to bind).
 func (m *Manager) Rejected(key Key, planID int64, uid types.UID, name, node string, now, avoidUntil time.Time, base time.Duration) Effects {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -330,6 +335,8 @@ func (m *Manager) Rejected(key Key, planID int64, uid types.UID, name, node stri
 		if s.plan != nil && s.plan.ID == planID {
 			s.plan.Reserved.Delete(uid) // it left the plan: no Permit of its waits
 			avoided = append(avoided, m.avoid(s, key, node, now, avoidUntil, uid))
+		} else if s.plan != nil && s.plan.CountsOn.Has(uid) {
+			planID = s.plan.ID
 		}
 	}
 	e := m.drop(key, planID, DropRejected, fmt.Sprintf("member %s was rejected or failed to bind on node %s", name, node), now, base)
@@ -519,13 +526,17 @@ func (m *Manager) TryPreemption(key Key, now time.Time, interval time.Duration) 
 }
 
 // Forget drops a gang that has no pods left. It reports whether the gang
-// was known.
-func (m *Manager) Forget(key Key) bool {
+// was known. A plan still active (installed by a cycle that ran while the
+// last pods went) is released as any dropped plan is: the gangs that found
+// no room are woken, the victims it waited for are no longer protected.
+// Nothing is announced of the gang, and no timer of its is set.
+func (m *Manager) Forget(key Key, now time.Time) (e Effects, known bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	_, known := m.gangs[key]
+	_, known = m.gangs[key]
+	e = m.drop(key, 0, DropMemberGone, "its pods are gone", now, 0)
+	e.Notice, e.Timers = nil, nil
 	delete(m.gangs, key)
-	delete(m.planned, key)
 	m.unplaceable.Delete(key)
-	return known
+	return e, known
 }

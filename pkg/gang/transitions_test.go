@@ -117,7 +117,7 @@ func TestDropWakesTheUnplaceableGangs(t *testing.T) {
 	}
 	_, ok := m.Install(job("c"), twoMembers(), "a0", "planned", t0)
 	require.True(t, ok)
-	m.Forget(job("d"))
+	m.Forget(job("d"), t0)
 	m.Refused(job("e"), Refusal{Outcome: OutcomeWaitingForMembers, Message: "short"}, t0)
 
 	e := m.Drop(jobA, 0, DropRejected, "test", t0, time.Second)
@@ -138,7 +138,7 @@ func TestHeldOutLonePodsAreWokenByADrop(t *testing.T) {
 	}
 	m.HeldOut(refusedSince, false, t0)
 	assert.Equal(t, PhaseNew, m.Phase(refusedSince))
-	m.Forget(bound)
+	m.Forget(bound, t0)
 
 	e := m.Drop(jobA, 0, DropRejected, "test", t0, time.Second)
 	assert.Equal(t, []Wake{{Key: held, Reason: WakeCapacityFreed, AllProfiles: true}}, e.Wake)
@@ -189,6 +189,22 @@ func TestArriveDoesNotCompleteWithoutADeletedSibling(t *testing.T) {
 	assert.Equal(t, "member a1 was deleted while it waited at Permit", e.Dropped.Reason)
 	assert.Empty(t, e.Allow)
 	require.NotNil(t, e.Reject)
+	assert.Nil(t, m.Plan(jobA))
+}
+
+// The member whose arrival would complete the plan was itself deleted
+// during its cycle: its binding would fail, so the others must not bind.
+func TestArriveDoesNotCompleteWhenTheArrivingMemberWasDeleted(t *testing.T) {
+	plan := twoMembers()
+	m := installed(t, jobA, plan)
+	live := func(uid types.UID) bool { return uid != "a0" }
+	arrival, _, _ := m.Arrive(jobA, plan.ID, "a1", t0, time.Second, live)
+	require.Equal(t, ArrivalWait, arrival)
+	arrival, _, e := m.Arrive(jobA, plan.ID, "a0", t0, time.Second, live)
+	assert.Equal(t, ArrivalDropped, arrival)
+	require.NotNil(t, e.Dropped)
+	assert.Equal(t, "member a0 was deleted during its own scheduling cycle", e.Dropped.Reason)
+	assert.Empty(t, e.Allow)
 	assert.Nil(t, m.Plan(jobA))
 }
 
@@ -553,4 +569,43 @@ func TestTimerFired(t *testing.T) {
 		e := m.TimerFired(Timer{Key: jobA, Kind: kind, Due: t0}, time.Second)
 		assert.Equal(t, []Wake{{Key: jobA, Reason: reason, AllProfiles: true}}, e.Wake, reason.String())
 	}
+}
+
+// An allowed member that fails to bind breaks the gang's newer plan that
+// counted on it bound, as its deletion would.
+func TestRejectedMemberBreaksTheNewerPlanThatCountedOnIt(t *testing.T) {
+	m := NewManager()
+	first := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"a2": "n3"}}, Reserved: sets.New[types.UID](), Victims: sets.New[types.UID](),
+		Created: t0, Deadline: t0.Add(time.Minute)}
+	_, ok := m.Install(jobA, first, "a2", "planned", t0)
+	require.True(t, ok)
+	firstID := m.Plan(jobA).ID
+	arrival, _, _ := m.Arrive(jobA, firstID, "a2", t0, time.Second, nil)
+	require.Equal(t, ArrivalComplete, arrival) // a2 is allowed and binding
+
+	second := twoMembers() // counts on a2
+	_, ok = m.Install(jobA, second, "a0", "planned", t0)
+	require.True(t, ok)
+	e := m.Rejected(jobA, firstID, "a2", "a-2", "n3", t0, t0.Add(time.Minute), time.Second)
+	require.NotNil(t, e.Dropped, "the plan counting on a2 stands")
+	assert.Equal(t, DropRejected, e.Dropped.Cause)
+	assert.Nil(t, m.Plan(jobA))
+}
+
+// Forgetting a gang that still has a plan releases it as a drop does: the
+// gangs that found no room are woken; nothing is said of the gang itself.
+func TestForgetReleasesAnActivePlan(t *testing.T) {
+	m := installed(t, jobA, twoMembers("v1"))
+	other := Key{Kind: KindJob, Namespace: "ns", Name: "other"}
+	m.Refused(other, Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, t0)
+	before := m.Admit(other, t0, t0).Planning.Releases
+
+	e, known := m.Forget(jobA, t0)
+	assert.True(t, known)
+	assert.Contains(t, e.Wake, Wake{Key: other, Reason: WakeCapacityFreed, AllProfiles: true})
+	assert.Nil(t, e.Notice)
+	assert.Empty(t, e.Timers)
+	assert.False(t, m.IsVictim("v1"), "a victim of a forgotten plan stays protected")
+	assert.Greater(t, m.Admit(other, t0, t0).Planning.Releases, before, "a failed plan of the old capacity may be reused")
+	assert.Empty(t, m.Held(0))
 }

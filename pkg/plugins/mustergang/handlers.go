@@ -143,11 +143,13 @@ func (p *Plugin) forgetIfEnded(key gang.Key) {
 	}
 }
 
-// forget drops a gang that has no pods left, and the timers that would
-// wake its members. Every bound pod scheduled alone comes here: only a gang
-// the manager knew can have timers.
+// forget drops a gang that has no pods left, releasing a plan it still
+// had, and the timers that would wake its members. Every bound pod
+// scheduled alone comes here: only a gang the manager knew can have timers.
 func (p *Plugin) forget(key gang.Key) {
-	if p.gangs.Forget(key) {
+	e, known := p.gangs.Forget(key, p.now())
+	p.carryOut(p.handlerCtx(), e, nil)
+	if known {
 		p.timers.forget(key)
 	}
 }

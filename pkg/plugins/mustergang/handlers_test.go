@@ -158,7 +158,8 @@ func TestPodGroupGangEndsWithItsObject(t *testing.T) {
 	require.NoError(t, groups.Delete(group))
 	f.plugin.ownerHandler(gang.KindPodGroup).OnDelete(group)
 	assert.Zero(t, f.plugin.gangs.Succeeded(key), "the deleted PodGroup's gang is forgotten")
-	assert.False(t, f.plugin.gangs.Forget(key), "nothing of the gang was left")
+	_, known := f.plugin.gangs.Forget(key, t0)
+	assert.False(t, known, "nothing of the gang was left")
 }
 
 func TestBoundMemberLeavingBreaksThePlanThatCountedOnIt(t *testing.T) {

@@ -31,13 +31,13 @@ func BenchmarkPlanGang(b *testing.B) {
 		if _, status := f.preFilter(b, pods[0]); !status.IsSuccess() {
 			b.Fatalf("PreFilter: %v", status)
 		}
-		f.plugin.gangs.Forget(key)
+		f.plugin.gangs.Forget(key, t0)
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, status := f.preFilter(b, pods[0]); !status.IsSuccess() {
 				b.Fatalf("PreFilter: %v", status)
 			}
-			f.plugin.gangs.Forget(key)
+			f.plugin.gangs.Forget(key, t0)
 		}
 	})
 }
@@ -58,7 +58,7 @@ func BenchmarkFilterCheck(b *testing.B) {
 			b.Fatalf("PreFilter: %v", status)
 		}
 		slots := f.plugin.gangs.Plan(key).Slots
-		f.plugin.gangs.Forget(key)
+		f.plugin.gangs.Forget(key, t0)
 		ctx := context.Background()
 		b.ReportAllocs()
 		for b.Loop() {

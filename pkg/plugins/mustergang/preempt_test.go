@@ -758,3 +758,34 @@ func TestEvictionLeavesThePodThatReplacedTheVictim(t *testing.T) {
 		assert.NotEqual(t, v1.DisruptionTarget, c.Type, "the replacement is marked a disruption target")
 	}
 }
+
+// A victim that left while the preemption was planned (it finished, or was
+// deleted): its deletion's handler ran before the plan named it. The plan
+// does not wait for it until its deadline.
+func TestVictimGoneWhileThePlanIsMadeIsNotWaitedFor(t *testing.T) {
+	low0, low1 := worker("low", 0, 8, "n1"), worker("low", 1, 8, "n2")
+	high := worker("j", 0, 8, "")
+	for _, p := range []*v1.Pod{low0, low1} {
+		p.Spec.Priority = ptr.To[int32](1)
+		p.OwnerReferences[0].Name = "low"
+	}
+	high.Spec.Priority = ptr.To[int32](100)
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{low0, low1, high})
+	ctx := context.Background()
+	info, _, err := f.plugin.source.resolve(high)
+	require.NoError(t, err)
+	gr, r := f.plugin.prepareGang(ctx, high, info, f.planning(t, info.Key))
+	require.Nil(t, r)
+	found, err := f.plugin.searchVictims(ctx, gr, 100, info.Constraints.Policy)
+	require.NoError(t, err)
+	require.Len(t, found.victims, 2, "the whole low gang")
+
+	require.NoError(t, f.plugin.source.pods.Delete(low0)) // low0 leaves the informer
+	f.plugin.onPodDelete(low0)                            // before any plan names it
+
+	_, status := f.plugin.installPlan(ctx, high, gr, found.plan, found.victims, "preempting")
+	require.Nil(t, status)
+	plan := f.plugin.gangs.Plan(info.Key)
+	require.NotNil(t, plan)
+	assert.Equal(t, []types.UID{low1.UID}, plan.Victims.UnsortedList(), "waits for a victim that is gone")
+}

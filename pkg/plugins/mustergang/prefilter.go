@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -435,7 +436,41 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 	klog.FromContext(ctx).V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
 		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "victims", len(victims))
 	p.carryOut(ctx, effects, info.Ref)
+	if gone := p.leftWhilePlanning(ctx, gr, active, victims); gone != "" {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s left while the plan was made; planning again", key, gone))
+	}
 	return active, nil
+}
+
+// leftWhilePlanning carries out, for the members and victims of the plan
+// just installed that have left the pod informer since planning read it,
+// what their deletion's handler would have: it ran before the plan existed,
+// found no plan to drop and no victim to count, and runs no more. A
+// deletion after this look finds the plan installed. It names the member
+// whose leaving dropped the plan ("" when none did).
+func (p *Plugin) leftWhilePlanning(ctx context.Context, gr *gangRequest, active *gang.ActivePlan, victims []*v1.Pod) string {
+	key := gr.info.Key
+	live := p.source.live(key) // standing: neither deleted nor terminating
+	names := map[types.UID]string{}
+	for _, m := range gr.req.Members {
+		names[m.UID] = m.Name
+	}
+	for _, uid := range append(slices.Sorted(maps.Keys(active.Slots)), gr.set.boundUIDs...) {
+		if !live(uid) {
+			name := names[uid]
+			if name == "" {
+				name = string(uid)
+			}
+			p.carryOut(ctx, p.gangs.MemberGone(key, uid, name, p.now(), p.backoffBase()), nil)
+			return name
+		}
+	}
+	for _, v := range victims {
+		if !p.source.stands(v) {
+			p.carryOut(ctx, p.gangs.VictimGone(v.UID, p.handle.ProfileName()), nil)
+		}
+	}
+	return ""
 }
 
 // templateKey groups members whose node constraints are identical.

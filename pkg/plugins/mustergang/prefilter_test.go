@@ -228,3 +228,29 @@ func TestChangedMemberIsPlannedAgain(t *testing.T) {
 	key, _ := gang.KeyOf(b)
 	assert.Len(t, f.plugin.gangs.Plan(key).Slots, 2)
 }
+
+// A member deleted while its sibling's cycle made the plan: the deletion's
+// handler ran before the plan existed and found nothing to drop. The plan
+// installed with the member's slot is dropped at once instead of holding
+// the siblings' GPUs until its deadline.
+func TestMemberDeletedWhileThePlanIsMadeDropsThePlan(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	ctx := context.Background()
+	info, _, err := f.plugin.source.resolve(a)
+	require.NoError(t, err)
+	gr, r := f.plugin.prepareGang(ctx, a, info, f.planning(t, info.Key))
+	require.Nil(t, r)
+
+	require.NoError(t, f.plugin.source.pods.Delete(b)) // b leaves the informer
+	f.plugin.onPodDelete(b)                            // before any plan exists
+
+	views, _ := f.plugin.nodes.views(f.nodes, nil)
+	plan, _, err := f.plugin.computePlan(ctx, gr, views, nil, nil)
+	require.NoError(t, err)
+	_, status := f.plugin.installPlan(ctx, a, gr, plan, nil, "")
+	require.NotNil(t, status, "a plan placing a deleted member was kept")
+	assert.Contains(t, status.Message(), "j-1 left while the plan was made")
+	assert.Nil(t, f.plugin.gangs.Plan(info.Key))
+	assert.Empty(t, f.plugin.gangs.Held(gang.AnyPriority), "capacity held for a member that is gone")
+}

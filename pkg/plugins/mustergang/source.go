@@ -185,6 +185,13 @@ func (src *gangSource) live(key gang.Key) func(types.UID) bool {
 	}
 }
 
+// stands reports whether pod is still in the pod informer (terminating or
+// not): a pod gone from it had its deletion handled.
+func (src *gangSource) stands(pod *v1.Pod) bool {
+	obj, ok, _ := src.pods.GetByKey(pod.Namespace + "/" + pod.Name)
+	return ok && obj.(*v1.Pod).UID == pod.UID
+}
+
 // standingPods are the gang's pods in the pod informer's gang index that
 // are not terminating; a lone pod's key (a pod scheduled alone that
 // preempted, a gang of itself) names its pod only.
