@@ -67,7 +67,7 @@ const (
 	// reclaimed or stopped matching its member.
 	DropNodeChanged
 	// DropDisplaced: a gang of higher priority was planned on a node the
-	// plan held capacity on (Displace).
+	// plan held capacity on (Install displaced it).
 	DropDisplaced
 )
 

@@ -173,39 +173,35 @@ func TestArriveCompletesThePlanOnce(t *testing.T) {
 	assert.Equal(t, PhaseBound, m.Phase(jobA))
 }
 
-// The last member completes a plan whose other reserved member the
-// framework already turned away (its pod deleted while it waited): the
-// plan is dropped, not completed without it.
-func TestArriveDoesNotCompleteWithoutADeletedSibling(t *testing.T) {
-	plan := twoMembers()
-	m := installed(t, jobA, plan)
-	live := func(uid types.UID) bool { return uid != "a1" }
-	arrival, _, _ := m.Arrive(jobA, plan.ID, "a1", t0, time.Second, live)
-	require.Equal(t, ArrivalWait, arrival)
-	arrival, _, e := m.Arrive(jobA, plan.ID, "a0", t0, time.Second, live)
-	assert.Equal(t, ArrivalDropped, arrival)
-	require.NotNil(t, e.Dropped)
-	assert.Equal(t, DropMemberGone, e.Dropped.Cause)
-	assert.Equal(t, "member a1 was deleted while it waited at Permit", e.Dropped.Reason)
-	assert.Empty(t, e.Allow)
-	require.NotNil(t, e.Reject)
-	assert.Nil(t, m.Plan(jobA))
-}
-
-// The member whose arrival would complete the plan was itself deleted
-// during its cycle: its binding would fail, so the others must not bind.
-func TestArriveDoesNotCompleteWhenTheArrivingMemberWasDeleted(t *testing.T) {
-	plan := twoMembers()
-	m := installed(t, jobA, plan)
-	live := func(uid types.UID) bool { return uid != "a0" }
-	arrival, _, _ := m.Arrive(jobA, plan.ID, "a1", t0, time.Second, live)
-	require.Equal(t, ArrivalWait, arrival)
-	arrival, _, e := m.Arrive(jobA, plan.ID, "a0", t0, time.Second, live)
-	assert.Equal(t, ArrivalDropped, arrival)
-	require.NotNil(t, e.Dropped)
-	assert.Equal(t, "member a0 was deleted during its own scheduling cycle", e.Dropped.Reason)
-	assert.Empty(t, e.Allow)
-	assert.Nil(t, m.Plan(jobA))
+// A plan this member's arrival would complete is dropped when a reserved
+// member is no longer live: a sibling deleted while it waited at Permit,
+// or the arriving member itself, deleted during its own cycle (its
+// binding would fail). The others must not bind without it.
+func TestArriveDoesNotCompleteWithoutADeletedMember(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		deleted types.UID
+		reason  string
+	}{
+		{"a sibling waiting at Permit", "a1", "member a1 was deleted while it waited at Permit"},
+		{"the arriving member", "a0", "member a0 was deleted during its own scheduling cycle"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := twoMembers()
+			m := installed(t, jobA, plan)
+			live := func(uid types.UID) bool { return uid != tc.deleted }
+			arrival, _, _ := m.Arrive(jobA, plan.ID, "a1", t0, time.Second, live)
+			require.Equal(t, ArrivalWait, arrival)
+			arrival, _, e := m.Arrive(jobA, plan.ID, "a0", t0, time.Second, live)
+			assert.Equal(t, ArrivalDropped, arrival)
+			require.NotNil(t, e.Dropped)
+			assert.Equal(t, DropMemberGone, e.Dropped.Cause)
+			assert.Equal(t, tc.reason, e.Dropped.Reason)
+			assert.Empty(t, e.Allow)
+			require.NotNil(t, e.Reject)
+			assert.Nil(t, m.Plan(jobA))
+		})
+	}
 }
 
 // A member reaching Permit after the deadline, before the deadline's timer

@@ -58,14 +58,22 @@ func TestRejectedMemberDropsPlanAndNextPlanAvoidsThePair(t *testing.T) {
 	}
 }
 
-func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
-	low0, low1 := worker("low", 0, 8, "n1"), worker("low", 1, 8, "n2")
-	high := worker("j", 0, 8, "")
+// lowGangAndPreemptor are the two 8-GPU members of Job "low" (priority 1)
+// filling n1 and n2, and a member of Job "j" (priority 100) that must
+// preempt them.
+func lowGangAndPreemptor() (low0, low1, high *v1.Pod) {
+	low0, low1 = worker("low", 0, 8, "n1"), worker("low", 1, 8, "n2")
 	for _, p := range []*v1.Pod{low0, low1} {
 		p.Spec.Priority = ptr.To[int32](1)
 		p.OwnerReferences[0].Name = "low"
 	}
+	high = worker("j", 0, 8, "")
 	high.Spec.Priority = ptr.To[int32](100)
+	return low0, low1, high
+}
+
+func TestPreemptionPlansWithVictimsGoneAndWaitsForThem(t *testing.T) {
+	low0, low1, high := lowGangAndPreemptor()
 	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{low0, low1, high})
 	f.keepPodsInAPI()
 	key, _ := gang.KeyOf(high)

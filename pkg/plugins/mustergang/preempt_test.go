@@ -763,13 +763,7 @@ func TestEvictionLeavesThePodThatReplacedTheVictim(t *testing.T) {
 // deleted): its deletion's handler ran before the plan named it. The plan
 // does not wait for it until its deadline.
 func TestVictimGoneWhileThePlanIsMadeIsNotWaitedFor(t *testing.T) {
-	low0, low1 := worker("low", 0, 8, "n1"), worker("low", 1, 8, "n2")
-	high := worker("j", 0, 8, "")
-	for _, p := range []*v1.Pod{low0, low1} {
-		p.Spec.Priority = ptr.To[int32](1)
-		p.OwnerReferences[0].Name = "low"
-	}
-	high.Spec.Priority = ptr.To[int32](100)
+	low0, low1, high := lowGangAndPreemptor()
 	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{low0, low1, high})
 	ctx := context.Background()
 	info, _, err := f.plugin.source.resolve(high)

@@ -436,18 +436,21 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 	klog.FromContext(ctx).V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
 		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "victims", len(victims))
 	p.carryOut(ctx, effects, info.Ref)
-	if gone := p.leftWhilePlanning(ctx, gr, active, victims); gone != "" {
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s left while the plan was made; planning again", key, gone))
+	if why := p.leftWhilePlanning(ctx, gr, active, victims); why != "" {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s while the plan was made; the plan is dropped", key, why))
 	}
 	return active, nil
 }
 
 // leftWhilePlanning carries out, for the members and victims of the plan
-// just installed that have left the pod informer since planning read it,
-// what their deletion's handler would have: it ran before the plan existed,
-// found no plan to drop and no victim to count, and runs no more. A
-// deletion after this look finds the plan installed. It names the member
-// whose leaving dropped the plan ("" when none did).
+// just installed that changed since planning read them, what the handler
+// of that change would have: it ran before the plan existed, found no plan
+// to drop and no victim to count, and runs no more. A change after this
+// look finds the plan installed. A member that left (deleted, finished,
+// terminating) drops the plan, and so does a member the plan counts on as
+// bound that left flight (its binding failed: Rejected found no plan that
+// counted on it); a victim that left is counted gone. It says why the plan
+// was dropped ("" when it was not).
 func (p *Plugin) leftWhilePlanning(ctx context.Context, gr *gangRequest, active *gang.ActivePlan, victims []*v1.Pod) string {
 	key := gr.info.Key
 	live := p.source.live(key) // standing: neither deleted nor terminating
@@ -455,14 +458,26 @@ func (p *Plugin) leftWhilePlanning(ctx context.Context, gr *gangRequest, active 
 	for _, m := range gr.req.Members {
 		names[m.UID] = m.Name
 	}
+	name := func(uid types.UID) string {
+		if n := names[uid]; n != "" {
+			return n
+		}
+		return string(uid)
+	}
 	for _, uid := range append(slices.Sorted(maps.Keys(active.Slots)), gr.set.boundUIDs...) {
 		if !live(uid) {
-			name := names[uid]
-			if name == "" {
-				name = string(uid)
+			p.carryOut(ctx, p.gangs.MemberGone(key, uid, name(uid), p.now(), p.backoffBase()), nil)
+			return fmt.Sprintf("member %s left", name(uid))
+		}
+	}
+	if active.CountsOn.Len() > 0 {
+		bound := sets.New(p.source.members(key).boundUIDs...)
+		for _, uid := range sets.List(active.CountsOn) {
+			if !bound.Has(uid) {
+				why := fmt.Sprintf("member %s, counted on as bound, failed to bind", name(uid))
+				p.drop(ctx, key, active.ID, gang.DropRejected, why)
+				return why
 			}
-			p.carryOut(ctx, p.gangs.MemberGone(key, uid, name, p.now(), p.backoffBase()), nil)
-			return name
 		}
 	}
 	for _, v := range victims {

@@ -3,12 +3,15 @@ package mustergang
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -229,6 +232,24 @@ func TestChangedMemberIsPlannedAgain(t *testing.T) {
 	assert.Len(t, f.plugin.gangs.Plan(key).Slots, 2)
 }
 
+// planWhile makes the plan of pod's gang as planGang does, and runs
+// meanwhile between reading the members (gr) and installing the plan; it
+// returns installPlan's status.
+func planWhile(t *testing.T, f *testFramework, pod *v1.Pod, meanwhile func(gr *gangRequest)) *fwk.Status {
+	t.Helper()
+	ctx := context.Background()
+	info, _, err := f.plugin.source.resolve(pod)
+	require.NoError(t, err)
+	gr, r := f.plugin.prepareGang(ctx, pod, info, f.planning(t, info.Key))
+	require.Nil(t, r)
+	meanwhile(gr)
+	views, _ := f.plugin.nodes.views(f.nodes, nil)
+	plan, _, err := f.plugin.computePlan(ctx, gr, views, nil, nil)
+	require.NoError(t, err)
+	_, status := f.plugin.installPlan(ctx, pod, gr, plan, nil, "")
+	return status
+}
+
 // A member deleted while its sibling's cycle made the plan: the deletion's
 // handler ran before the plan existed and found nothing to drop. The plan
 // installed with the member's slot is dropped at once instead of holding
@@ -236,21 +257,39 @@ func TestChangedMemberIsPlannedAgain(t *testing.T) {
 func TestMemberDeletedWhileThePlanIsMadeDropsThePlan(t *testing.T) {
 	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
 	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
-	ctx := context.Background()
-	info, _, err := f.plugin.source.resolve(a)
-	require.NoError(t, err)
-	gr, r := f.plugin.prepareGang(ctx, a, info, f.planning(t, info.Key))
-	require.Nil(t, r)
-
-	require.NoError(t, f.plugin.source.pods.Delete(b)) // b leaves the informer
-	f.plugin.onPodDelete(b)                            // before any plan exists
-
-	views, _ := f.plugin.nodes.views(f.nodes, nil)
-	plan, _, err := f.plugin.computePlan(ctx, gr, views, nil, nil)
-	require.NoError(t, err)
-	_, status := f.plugin.installPlan(ctx, a, gr, plan, nil, "")
+	key, _ := gang.KeyOf(a)
+	status := planWhile(t, f, a, func(*gangRequest) {
+		require.NoError(t, f.plugin.source.pods.Delete(b)) // b leaves the informer
+		f.plugin.onPodDelete(b)                            // before any plan exists
+	})
 	require.NotNil(t, status, "a plan placing a deleted member was kept")
-	assert.Contains(t, status.Message(), "j-1 left while the plan was made")
-	assert.Nil(t, f.plugin.gangs.Plan(info.Key))
+	assert.Contains(t, status.Message(), "member j-1 left while the plan was made")
+	assert.Nil(t, f.plugin.gangs.Plan(key))
 	assert.Empty(t, f.plugin.gangs.Held(gang.AnyPriority), "capacity held for a member that is gone")
+}
+
+// A member allowed by an earlier plan and binding is counted on as bound
+// by the plan its sibling makes; its binding fails meanwhile (Rejected
+// finds no plan that counts on it yet). The new plan, a slot short of the
+// quorum, is dropped at once.
+func TestMemberThatFailedToBindWhileThePlanIsMadeDropsThePlan(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, []*v1.Pod{a, b})
+	key, _ := gang.KeyOf(a)
+	first := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{a.UID: "n1"}}, Reserved: sets.New[types.UID](),
+		Victims: sets.New[types.UID](), Created: f.clock.Now(), Deadline: f.clock.Now().Add(time.Minute)}
+	_, ok := f.plugin.gangs.Install(key, first, a.UID, "planned", t0)
+	require.True(t, ok)
+	firstID := f.plugin.gangs.Plan(key).ID
+	arrival, _, _ := f.plugin.gangs.Arrive(key, firstID, a.UID, f.clock.Now(), time.Second, nil)
+	require.Equal(t, gang.ArrivalComplete, arrival) // a is allowed and binding
+
+	status := planWhile(t, f, b, func(gr *gangRequest) {
+		require.Equal(t, []types.UID{a.UID}, gr.set.boundUIDs, "a counts as bound while it binds")
+		now := f.clock.Now()
+		f.plugin.carryOut(context.Background(), f.plugin.gangs.Rejected(key, firstID, a.UID, a.Name, "n1", now, now.Add(time.Minute), time.Second), nil)
+	})
+	require.NotNil(t, status, "a plan counting on a member that failed to bind was kept")
+	assert.Contains(t, status.Message(), "counted on as bound, failed to bind")
+	assert.Nil(t, f.plugin.gangs.Plan(key))
 }
