@@ -140,12 +140,20 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 		pass = passOf(cs.GetPodGroupSchedulingCycle(), plan.ID)
 		pass.saw(pod.UID)
 	}
-	if n := plan.Victims.Len(); n > 0 {
-		// PostFilter reads that this refusal is the wait, not a failure.
+	// holdBack refuses the member while the plan waits for its victims.
+	// PostFilter (PodGroupPostFilter in a pod-group cycle) reads that the
+	// refusal is the wait, not a failure: by the time it runs the last
+	// victim may be gone and the wait no longer visible.
+	holdBack := func(msg string) (*fwk.PreFilterResult, *fwk.Status) {
 		state.heldForVictims = true
 		cs.Write(stateKey, state)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("%s preempted pods to make room and waits for them; %d of them still terminating (planned on %s)", key.Subject(), n, node))
+		if pass != nil {
+			pass.heldBackForVictims()
+		}
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+	}
+	if n := plan.Victims.Len(); n > 0 {
+		return holdBack(fmt.Sprintf("%s preempted pods to make room and waits for them; %d of them still terminating (planned on %s)", key.Subject(), n, node))
 	}
 	if cached := p.slotWithEvictedPod(plan); cached != "" {
 		// Every victim is deleted, but the scheduler's cache (this
@@ -154,19 +162,13 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.
 		// planned there: in a pod-group cycle a partial pass would count
 		// as placed and the refused member would break the plan. The
 		// PostFilter wakes the gang again once the cache has caught up.
-		state.heldForVictims = true
-		cs.Write(stateKey, state)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("%s preempted pods to make room and waits for them to leave %s", key.Subject(), cached))
+		return holdBack(fmt.Sprintf("%s preempted pods to make room and waits for them to leave %s", key.Subject(), cached))
 	}
 	if !p.devicesReleased(plan) {
 		// The victims are gone but the DRA devices they held are not
 		// released yet: the planned node would refuse the member now. A
 		// ResourceClaim event wakes it.
-		state.heldForVictims = true
-		cs.Write(stateKey, state)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("%s preempted pods to make room and waits for the devices they held to be released", key.Subject()))
+		return holdBack(fmt.Sprintf("%s preempted pods to make room and waits for the devices they held to be released", key.Subject()))
 	}
 	if pass != nil {
 		state.pass = pass

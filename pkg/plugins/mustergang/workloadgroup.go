@@ -96,7 +96,7 @@ func (src *gangSource) victimKey(pod *v1.Pod) (gang.Key, bool) {
 // members. It is PostFilter for the group: with no plan the gang may
 // preempt; a plan waiting for its victims keeps its hold and nominations;
 // any other plan was refused at its slots and is dropped.
-func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleState, group fwk.PodGroupInfo, _ fwk.PodGroupSchedulingFunc) (*fwk.PodGroupPostFilterResult, *fwk.Status) {
+func (p *Plugin) PodGroupPostFilter(ctx context.Context, cs fwk.PodGroupCycleState, group fwk.PodGroupInfo, _ fwk.PodGroupSchedulingFunc) (*fwk.PodGroupPostFilterResult, *fwk.Status) {
 	pods := group.GetUnscheduledPods()
 	if len(pods) == 0 {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "no member to place")
@@ -117,7 +117,14 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCycleStat
 		p.clearNominations(ctx, pods)
 		return nil, status
 	}
-	if msg, waiting := p.planWaits(key, plan); waiting {
+	msg, waiting := p.planWaits(key, plan)
+	if !waiting && heldBackInPass(cs, plan.ID) {
+		// muster's PreFilter held the members back for the victims, and
+		// the last one went since (the core requeues the group on the
+		// victim's deletion before muster's handler counts it gone).
+		msg, waiting = fmt.Sprintf("%s waited for the pods it preempted; the last one is gone", key.Subject()), true
+	}
+	if waiting {
 		p.wakeAfterCacheLag(key, plan)
 		return nominations(pods, plan), fwk.NewStatus(fwk.Unschedulable, msg)
 	}
@@ -185,6 +192,9 @@ type groupPass struct {
 	// steeredTo are the members steered, in the pass's order.
 	steeredTo []passMember
 	reservedU sets.Set[types.UID]
+	// heldBack: muster's PreFilter held a member back for the plan's
+	// victims (or their devices).
+	heldBack bool
 }
 
 type passMember struct {
@@ -209,6 +219,28 @@ func passOf(cs fwk.PodGroupCycleState, planID int64) *groupPass {
 	g := &groupPass{planID: planID, seenU: sets.New[types.UID](), reservedU: sets.New[types.UID]()}
 	cs.Write(groupPassKey, g)
 	return g
+}
+
+func (g *groupPass) heldBackForVictims() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.heldBack = true
+}
+
+// heldBackInPass reports whether muster's PreFilter held a member of plan
+// planID back for its victims in the pod-group cycle of cs.
+func heldBackInPass(cs fwk.PodGroupCycleState, planID int64) bool {
+	data, err := cs.Read(groupPassKey)
+	if err != nil {
+		return false
+	}
+	g, ok := data.(*groupPass)
+	if !ok || g.planID != planID {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.heldBack
 }
 
 func (g *groupPass) saw(uid types.UID) {

@@ -1,6 +1,7 @@
 package mustergang
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -309,4 +310,39 @@ func TestMemberCreatedAfterTheGroupCycleBeganIsNotRefused(t *testing.T) {
 	delete(h.unscheduled, "refused")
 	got, _ = p.refusedInPass(s)
 	assert.Nil(t, got, "the member created after the snapshot is not in the pass, and not refused")
+}
+
+// unscheduledGroup is a pod group cycle's group of pods.
+type unscheduledGroup struct {
+	fwk.PodGroupInfo
+	pods []*v1.Pod
+}
+
+func (g unscheduledGroup) GetUnscheduledPods() []*v1.Pod { return g.pods }
+
+// muster's PreFilter held the group's members back for the plan's victims;
+// the last victim went before PodGroupPostFilter ran (the core requeues the
+// group on the deletion before muster's handler counts it gone). The plan
+// stands: it was waiting, not refused.
+func TestPodGroupPostFilterKeepsAPlanHeldBackForItsVictims(t *testing.T) {
+	high := worker("j", 0, 8, "")
+	f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{high})
+	key, _ := gang.KeyOf(high)
+	plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{high.UID: "n1"}}, Reserved: sets.New[types.UID](),
+		Victims: sets.New[types.UID]("victim"), Profile: f.plugin.handle.ProfileName(), Created: f.clock.Now(), Deadline: f.clock.Now().Add(time.Minute)}
+	_, ok := f.plugin.gangs.Install(key, plan, high.UID, "preempting", t0)
+	require.True(t, ok)
+	cs := framework.NewCycleState() // the group's
+	state := framework.NewCycleState()
+	state.SetPodGroupSchedulingCycle(cs)
+	_, status := f.plugin.PreFilter(context.Background(), state, high, f.nodes)
+	require.Contains(t, status.Message(), "waits for them; 1 of them still terminating", "PreFilter holds the member back")
+	f.plugin.carryOut(context.Background(), f.plugin.gangs.VictimGone("victim", f.plugin.handle.ProfileName()), nil)
+
+	result, status := f.plugin.PodGroupPostFilter(context.Background(), cs, unscheduledGroup{pods: []*v1.Pod{high}}, nil)
+	assert.Equal(t, fwk.Unschedulable, status.Code())
+	assert.Contains(t, status.Message(), "waited for the pods it preempted")
+	require.NotNil(t, f.plugin.gangs.Plan(key), "the plan waiting for its victims was dropped")
+	require.NotNil(t, result)
+	assert.Equal(t, "n1", result.NominatingInfos[types.NamespacedName{Namespace: "ns", Name: high.Name}].NominatedNodeName)
 }
