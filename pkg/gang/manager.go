@@ -315,6 +315,8 @@ type NodePlan struct {
 	// Members are the plan's members planned on the node.
 	Members []types.UID
 	Profile string
+	// Level and Domain are the topology domain the plan placed the gang in.
+	Level, Domain string
 }
 
 // PlansOn lists the active plans with a member planned on node.
@@ -330,7 +332,7 @@ func (m *Manager) PlansOn(node string) []NodePlan {
 			}
 		}
 		if len(members) > 0 {
-			out = append(out, NodePlan{Key: key, PlanID: s.plan.ID, Members: members, Profile: s.plan.Profile})
+			out = append(out, NodePlan{Key: key, PlanID: s.plan.ID, Members: members, Profile: s.plan.Profile, Level: s.plan.Level, Domain: s.plan.Domain})
 		}
 	}
 	return out

@@ -56,6 +56,18 @@ func (t *TopologyIndex) SetDeviceDomains(d DeviceDomains, version int64) {
 	t.nodes, t.recent = map[*v1.Node][]int32{}, nil
 }
 
+// LabelDomain is node's domain at the level named level when that level
+// is read from a node label; ok is false for the cluster, for an unknown
+// level and for a level read from devices (no node event tells of those).
+func (t *TopologyIndex) LabelDomain(level string, node *v1.Node) (domain string, ok bool) {
+	for _, l := range t.levels {
+		if l.Name == level && l.Attribute == "" {
+			return node.Labels[l.Label], true
+		}
+	}
+	return "", false
+}
+
 // valueOf is node's domain name at level l.
 func (t *TopologyIndex) valueOf(l int, node *v1.Node) string {
 	t.mu.Lock()

@@ -193,14 +193,28 @@ func (p *Plugin) brokenPlacement(node *v1.Node, deleted bool, np gang.NodePlan) 
 	case p.nodes.reclaiming(node):
 		return "is being reclaimed"
 	}
+	// Relabelled out of the domain the gang was placed in: the members
+	// planned elsewhere stay in the old one.
+	if domain, ok := p.nodes.topology.LabelDomain(np.Level, node); ok && domain != np.Domain {
+		return fmt.Sprintf("left %s %s (it is now in %s %q)", np.Level, np.Domain, np.Level, domain)
+	}
 	planned := map[types.UID]bool{}
 	for _, uid := range np.Members {
 		planned[uid] = true
 	}
 	logger := p.logger()
+	preemptible := p.nodes.preemptible(node)
 	for _, m := range p.source.members(np.Key).pending {
-		if planned[m.UID] && !gang.ConstraintsOf(logger, m).Match(node) {
+		if !planned[m.UID] {
+			continue
+		}
+		if !gang.ConstraintsOf(logger, m).Match(node) {
 			return fmt.Sprintf("no longer fits member %s (a taint it does not tolerate, or its node selector or affinity)", m.Name)
+		}
+		// The planner applied the policy; Filter does not ask again for a
+		// planned member.
+		if c, err := gang.ConstraintsFromPod(m, p.nodes.levels); err == nil && c.Policy.Excludes(preemptible) {
+			return fmt.Sprintf("is preemptible=%t now, which member %s's preemptible policy %s excludes", preemptible, m.Name, c.Policy)
 		}
 	}
 	return ""

@@ -30,6 +30,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/testobj"
+	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
@@ -391,7 +392,8 @@ func TestNodeChangeDropsAWaitingPlan(t *testing.T) {
 		name    string
 		change  func(*v1.Node)
 		deleted bool
-		want    string // "" keeps the plan
+		policy  gang.Policy // the members' preemptible policy; "" none
+		want    string      // "" keeps the plan
 	}{
 		{name: "deleted", deleted: true, want: "was deleted"},
 		{name: "cordoned", change: func(n *v1.Node) { n.Spec.Unschedulable = true }, want: "was cordoned"},
@@ -402,10 +404,20 @@ func TestNodeChangeDropsAWaitingPlan(t *testing.T) {
 			n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: "maintenance", Effect: v1.TaintEffectNoSchedule})
 		}, want: "no longer fits member"},
 		{name: "unrelated label", change: func(n *v1.Node) { n.Labels["team"] = "a" }},
+		{name: "moved to another rack", change: func(n *v1.Node) { n.Labels[configv1.LabelRack] = "r2" }, want: "left rack r1"},
+		{name: "became spot under forbid", policy: gang.PolicyForbid, change: func(n *v1.Node) { n.Labels[configv1.LabelGKESpot] = "true" },
+			want: "preemptible policy forbid excludes"},
+		{name: "became spot under avoid", policy: gang.PolicyAvoid, change: func(n *v1.Node) { n.Labels[configv1.LabelGKESpot] = "true" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
-			f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, []*v1.Pod{a, b})
+			if tc.policy != "" {
+				for _, m := range []*v1.Pod{a, b} {
+					m.Annotations = map[string]string{gang.AnnotationPreemptible: string(tc.policy)}
+				}
+			}
+			rackNode := func(name string) *v1.Node { return testobj.MakeNode(name).GPUs(8).Rack("r1").Obj() }
+			f := newTestFramework(t, 2, []*v1.Node{rackNode("n1"), rackNode("n2"), rackNode("n3")}, []*v1.Pod{a, b})
 			key, _ := gang.KeyOf(a)
 			_, plan := f.planAndWait(t, a)
 			slot := plan.Slots[a.UID]
