@@ -86,7 +86,7 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 	arrival, plan, effects := p.gangs.Arrive(s.key, s.planID, pod.UID, p.now(), p.backoffBase(), p.source.live(s.key))
 	switch arrival {
 	case gang.ArrivalDropped:
-		p.carryOut(ctx, effects, nil) // the deadline passed as it arrived: the plan timed out
+		p.carryOut(ctx, effects, nil) // the plan timed out as it arrived, or a reserved member (this one too) was deleted
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: the plan for this member was dropped", s.key.Subject())), 0
 	case gang.ArrivalWait:
 		// The planned members not reserved yet are woken so the gang
