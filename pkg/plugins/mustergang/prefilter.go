@@ -455,7 +455,14 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 // was dropped ("" when it was not).
 func (p *Plugin) leftWhilePlanning(ctx context.Context, gr *gangRequest, active *gang.ActivePlan, victims []*v1.Pod) string {
 	key := gr.info.Key
-	live := p.source.live(key) // standing: neither deleted nor terminating
+	// One reading of the informer answers both: standing (neither deleted
+	// nor terminating) and, of those, bound or in flight.
+	now := p.source.members(key)
+	bound := sets.New(now.boundUIDs...)
+	standing := bound.Clone()
+	for _, m := range now.pending {
+		standing.Insert(m.UID)
+	}
 	names := map[types.UID]string{}
 	for _, m := range gr.req.Members {
 		names[m.UID] = m.Name
@@ -467,19 +474,16 @@ func (p *Plugin) leftWhilePlanning(ctx context.Context, gr *gangRequest, active 
 		return string(uid)
 	}
 	for _, uid := range append(slices.Sorted(maps.Keys(active.Slots)), gr.set.boundUIDs...) {
-		if !live(uid) {
+		if !standing.Has(uid) {
 			p.carryOut(ctx, p.gangs.MemberGone(key, uid, name(uid), p.now(), p.backoffBase()), nil)
 			return fmt.Sprintf("member %s left", name(uid))
 		}
 	}
-	if active.CountsOn.Len() > 0 {
-		bound := sets.New(p.source.members(key).boundUIDs...)
-		for _, uid := range sets.List(active.CountsOn) {
-			if !bound.Has(uid) {
-				why := fmt.Sprintf("member %s, counted on as bound, failed to bind", name(uid))
-				p.drop(ctx, key, active.ID, gang.DropRejected, why)
-				return why
-			}
+	for _, uid := range sets.List(active.CountsOn) {
+		if !bound.Has(uid) {
+			why := fmt.Sprintf("member %s, counted on as bound, failed to bind", name(uid))
+			p.drop(ctx, key, active.ID, gang.DropRejected, why)
+			return why
 		}
 	}
 	for _, v := range victims {
