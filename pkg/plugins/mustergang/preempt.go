@@ -467,7 +467,7 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 				continue
 			}
 			podPrio := p.source.priorityOf(pod)
-			if podPrio >= prio || pod.DeletionTimestamp != nil || p.gangs.IsVictim(pod.UID) {
+			if podPrio >= prio || pod.DeletionTimestamp != nil || p.gangs.IsVictim(pod.UID) || (!inGang && p.beingPlaced(pod)) {
 				protected[name] = true // the whole unit, never a part of it
 				continue
 			}
@@ -508,6 +508,15 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 	}
 	sort.Slice(units, func(i, j int) bool { return units[i].Name < units[j].Name })
 	return units
+}
+
+// beingPlaced reports whether pod, a unit of its own, is a member of a gang
+// with a plan in progress: a PodGroup whose members may be disrupted one by
+// one (disruptionMode single) is still placed whole, and a member waiting
+// at Permit, or binding, is not deleted from under its plan.
+func (p *Plugin) beingPlaced(pod *v1.Pod) bool {
+	key, ok := gang.KeyOf(pod)
+	return ok && p.gangs.Plan(key) != nil
 }
 
 // victimClaims returns the claim unit of each victim gang among the pods

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -794,4 +795,46 @@ func TestVictimGoneWhileThePlanIsMadeIsNotWaitedFor(t *testing.T) {
 	plan := f.plugin.gangs.Plan(info.Key)
 	require.NotNil(t, plan)
 	assert.Equal(t, []types.UID{low1.UID}, plan.Victims.UnsortedList(), "waits for a victim that is gone")
+}
+
+// TestSingleDisruptionMemberIsNoVictimWhileItsGangIsPlaced: the members of
+// a gang PodGroup with disruptionMode single are victims one by one, but
+// not while their gang's plan is in progress: a member reserved and
+// waiting at Permit is in the snapshot as if bound, and deleting it would
+// break the plan its siblings wait in. Once the gang has no plan, the
+// member may be preempted like a pod alone.
+func TestSingleDisruptionMemberIsNoVictimWhileItsGangIsPlaced(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		planned bool
+	}{
+		{"its gang is being placed", true},
+		{"its gang has no plan", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			member := testobj.MakePod("ns", "member").UID("member").PodGroup("single").SchedulerName("muster").Created(t0).Node("n1").Priority(1).
+				Container(testobj.MakeContainer("w").Request(v1.ResourceCPU, resource.MustParse("1")).GPUs(8).Obj()).Obj()
+			high := worker("j", 0, 8, "")
+			high.Spec.Priority = ptr.To[int32](100)
+			f := newTestFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{member, high})
+			f.plugin.source.handle = groupsHandle{Handle: f.plugin.source.handle,
+				groups: map[string]*schedulingv1beta1.PodGroup{"ns/single": workloadGroup("single")}}
+			unit, whole := f.plugin.source.victimKey(member)
+			require.False(t, whole, "disruptionMode single: the member is a unit of its own, not %v", unit)
+			if tc.planned {
+				key := gang.Key{Kind: gang.KindWorkloadPodGroup, Namespace: "ns", Name: "single"}
+				plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{member.UID: "n1"}}, Reserved: sets.New(member.UID),
+					Victims: sets.New[types.UID](), Profile: f.plugin.handle.ProfileName(), Created: f.clock.Now(), Deadline: f.clock.Now().Add(time.Minute)}
+				_, ok := f.plugin.gangs.Install(key, plan, member.UID, "planned", t0)
+				require.True(t, ok)
+			}
+			plan := f.preemptFor(t, high)
+			if tc.planned {
+				assert.Nil(t, plan, "preempted a member waiting in its gang's plan")
+				return
+			}
+			require.NotNil(t, plan, "no preemption")
+			assert.Equal(t, sets.New("member"), victimNames(plan, []*v1.Pod{member}))
+		})
+	}
 }

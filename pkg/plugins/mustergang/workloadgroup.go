@@ -108,10 +108,15 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, cs fwk.PodGroupCycleSta
 		}
 	}
 	if plan == nil {
+		// Preempting for the gang, through any member: the plan may leave
+		// pods[0] out (a quorum below the members pending) and nominate
+		// only the others.
 		result, status := p.preempt(ctx, pods[0])
-		if result != nil && result.NominatingInfo != nil && result.NominatedNodeName != "" {
-			if _, plan = p.gangs.PlanOf(pods[0].UID); plan != nil {
-				return nominations(pods, plan), fwk.NewStatus(fwk.Success, status.Message())
+		if result != nil {
+			for _, pod := range pods {
+				if _, plan = p.gangs.PlanOf(pod.UID); plan != nil {
+					return nominations(pods, plan), fwk.NewStatus(fwk.Success, status.Message())
+				}
 			}
 		}
 		p.clearNominations(ctx, pods)

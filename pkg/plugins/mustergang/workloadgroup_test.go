@@ -346,3 +346,37 @@ func TestPodGroupPostFilterKeepsAPlanHeldBackForItsVictims(t *testing.T) {
 	require.NotNil(t, result)
 	assert.Equal(t, "n1", result.NominatingInfos[types.NamespacedName{Namespace: "ns", Name: high.Name}].NominatedNodeName)
 }
+
+// A group's cycle placed none of three members, of whom two make the
+// quorum. Its PodGroupPostFilter preempts for the gang through the first
+// member, which the plan leaves out (it places j-0 and j-1): the others are
+// still nominated to their slots and the group's preemption succeeds.
+func TestPodGroupPostFilterNominatesThePlanWhateverMemberPreempted(t *testing.T) {
+	low := lowGang("low", "n1", "n2")
+	var high []*v1.Pod
+	for i := range 3 {
+		p := worker("j", i, 8, "")
+		p.Spec.Priority = ptr.To[int32](100)
+		p.Annotations = map[string]string{gang.AnnotationMinAvailable: "2"}
+		high = append(high, p)
+	}
+	f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(low, high...))
+	_, status := f.preFilter(t, high[2])
+	require.False(t, status.IsSuccess(), "the low gang fills both nodes")
+
+	cs := framework.NewCycleState()
+	group := unscheduledGroup{pods: []*v1.Pod{high[2], high[0], high[1]}}
+	result, status := f.plugin.PodGroupPostFilter(context.Background(), cs, group, nil)
+	require.True(t, status.IsSuccess(), "status %v", status)
+	key, _ := gang.KeyOf(high[0])
+	plan := f.plugin.gangs.Plan(key)
+	require.NotNil(t, plan)
+	require.NotContains(t, plan.Slots, high[2].UID, "the test wants the first member left out")
+	require.NotNil(t, result)
+	for _, p := range high[:2] {
+		info := result.NominatingInfos[types.NamespacedName{Namespace: "ns", Name: p.Name}]
+		require.NotNil(t, info, "%s not nominated", p.Name)
+		assert.Equal(t, plan.Slots[p.UID], info.NominatedNodeName)
+	}
+	assert.Len(t, result.NominatingInfos, 2)
+}
