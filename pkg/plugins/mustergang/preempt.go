@@ -127,8 +127,10 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	preemptions.Inc()
 	preemptedGPUs.Add(float64(gpus))
 	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(victims), "gpus", gpus, "budgetViolations", choice.Violations, "checks", checks)
+	var victimsByUnit [][]*v1.Pod
 	for _, i := range choice.Units {
 		p.recordVictim(ctx, units[i], key)
+		victimsByUnit = append(victimsByUnit, units[i].pods)
 	}
 	// Counted before the goroutine starts, so whoever watches the gauge never
 	// sees an eviction as done before it began.
@@ -138,7 +140,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		defer evictions.Dec()
 		// The cycle's context ends with the cycle; the eviction ends with
 		// the scheduler, logging as the cycle does.
-		p.evict(klog.NewContext(p.handlerCtx(), logger), victims, pod, key, active.ID)
+		p.evict(klog.NewContext(p.handlerCtx(), logger), victimsByUnit, pod, key, active.ID)
 	}()
 	return framework.NewPostFilterResultWithNominatedNode(active.Slots[pod.UID]),
 		fwk.NewStatus(fwk.Unschedulable, msg+"; waiting for them to terminate")
@@ -609,42 +611,63 @@ func (p *Plugin) recordVictim(ctx context.Context, u *victimUnit, preemptor gang
 const EvictionOperation = "MusterGangEviction"
 
 // evict marks each victim with the DisruptionTarget condition, as
-// DefaultPreemption does, and deletes it (with its grace period). Deletions
-// go on even if the plan is dropped meanwhile: stopping between them would
-// leave a victim gang half deleted. A failed call is retried, with backoff,
-// for as long as the plan that waits for the victims is active and ctx
-// (the scheduler's) lasts; once the plan is gone (its deadline, its
-// preemptor deleted), a failing victim and those after it are left alone,
-// no longer protected from other preemptions.
-func (p *Plugin) evict(ctx context.Context, victims []*v1.Pod, preemptor *v1.Pod, key gang.Key, planID int64) {
+// DefaultPreemption does, and deletes it (with its grace period). The
+// victims come unit by unit (a whole gang, or one pod), and a unit is
+// deleted whole or left whole. A failed call is retried, with backoff, for
+// as long as the plan that waits for the victims is active and ctx (the
+// scheduler's) lasts. Once the plan is gone (its deadline, its preemptor
+// deleted), no further unit is started, but a unit of which a pod is
+// already gone is finished: a gang missing a member is broken, and its
+// other pods would hold their GPUs for nothing. That last retry gives up
+// after finishAttempts failed calls.
+func (p *Plugin) evict(ctx context.Context, units [][]*v1.Pod, preemptor *v1.Pod, key gang.Key, planID int64) {
 	logger := klog.FromContext(ctx)
 	client := p.handle.ClientSet()
 	planActive := func() bool {
 		plan := p.gangs.Plan(key)
 		return plan != nil && plan.ID == planID
 	}
-	for _, v := range victims {
-		backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 10 * time.Second}
-		for {
-			err := p.evictOne(ctx, client, v, preemptor, key)
-			if err == nil {
-				logger.V(2).Info("Preempted", "victim", klog.KObj(v), "gang", key)
-				break
-			}
-			evictionErrors.Inc()
-			if !planActive() || ctx.Err() != nil {
-				logger.Error(err, "Could not preempt victim; the plan waiting for it is gone", "victim", klog.KObj(v), "gang", key)
-				return
-			}
-			logger.Error(err, "Could not preempt victim; retrying", "victim", klog.KObj(v), "gang", key)
-			select {
-			case <-p.timers.clock.After(backoff.Step()):
-			case <-ctx.Done():
-				return
+	for u, unit := range units {
+		if !planActive() {
+			logger.V(2).Info("The plan waiting for the victims is gone; the victims left are not preempted", "gang", key, "unitsLeft", len(units)-u)
+			return
+		}
+		for k, v := range unit {
+			backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 10 * time.Second}
+			for failedWithoutPlan := 0; ; {
+				err := p.evictOne(ctx, client, v, preemptor, key)
+				if err == nil {
+					logger.V(2).Info("Preempted", "victim", klog.KObj(v), "gang", key)
+					break
+				}
+				evictionErrors.Inc()
+				if ctx.Err() != nil {
+					return
+				}
+				if !planActive() {
+					if k == 0 {
+						logger.Error(err, "Could not preempt victim; the plan waiting for it is gone, its unit is left whole", "victim", klog.KObj(v), "gang", key)
+						return
+					}
+					if failedWithoutPlan++; failedWithoutPlan >= finishAttempts {
+						logger.Error(err, "Could not preempt the rest of a partly preempted unit; giving up", "victim", klog.KObj(v), "gang", key)
+						return
+					}
+				}
+				logger.Error(err, "Could not preempt victim; retrying", "victim", klog.KObj(v), "gang", key)
+				select {
+				case <-p.timers.clock.After(backoff.Step()):
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}
 }
+
+// finishAttempts bounds the failed calls spent on finishing a partly
+// preempted unit once its plan is gone: under a minute of backoff.
+const finishAttempts = 10
 
 // evictOne marks and deletes one victim; a victim already gone is done.
 func (p *Plugin) evictOne(ctx context.Context, client kubernetes.Interface, v *v1.Pod, preemptor *v1.Pod, key gang.Key) error {

@@ -176,7 +176,7 @@ func TestEvictionRetriesUntilEveryVictimIsGone(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		f.plugin.evict(context.Background(), low, worker("j", 0, 8, ""), key, plan.ID)
+		f.plugin.evict(context.Background(), [][]*v1.Pod{low}, worker("j", 0, 8, ""), key, plan.ID)
 	}()
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		select {
@@ -193,6 +193,69 @@ func TestEvictionRetriesUntilEveryVictimIsGone(t *testing.T) {
 	list, _ := client.CoreV1().Pods("ns").List(context.Background(), metav1.ListOptions{})
 	if len(list.Items) != 0 || failures != 0 {
 		t.Errorf("%d pods left, %d failures unused; want every victim deleted after the failures", len(list.Items), failures)
+	}
+}
+
+// The victims of a preemption are two units, a gang (a0, a1) and a pod
+// alone (b0), and the plan waiting for them is dropped while they are
+// deleted. A unit already begun is finished, even when its next deletion
+// fails once the plan is gone: a gang missing a member is broken and its
+// other pods would hold their GPUs for nothing. A unit not begun is left
+// whole.
+func TestEvictionFinishesTheUnitItBeganAndNoOther(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// failA1 fails a1's first deletion, after the plan is dropped.
+		failA1 bool
+	}{
+		{"plan dropped after the gang's last deletion", false},
+		{"plan dropped while the gang is half deleted", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := lowGang("a", "n1", "n2")
+			b := testobj.MakePod("ns", "b-0").UID("b-0").Node("n1").Priority(1).Obj()
+			f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, append(a, b))
+			key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
+			plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{"j-0": "n1"}}, Reserved: sets.New[types.UID](),
+				Victims: sets.New[types.UID]("a-0", "a-1", "b-0"), Deadline: f.clock.Now().Add(time.Minute)}
+			_, ok := f.plugin.gangs.Install(key, plan, "", "preempting", t0)
+			require.True(t, ok)
+			client := f.plugin.handle.ClientSet().(*fake.Clientset)
+			failed := false
+			client.PrependReactor("delete", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				if action.(k8stesting.DeleteAction).GetName() != "a-1" {
+					return false, nil, nil
+				}
+				f.plugin.drop(context.Background(), key, plan.ID, gang.DropTimeout, "the test drops it")
+				if tc.failA1 && !failed {
+					failed = true
+					return true, nil, apierrors.NewServiceUnavailable("etcd is busy")
+				}
+				return false, nil, nil
+			})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				f.plugin.evict(context.Background(), [][]*v1.Pod{a, {b}}, worker("j", 0, 8, ""), key, plan.ID)
+			}()
+			require.NoError(t, wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				select {
+				case <-done:
+					return true, nil
+				default:
+					f.clock.Step(time.Second) // the retry's backoff runs on the plugin's clock
+					return false, nil
+				}
+			}), "the eviction did not finish")
+			list, err := client.CoreV1().Pods("ns").List(context.Background(), metav1.ListOptions{})
+			require.NoError(t, err)
+			var left []string
+			for _, p := range list.Items {
+				left = append(left, p.Name)
+			}
+			assert.Equal(t, []string{"b-0"}, left, "the gang deleted whole, the pod alone left whole")
+			assert.Equal(t, tc.failA1, failed)
+		})
 	}
 }
 
