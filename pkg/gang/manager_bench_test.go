@@ -65,7 +65,7 @@ func BenchmarkLookupsAmongBoundGangs(b *testing.B) {
 	b.Run("InstallDrop", func(b *testing.B) {
 		for b.Loop() {
 			plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"c0": "n0"}}, Reserved: sets.New[types.UID](), Created: now, Deadline: now.Add(time.Minute)}
-			if _, ok := m.Install(churn, plan, "", "planned", now); !ok {
+			if _, ok := m.Install(churn, plan, "", "planned", now, nil, 0); !ok {
 				b.Fatal("Install refused")
 			}
 			if e := m.Drop(churn, 0, DropNodeChanged, "churn", now, 0); len(e.Wake) != 10 {
@@ -94,7 +94,7 @@ func installPlansOf8(b *testing.B, m *Manager, n int, now time.Time) {
 			plan.Slots[uid] = fmt.Sprintf("n%d", g)
 			plan.Requests[uid] = Resources{MilliCPU: 1000, Scalars: map[v1.ResourceName]int64{"nvidia.com/gpu": 1}}
 		}
-		if _, ok := m.Install(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("g%d", g)}, plan, "", "planned", now); !ok {
+		if _, ok := m.Install(Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("g%d", g)}, plan, "", "planned", now, nil, 0); !ok {
 			b.Fatal("Install refused")
 		}
 	}

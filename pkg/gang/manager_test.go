@@ -22,10 +22,10 @@ func TestManagerLedgerAndLifecycle(t *testing.T) {
 		Reserved: sets.New[types.UID](),
 		Deadline: now.Add(time.Minute),
 	}
-	if _, ok := r.Install(a, plan, "a0", "planned", now); !ok {
+	if _, ok := r.Install(a, plan, "a0", "planned", now, nil, 0); !ok {
 		t.Fatal("Install refused the first plan")
 	}
-	if _, ok := r.Install(a, &ActivePlan{Reserved: sets.New[types.UID]()}, "", "again", now); ok {
+	if _, ok := r.Install(a, &ActivePlan{Reserved: sets.New[types.UID]()}, "", "again", now, nil, 0); ok {
 		t.Error("a second plan replaced the active one")
 	}
 	// Other gangs see what a's plan holds; a itself does not.
@@ -63,7 +63,7 @@ func TestManagerLedgerAndLifecycle(t *testing.T) {
 	// A failed plan backs off, doubling.
 	for i, want := range []time.Duration{5 * time.Second, 10 * time.Second} {
 		p := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"b0": "n1"}}, Reserved: sets.New[types.UID]()}
-		r.Install(b, p, "", "planned", now)
+		r.Install(b, p, "", "planned", now, nil, 0)
 		if e := r.Drop(b, p.ID, DropRejected, "broken", now, 5*time.Second); e.Dropped == nil || e.Dropped.Backoff != want {
 			t.Errorf("failure %d: dropped %+v, want backoff %v", i+1, e.Dropped, want)
 		}
@@ -120,7 +120,7 @@ func TestFailedPlanIsReusedOnlyWhileNothingChanged(t *testing.T) {
 	// A dropped plan frees capacity the snapshot does not show.
 	p := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"b0": "n1"}}, Reserved: sets.New[types.UID]()}
 	other := Key{Kind: KindJob, Namespace: "ns", Name: "b"}
-	r.Install(other, p, "", "planned", now)
+	r.Install(other, p, "", "planned", now, nil, 0)
 	r.Drop(other, p.ID, DropRejected, "broken", now, time.Second)
 	if _, ok := failedPlan(r, key, Epoch{Snapshot: 7, Releases: releases(r, key)}, 4, 4, now); ok {
 		t.Error("the failed plan was reused after another plan released its capacity")
@@ -139,7 +139,7 @@ func TestFailedPlanFreesItsVictims(t *testing.T) {
 		Victims:  sets.New[types.UID]("v1", "v2"),
 		Deadline: now.Add(time.Minute),
 	}
-	if _, ok := r.Install(a, plan, "", "preempting", now); !ok {
+	if _, ok := r.Install(a, plan, "", "preempting", now, nil, 0); !ok {
 		t.Fatal("Install refused the plan")
 	}
 	if !r.IsVictim("v1") || !r.IsVictim("v2") {
@@ -204,7 +204,7 @@ func TestLookupsSeeOnlyActivePlans(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"a", "b", "c"} {
-		_, ok := m.Install(job(name), plan(name+"0", "n-"+name), "", "planned", now)
+		_, ok := m.Install(job(name), plan(name+"0", "n-"+name), "", "planned", now, nil, 0)
 		require.True(t, ok)
 	}
 	active(t, "a", "b", "c")
@@ -215,7 +215,7 @@ func TestLookupsSeeOnlyActivePlans(t *testing.T) {
 	active(t, "c")
 	m.Forget(job("c"), now)
 	active(t)
-	_, ok := m.Install(job("a"), plan("a0", "n-a"), "", "planned again", now)
+	_, ok := m.Install(job("a"), plan("a0", "n-a"), "", "planned again", now, nil, 0)
 	require.True(t, ok)
 	active(t, "a")
 }

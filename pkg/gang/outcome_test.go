@@ -37,7 +37,7 @@ func TestCapacityFreedRetriesTheUnplaceable(t *testing.T) {
 	assert.Nil(t, r.Refused(noRoom, Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, seen).Notice, "the same notice twice is announced once")
 	r.Refused(waiting, Refusal{Outcome: OutcomeWaitingForMembers, Message: "1 of 2"}, seen)
 	plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"c0": "n1"}}, Reserved: sets.New[types.UID](), Created: seen, Deadline: seen.Add(time.Minute)}
-	_, ok := r.Install(planned, plan, "c0", "planned", seen)
+	_, ok := r.Install(planned, plan, "c0", "planned", seen, nil, 0)
 	require.True(t, ok)
 	e := r.Drop(planned, plan.ID, DropRejected, "broken", seen, time.Second)
 	assert.Equal(t, []Wake{{Key: noRoom, Reason: WakeCapacityFreed, AllProfiles: true}}, e.Wake)

@@ -84,7 +84,17 @@ func (m *Manager) HeldOut(key Key, heldOut bool, now time.Time) {
 // self) woken. message announces it: OutcomePreempting when the plan
 // preempted, OutcomePlanned otherwise. Plans of lower priority it
 // displaces are dropped in the same step (e.Displaced).
-func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message string, seen time.Time) (e Effects, ok bool) {
+//
+// present (nil: not asked) says what the informer's store shows of the
+// plan's pods now, read under the manager's lock. A pod that left while
+// the plan was made had its handler run before the plan existed (the
+// store changes before any handler runs), so Install acts for it: a
+// member that left, or one the plan counts on as bound that is neither
+// bound nor in flight any more (its binding failed), drops the plan at
+// once, before it displaces anything (e.Dropped says why); a victim that
+// left is not waited for. A pod that leaves after this finds the plan
+// installed, and its handler's transition acts on it.
+func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message string, seen time.Time, present Presence, base time.Duration) (e Effects, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(key, seen)
@@ -95,21 +105,64 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	plan.ID = m.planID
 	m.setPlan(key, s, plan.copy()) // the caller keeps plan; the manager changes its own
 	s.failedPlan = nil
-	for uid := range plan.Victims {
+	if present != nil {
+		if cause, reason := m.leftWhilePlanning(s, present); reason != "" {
+			return m.drop(key, plan.ID, cause, reason+" while the plan was made", plan.Created, base), true
+		}
+		for uid := range s.plan.Victims {
+			if !present.Victim(uid) {
+				s.plan.Victims.Delete(uid)
+			}
+		}
+	}
+	for uid := range s.plan.Victims {
 		m.victimOf[uid] = victimRef{key: key, profile: plan.Profile}
 	}
 	e.Timers = []Timer{{Key: key, Kind: TimerPlanDeadline, After: plan.Deadline.Sub(plan.Created), PlanID: plan.ID, Due: plan.Deadline}}
 	e.Displaced = m.displace(key, plan.Priority, sets.New(slices.Collect(maps.Values(plan.Slots))...), plan.Created)
-	if plan.Victims.Len() > 0 {
+	outcome, reason := OutcomePlanned, WakePlanMade
+	if plan.Victims.Len() > 0 { // the caller's: what it preempted
 		s.preempted = s.plan.Evicted // read-only, as the plan's
+		outcome, reason = OutcomePreempting, WakeVictimsGone
+	}
+	e.Notice = s.notice(key, outcome, message)
+	if s.plan.Victims.Len() > 0 {
 		m.setPhase(key, s, PhasePreempting)
-		e.Notice = s.notice(key, OutcomePreempting, message)
 		return e, true
 	}
 	m.setPhase(key, s, PhasePlanned)
-	e.Notice = s.notice(key, OutcomePlanned, message)
-	e.Wake = []Wake{{Key: key, Reason: WakePlanMade, Plan: plan.copy(), Except: self}}
+	e.Wake = []Wake{{Key: key, Reason: reason, Plan: s.plan.copy(), Except: self}}
 	return e, true
+}
+
+// Presence is what the informer's store shows of a plan's pods when
+// Install asks (see Install).
+type Presence interface {
+	// Member names member uid and says whether it stands (neither deleted
+	// nor terminating) and whether the API shows it bound.
+	Member(uid types.UID) (name string, standing, bound bool)
+	// Victim reports whether victim uid is still in the store.
+	Victim(uid types.UID) bool
+}
+
+// leftWhilePlanning says why the plan just set for s cannot stand ("" when
+// it can): a member it places or counts on left, or a member it counts on
+// as bound is neither bound nor in flight. m.mu is held.
+func (m *Manager) leftWhilePlanning(s *state, present Presence) (DropCause, string) {
+	for _, uid := range append(slices.Sorted(maps.Keys(s.plan.Slots)), sets.List(s.plan.CountsOn)...) {
+		if name, standing, _ := present.Member(uid); !standing {
+			return DropMemberGone, fmt.Sprintf("member %s left", name)
+		}
+	}
+	for _, uid := range sets.List(s.plan.CountsOn) {
+		if _, inFlight := s.inFlight[uid]; inFlight {
+			continue
+		}
+		if name, _, bound := present.Member(uid); !bound {
+			return DropRejected, fmt.Sprintf("member %s, counted on as bound, failed to bind", name)
+		}
+	}
+	return 0, ""
 }
 
 // displace: a plan of priority prio was installed for gang key on nodes.

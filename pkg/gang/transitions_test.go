@@ -1,6 +1,7 @@
 package gang
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -47,7 +48,7 @@ func withoutDue(timers []Timer) []Timer {
 func installed(t *testing.T, key Key, plan *ActivePlan) *Manager {
 	t.Helper()
 	m := NewManager()
-	_, ok := m.Install(key, plan, "a0", "planned", t0)
+	_, ok := m.Install(key, plan, "a0", "planned", t0, nil, 0)
 	require.True(t, ok)
 	return m
 }
@@ -66,7 +67,7 @@ func TestInstall(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := NewManager()
 			plan := twoMembers(tc.victims...)
-			e, ok := m.Install(jobA, plan, "a0", "message", t0)
+			e, ok := m.Install(jobA, plan, "a0", "message", t0, nil, 0)
 			require.True(t, ok)
 			assert.Equal(t, tc.phase, m.Phase(jobA))
 			require.NotNil(t, e.Notice)
@@ -79,7 +80,7 @@ func TestInstall(t *testing.T) {
 			} else {
 				assert.Empty(t, e.Wake)
 			}
-			_, again := m.Install(jobA, twoMembers(), "a0", "message", t0)
+			_, again := m.Install(jobA, twoMembers(), "a0", "message", t0, nil, 0)
 			assert.False(t, again, "a second plan replaced the first")
 		})
 	}
@@ -91,17 +92,17 @@ func TestPreemptedOutlivesThePlan(t *testing.T) {
 	m := NewManager()
 	assert.Nil(t, m.Preempted(jobA), "never preempted")
 	plan := twoMembers("v1", "v2")
-	_, ok := m.Install(jobA, plan, "a0", "preempting", t0)
+	_, ok := m.Install(jobA, plan, "a0", "preempting", t0, nil, 0)
 	require.True(t, ok)
 	m.VictimGone("v1", "muster")
 	m.Expire(jobA, plan.ID, t0.Add(time.Minute), time.Second)
 	assert.Equal(t, sets.New[types.UID]("v1", "v2"), m.Preempted(jobA), "every pod evicted, gone or not")
 
-	_, ok = m.Install(jobA, twoMembers(), "a0", "planned", t0.Add(time.Hour))
+	_, ok = m.Install(jobA, twoMembers(), "a0", "planned", t0.Add(time.Hour), nil, 0)
 	require.True(t, ok)
 	assert.Equal(t, sets.New[types.UID]("v1", "v2"), m.Preempted(jobA), "a plan without victims keeps them")
 	m.Drop(jobA, 0, DropRejected, "test", t0.Add(time.Hour), time.Second)
-	_, ok = m.Install(jobA, twoMembers("v3"), "a0", "preempting again", t0.Add(2*time.Hour))
+	_, ok = m.Install(jobA, twoMembers("v3"), "a0", "preempting again", t0.Add(2*time.Hour), nil, 0)
 	require.True(t, ok)
 	assert.Equal(t, sets.New[types.UID]("v3"), m.Preempted(jobA), "the last preemption's")
 }
@@ -115,7 +116,7 @@ func TestDropWakesTheUnplaceableGangs(t *testing.T) {
 	for _, name := range []string{"b", "c", "d", "e"} {
 		m.Refused(job(name), Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, t0)
 	}
-	_, ok := m.Install(job("c"), twoMembers(), "a0", "planned", t0)
+	_, ok := m.Install(job("c"), twoMembers(), "a0", "planned", t0, nil, 0)
 	require.True(t, ok)
 	m.Forget(job("d"), t0)
 	m.Refused(job("e"), Refusal{Outcome: OutcomeWaitingForMembers, Message: "short"}, t0)
@@ -428,7 +429,7 @@ func TestTransitionsOfAnOldPlanAreNoOps(t *testing.T) {
 func TestMemberGoneNamesAPodAlone(t *testing.T) {
 	m := NewManager()
 	plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"p": "n1"}}, Reserved: sets.New[types.UID](), Created: t0, Deadline: t0.Add(time.Minute)}
-	_, ok := m.Install(loneP, plan, "p", "planned", t0)
+	_, ok := m.Install(loneP, plan, "p", "planned", t0, nil, 0)
 	require.True(t, ok)
 	e := m.MemberGone(loneP, "p", "p", t0, time.Second)
 	require.NotNil(t, e.Dropped)
@@ -498,7 +499,7 @@ func TestAdmit(t *testing.T) {
 
 	// After the backoff: what planning needs, read in the same step.
 	other := Key{Kind: KindJob, Namespace: "ns", Name: "other"}
-	_, ok := m.Install(other, twoMembers(), "a0", "planned", t0)
+	_, ok := m.Install(other, twoMembers(), "a0", "planned", t0, nil, 0)
 	require.True(t, ok)
 	avoidFor(m, jobA, "n3", t0, t0.Add(time.Hour), "a0")
 	m.Refused(jobA, Refusal{Outcome: OutcomeUnschedulable, Message: "no room", Reuse: &FailedAttempt{Epoch: Epoch{Snapshot: 1, Releases: 1}, Pending: 2, Needed: 2, Valid: time.Hour}}, t0)
@@ -522,7 +523,7 @@ func TestDisplace(t *testing.T) {
 		key := Key{Kind: KindJob, Namespace: "ns", Name: name}
 		plan := twoMembers()
 		plan.Slots, plan.Priority, plan.Reserved = slots, prio, sets.New(reserved...)
-		e, ok := m.Install(key, plan, "", "planned", t0)
+		e, ok := m.Install(key, plan, "", "planned", t0, nil, 0)
 		require.True(t, ok)
 		return key, e
 	}
@@ -573,14 +574,14 @@ func TestRejectedMemberBreaksTheNewerPlanThatCountedOnIt(t *testing.T) {
 	m := NewManager()
 	first := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{"a2": "n3"}}, Reserved: sets.New[types.UID](), Victims: sets.New[types.UID](),
 		Created: t0, Deadline: t0.Add(time.Minute)}
-	_, ok := m.Install(jobA, first, "a2", "planned", t0)
+	_, ok := m.Install(jobA, first, "a2", "planned", t0, nil, 0)
 	require.True(t, ok)
 	firstID := m.Plan(jobA).ID
 	arrival, _, _ := m.Arrive(jobA, firstID, "a2", t0, time.Second, nil)
 	require.Equal(t, ArrivalComplete, arrival) // a2 is allowed and binding
 
 	second := twoMembers() // counts on a2
-	_, ok = m.Install(jobA, second, "a0", "planned", t0)
+	_, ok = m.Install(jobA, second, "a0", "planned", t0, nil, 0)
 	require.True(t, ok)
 	e := m.Rejected(jobA, firstID, "a2", "a-2", "n3", t0, t0.Add(time.Minute), time.Second)
 	require.NotNil(t, e.Dropped, "the plan counting on a2 stands")
@@ -604,4 +605,89 @@ func TestForgetReleasesAnActivePlan(t *testing.T) {
 	assert.False(t, m.IsVictim("v1"), "a victim of a forgotten plan stays protected")
 	assert.Greater(t, m.Admit(other, t0, t0).Planning.Releases, before, "a failed plan of the old capacity may be reused")
 	assert.Empty(t, m.Held(0))
+}
+
+// present is a Presence over fixed sets: members not standing, members not
+// bound, victims gone.
+type present struct{ gone, unbound, victimsGone sets.Set[types.UID] }
+
+func (p present) Member(uid types.UID) (string, bool, bool) {
+	return string(uid), !p.gone.Has(uid), !p.unbound.Has(uid)
+}
+func (p present) Victim(uid types.UID) bool { return !p.victimsGone.Has(uid) }
+
+// TestInstallActsForPodsThatLeftWhileThePlanWasMade: Install reads, under
+// the manager's lock, what stands of the plan's pods. A member placed or
+// counted on that left drops the plan before it displaces a lower plan;
+// so does a member counted on as bound whose binding failed (neither bound
+// nor in flight); a victim that left is not waited for.
+func TestInstallActsForPodsThatLeftWhileThePlanWasMade(t *testing.T) {
+	none := sets.New[types.UID]
+	for _, tc := range []struct {
+		name     string
+		present  present
+		inFlight bool // a2, counted on as bound, is allowed and binding
+		victims  []types.UID
+		// cause and reason of the drop; "" when the plan stands.
+		cause       DropCause
+		reason      string
+		phase       Phase
+		victimsLeft []types.UID
+	}{
+		{name: "all stand", present: present{none(), none(), none()}, phase: PhasePlanned},
+		{name: "a placed member left", present: present{none("a1"), none(), none()},
+			cause: DropMemberGone, reason: "member a1 left while the plan was made", phase: PhaseBackingOff},
+		{name: "a member counted on left", present: present{none("a2"), none(), none()},
+			cause: DropMemberGone, reason: "member a2 left while the plan was made", phase: PhaseBackingOff},
+		{name: "a member counted on failed to bind", present: present{none(), none("a2"), none()},
+			cause: DropRejected, reason: "member a2, counted on as bound, failed to bind while the plan was made", phase: PhaseBackingOff},
+		{name: "a member counted on is still in flight", present: present{none(), none("a2"), none()}, inFlight: true, phase: PhasePlanned},
+		{name: "one victim left", present: present{none(), none(), none("v1")}, victims: []types.UID{"v1", "v2"},
+			phase: PhasePreempting, victimsLeft: []types.UID{"v2"}},
+		{name: "every victim left", present: present{none(), none(), none("v1", "v2")}, victims: []types.UID{"v1", "v2"},
+			phase: PhasePlanned},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := NewManager()
+			low := Key{Kind: KindJob, Namespace: "ns", Name: "low"}
+			lowPlan := twoMembers()
+			lowPlan.Slots, lowPlan.CountsOn = map[types.UID]string{"l0": "n1"}, nil
+			_, ok := m.Install(low, lowPlan, "", "planned", t0, nil, 0)
+			require.True(t, ok)
+			if tc.inFlight {
+				m.get(jobA, t0).inFlight["a2"] = "n3"
+			}
+			plan := twoMembers(tc.victims...)
+			plan.Priority = 5
+			e, ok := m.Install(jobA, plan, "a0", "planned", t0, tc.present, time.Second)
+			require.True(t, ok)
+			assert.Equal(t, tc.phase, m.Phase(jobA))
+			if tc.reason != "" {
+				require.NotNil(t, e.Dropped)
+				assert.Equal(t, tc.cause, e.Dropped.Cause)
+				assert.Equal(t, tc.reason, e.Dropped.Reason)
+				assert.Nil(t, m.Plan(jobA))
+				assert.Empty(t, e.Displaced, "a plan dropped at once displaced a lower one")
+				assert.NotNil(t, m.Plan(low), "the lower plan was dropped for a plan that never stood")
+				return
+			}
+			require.Nil(t, e.Dropped)
+			active := m.Plan(jobA)
+			require.NotNil(t, active)
+			assert.ElementsMatch(t, tc.victimsLeft, active.Victims.UnsortedList())
+			for _, v := range tc.victims {
+				assert.Equal(t, slices.Contains(tc.victimsLeft, v), m.IsVictim(v), "victim %s", v)
+			}
+			require.Len(t, e.Displaced, 1, "the lower plan on n1 gives way")
+			if len(tc.victims) > 0 {
+				assert.Equal(t, OutcomePreempting, e.Notice.Outcome)
+			}
+			if tc.phase == PhasePlanned {
+				require.Len(t, e.Wake, 1, "the planned members are woken")
+				assert.Equal(t, map[bool]WakeReason{true: WakeVictimsGone, false: WakePlanMade}[len(tc.victims) > 0], e.Wake[0].Reason)
+			} else {
+				assert.Empty(t, e.Wake, "members woken while victims terminate")
+			}
+		})
+	}
 }

@@ -173,7 +173,7 @@ func TestPlannedNodeGoneFromTheSnapshotIsANodeChange(t *testing.T) {
 		Reserved: sets.New[types.UID](), Victims: sets.New[types.UID](), Evicted: sets.New[types.UID](),
 		Profile: "muster", Created: f.clock.Now(), Deadline: f.clock.Now().Add(time.Minute),
 	}
-	_, ok := f.plugin.gangs.Install(key, plan, a.UID, "planned", f.clock.Now())
+	_, ok := f.plugin.gangs.Install(key, plan, a.UID, "planned", f.clock.Now(), nil, 0)
 	require.True(t, ok)
 
 	state, _ := f.preFilter(t, b)

@@ -170,7 +170,7 @@ func TestEvictionRetriesUntilEveryVictimIsGone(t *testing.T) {
 	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
 	plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{"j-0": "n1"}}, Reserved: sets.New[types.UID](),
 		Victims: sets.New[types.UID]("low-0", "low-1"), Deadline: f.clock.Now().Add(time.Minute)}
-	if _, ok := f.plugin.gangs.Install(key, plan, "", "preempting", t0); !ok {
+	if _, ok := f.plugin.gangs.Install(key, plan, "", "preempting", t0, nil, 0); !ok {
 		t.Fatal("Install")
 	}
 	done := make(chan struct{})
@@ -218,7 +218,7 @@ func TestEvictionFinishesTheUnitItBeganAndNoOther(t *testing.T) {
 			key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
 			plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{"j-0": "n1"}}, Reserved: sets.New[types.UID](),
 				Victims: sets.New[types.UID]("a-0", "a-1", "b-0"), Deadline: f.clock.Now().Add(time.Minute)}
-			_, ok := f.plugin.gangs.Install(key, plan, "", "preempting", t0)
+			_, ok := f.plugin.gangs.Install(key, plan, "", "preempting", t0, nil, 0)
 			require.True(t, ok)
 			client := f.plugin.handle.ClientSet().(*fake.Clientset)
 			failed := false
@@ -888,7 +888,7 @@ func TestSingleDisruptionMemberIsNoVictimWhileItsGangIsPlaced(t *testing.T) {
 				key := gang.Key{Kind: gang.KindWorkloadPodGroup, Namespace: "ns", Name: "single"}
 				plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{member.UID: "n1"}}, Reserved: sets.New(member.UID),
 					Victims: sets.New[types.UID](), Profile: f.plugin.handle.ProfileName(), Created: f.clock.Now(), Deadline: f.clock.Now().Add(time.Minute)}
-				_, ok := f.plugin.gangs.Install(key, plan, member.UID, "planned", t0)
+				_, ok := f.plugin.gangs.Install(key, plan, member.UID, "planned", t0, nil, 0)
 				require.True(t, ok)
 			}
 			plan := f.preemptFor(t, high)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -431,67 +430,63 @@ func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, 
 			msg += fmt.Sprintf(", joining %d running members", gr.set.bound())
 		}
 	}
-	effects, ok := p.gangs.Install(key, active, pod.UID, msg, pod.CreationTimestamp.Time)
+	effects, ok := p.gangs.Install(key, active, pod.UID, msg, pod.CreationTimestamp.Time, p.presence(gr, victims), p.backoffBase())
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s was planned concurrently; retrying", key))
 	}
+	p.carryOut(ctx, effects, info.Ref)
+	if d := effects.Dropped; d != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s; the plan is dropped", key, d.Reason))
+	}
 	klog.FromContext(ctx).V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
 		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "victims", len(victims))
-	p.carryOut(ctx, effects, info.Ref)
-	if why := p.leftWhilePlanning(ctx, gr, active, victims); why != "" {
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s while the plan was made; the plan is dropped", key, why))
-	}
 	return active, nil
 }
 
-// leftWhilePlanning carries out, for the members and victims of the plan
-// just installed that changed since planning read them, what the handler
-// of that change would have: it ran before the plan existed, found no plan
-// to drop and no victim to count, and runs no more. A change after this
-// look finds the plan installed. A member that left (deleted, finished,
-// terminating) drops the plan, and so does a member the plan counts on as
-// bound that left flight (its binding failed: Rejected found no plan that
-// counted on it); a victim that left is counted gone. It says why the plan
-// was dropped ("" when it was not).
-func (p *Plugin) leftWhilePlanning(ctx context.Context, gr *gangRequest, active *gang.ActivePlan, victims []*v1.Pod) string {
-	key := gr.info.Key
-	// One reading of the informer answers both: standing (neither deleted
-	// nor terminating) and, of those, bound or in flight.
-	now := p.source.members(key)
-	bound := sets.New(now.boundUIDs...)
-	standing := bound.Clone()
-	for _, m := range now.pending {
-		standing.Insert(m.UID)
-	}
-	names := map[types.UID]string{}
+// planPresence answers Install's questions (gang.Presence) from the pod
+// informer's store, which changes before any handler runs. It reads the
+// gang's pods at its first question.
+type planPresence struct {
+	src     *gangSource
+	key     gang.Key
+	names   map[types.UID]string
+	victims map[types.UID]*v1.Pod
+	// standing and bound are read at the first question.
+	standing, bound sets.Set[types.UID]
+}
+
+// presence is what Install asks of the plan made for gr with victims.
+func (p *Plugin) presence(gr *gangRequest, victims []*v1.Pod) *planPresence {
+	pp := &planPresence{src: p.source, key: gr.info.Key, names: map[types.UID]string{}, victims: map[types.UID]*v1.Pod{}}
 	for _, m := range gr.req.Members {
-		names[m.UID] = m.Name
-	}
-	name := func(uid types.UID) string {
-		if n := names[uid]; n != "" {
-			return n
-		}
-		return string(uid)
-	}
-	for _, uid := range append(slices.Sorted(maps.Keys(active.Slots)), gr.set.boundUIDs...) {
-		if !standing.Has(uid) {
-			p.carryOut(ctx, p.gangs.MemberGone(key, uid, name(uid), p.now(), p.backoffBase()), nil)
-			return fmt.Sprintf("member %s left", name(uid))
-		}
-	}
-	for _, uid := range sets.List(active.CountsOn) {
-		if !bound.Has(uid) {
-			why := fmt.Sprintf("member %s, counted on as bound, failed to bind", name(uid))
-			p.drop(ctx, key, active.ID, gang.DropRejected, why)
-			return why
-		}
+		pp.names[m.UID] = m.Name
 	}
 	for _, v := range victims {
-		if !p.source.stands(v) {
-			p.carryOut(ctx, p.gangs.VictimGone(v.UID, p.handle.ProfileName()), nil)
+		pp.victims[v.UID] = v
+	}
+	return pp
+}
+
+func (pp *planPresence) Member(uid types.UID) (name string, standing, bound bool) {
+	if pp.standing == nil {
+		pp.standing, pp.bound = sets.New[types.UID](), sets.New[types.UID]()
+		for _, pod := range pp.src.standingPods(pp.src.gangIndex, pp.key) {
+			pp.standing.Insert(pod.UID)
+			pp.names[pod.UID] = pod.Name
+			if pod.Spec.NodeName != "" {
+				pp.bound.Insert(pod.UID)
+			}
 		}
 	}
-	return ""
+	if name = pp.names[uid]; name == "" {
+		name = string(uid)
+	}
+	return name, pp.standing.Has(uid), pp.bound.Has(uid)
+}
+
+func (pp *planPresence) Victim(uid types.UID) bool {
+	v := pp.victims[uid]
+	return v != nil && pp.src.stands(v)
 }
 
 // templateKey groups members whose node constraints are identical.

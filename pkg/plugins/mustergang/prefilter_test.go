@@ -278,7 +278,7 @@ func TestMemberThatFailedToBindWhileThePlanIsMadeDropsThePlan(t *testing.T) {
 	key, _ := gang.KeyOf(a)
 	first := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{a.UID: "n1"}}, Reserved: sets.New[types.UID](),
 		Victims: sets.New[types.UID](), Created: f.clock.Now(), Deadline: f.clock.Now().Add(time.Minute)}
-	_, ok := f.plugin.gangs.Install(key, first, a.UID, "planned", t0)
+	_, ok := f.plugin.gangs.Install(key, first, a.UID, "planned", t0, nil, 0)
 	require.True(t, ok)
 	firstID := f.plugin.gangs.Plan(key).ID
 	arrival, _, _ := f.plugin.gangs.Arrive(key, firstID, a.UID, f.clock.Now(), time.Second, nil)

@@ -453,7 +453,7 @@ func TestDisplacedGangOfAnotherProfileIsWoken(t *testing.T) {
 		AddIndexers(cache.Indexers{gangIndexPrefix + "other": gangIndexFunc("other")}))
 	lowKey, _ := gang.KeyOf(low[0])
 	_, ok := f.plugin.gangs.Install(lowKey, &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{low[0].UID: "n1", low[1].UID: "n2"}},
-		Priority: 1, Reserved: sets.New[types.UID]()}, low[0].UID, "planned", t0)
+		Priority: 1, Reserved: sets.New[types.UID]()}, low[0].UID, "planned", t0, nil, 0)
 	require.True(t, ok)
 	before := wakeCounts(t)
 

@@ -293,7 +293,7 @@ func TestMemberCreatedAfterTheGroupCycleBeganIsNotRefused(t *testing.T) {
 	p := &Plugin{handle: h, gangs: gang.NewManager()}
 	plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{placed.UID: "n1", refused.UID: "n2", late.UID: "n3"}},
 		Reserved: sets.New[types.UID]()}
-	_, ok := p.gangs.Install(key, plan, placed.UID, "planned", t0)
+	_, ok := p.gangs.Install(key, plan, placed.UID, "planned", t0, nil, 0)
 	require.True(t, ok)
 	installed := p.gangs.Plan(key)
 	pass := passOf(framework.NewCycleState(), installed.ID)
@@ -330,7 +330,7 @@ func TestPodGroupPostFilterKeepsAPlanHeldBackForItsVictims(t *testing.T) {
 	key, _ := gang.KeyOf(high)
 	plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{high.UID: "n1"}}, Reserved: sets.New[types.UID](),
 		Victims: sets.New[types.UID]("victim"), Profile: f.plugin.handle.ProfileName(), Created: f.clock.Now(), Deadline: f.clock.Now().Add(time.Minute)}
-	_, ok := f.plugin.gangs.Install(key, plan, high.UID, "preempting", t0)
+	_, ok := f.plugin.gangs.Install(key, plan, high.UID, "preempting", t0, nil, 0)
 	require.True(t, ok)
 	cs := framework.NewCycleState() // the group's
 	state := framework.NewCycleState()
