@@ -967,3 +967,39 @@ func TestDRATopologyFromDevicesThatNameTheirNodes(t *testing.T) {
 	}
 	assert.Equal(t, map[string]string{"n1": "A", "n2": "B", "n3": "C"}, domains)
 }
+
+func TestDRAPreemptionKeepsAMemberWhereItsAllocatedClaimIs(t *testing.T) {
+	// j-0 asks for one GPU (served by DRA) and holds a NIC claim already
+	// allocated on n1, whose node selector names n1 only. n1's two GPUs
+	// run a pod of j-0's priority; n2's only GPU runs a priority-1 pod.
+	// Evicting that pod would free a GPU on n2, but the NIC cannot be used
+	// there: DynamicResources refuses n2 for the claim, and the dry run,
+	// which overrides its refusal because it cannot see the victim's GPU
+	// freed, must refuse n2 too. Nothing is evicted.
+	keeper := worker("keeper", 0, 2, "n1")
+	keeper.Spec.Priority = ptr.To[int32](100)
+	low := worker("low", 0, 1, "n2")
+	low.Spec.Priority = ptr.To[int32](1)
+	nicClass := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "rdma.example.com"},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "rdma.example.com"`}}}}}
+	nics := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "n1-nics"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: "rdma.example.com", NodeName: ptr.To("n1"), Pool: resourceapi.ResourcePool{Name: "n1", ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "nic-0"}}}}
+	j0 := worker("j", 0, 1, "")
+	j0.Spec.Priority = ptr.To[int32](100)
+	j0.Spec.Affinity = nil
+	nic := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "j-0-nic", UID: "j-0-nic"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "nic",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "rdma.example.com", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+				{Request: "nic", Driver: "rdma.example.com", Pool: "n1", Device: "nic-0"}}},
+			NodeSelector: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{
+				{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{"n1"}}}}}}}}}
+	j0.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "nic", ResourceClaimName: ptr.To(nic.Name)}}
+	j0.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "nic"}}
+	objs := append(draObjects(gpuSlice("n1", "a", "a"), gpuSlice("n2", "a")), nicClass, nics, nic,
+		allocatedExtendedClaim(keeper, "n1", 2), allocatedExtendedClaim(low, "n2", 1))
+	f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1")}, []*v1.Pod{keeper, low, j0}, objs...)
+	assert.Nil(t, f.preemptFor(t, j0), "preempted on a node where the member's NIC claim cannot be used")
+}

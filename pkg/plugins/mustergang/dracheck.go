@@ -37,6 +37,9 @@ type draCheck struct {
 	onNode map[string]sets.Set[structured.DeviceID]
 	// claims are each member's ResourceClaims still to allocate.
 	claims map[types.UID][]*resourceapi.ResourceClaim
+	// pinned are, per member, its claims already allocated (or in flight)
+	// whose devices only some nodes can use.
+	pinned map[types.UID][]pinnedClaim
 	// freed reports that victims' devices were taken out of allocated.
 	freed bool
 }
@@ -47,7 +50,8 @@ func (d *draGPUs) newDRACheck(ctx context.Context, victims []*v1.Pod) (*draCheck
 		return nil, err
 	}
 	c := &draCheck{d: d, allocated: state, slices: d.slicesByNode(),
-		onNode: map[string]sets.Set[structured.DeviceID]{}, claims: map[types.UID][]*resourceapi.ResourceClaim{}}
+		onNode: map[string]sets.Set[structured.DeviceID]{}, claims: map[types.UID][]*resourceapi.ResourceClaim{},
+		pinned: map[types.UID][]pinnedClaim{}}
 	c.free(victims)
 	return c, nil
 }
@@ -98,17 +102,37 @@ func reservedOnlyFor(claim *resourceapi.ResourceClaim, pods sets.Set[types.UID])
 // allocated (nor in flight, nor allocated earlier in this trial) and the
 // claim for its extended resources when node serves them by DRA.
 //
-// A claim allocated earlier in this trial (one several members share) is
-// not allocated again; its allocation must be available on node.
+// A claim already allocated, or allocated earlier in this trial (one
+// several members share), is not allocated again; its allocation must be
+// available on node. DynamicResources says so for the first kind, except
+// where a preemption dry run overrides it (filterCheck.draOverrides).
 func (c *draCheck) toAllocate(pod *v1.Pod, node *v1.Node, extended *resourceapi.ResourceClaim, trialClaims map[types.UID]*v1.NodeSelector) ([]*resourceapi.ResourceClaim, error) {
 	claims, seen := c.claims[pod.UID]
 	if !seen {
+		var pinned []pinnedClaim
 		for _, claim := range c.d.podClaims(pod) {
-			if claim.Status.Allocation == nil && c.d.manager.ResourceClaims().GetPendingAllocation(claim.UID) == nil {
+			allocation := claim.Status.Allocation
+			if allocation == nil {
+				allocation = c.d.manager.ResourceClaims().GetPendingAllocation(claim.UID)
+			}
+			if allocation == nil {
 				claims = append(claims, claim)
+				continue
+			}
+			if allocation.NodeSelector != nil {
+				nodes, err := nodeaffinity.NewNodeSelector(allocation.NodeSelector)
+				if err != nil {
+					return nil, err
+				}
+				pinned = append(pinned, pinnedClaim{name: claim.Name, nodes: nodes})
 			}
 		}
-		c.claims[pod.UID] = claims
+		c.claims[pod.UID], c.pinned[pod.UID] = claims, pinned
+	}
+	for _, p := range c.pinned[pod.UID] {
+		if !p.nodes.Match(node) {
+			return nil, fmt.Errorf("its ResourceClaim %s is allocated on a node whose devices this node cannot use", p.name)
+		}
 	}
 	var out []*resourceapi.ResourceClaim
 	for _, claim := range claims {
@@ -131,6 +155,13 @@ func (c *draCheck) toAllocate(pod *v1.Pod, node *v1.Node, extended *resourceapi.
 		out = append(out, extended)
 	}
 	return out, nil
+}
+
+// pinnedClaim is a member's claim already allocated where only the nodes
+// its allocation's node selector matches can use its devices.
+type pinnedClaim struct {
+	name  string
+	nodes *nodeaffinity.NodeSelector
 }
 
 // sharesTrialClaim reports whether one of pod's claims (toAllocate read
