@@ -392,9 +392,10 @@ func (p *Plugin) preemptorPriority(pod *v1.Pod, members []*framework.PodInfo) (p
 }
 
 // blockedNodes are the positions of nodes the gang may use where a GPU
-// member's GPUs fit, once the units that free GPUs (gpuUnits) are gone,
-// but it was still refused: by the planner's screening (CPU, memory, pods)
-// or by the framework's filters (refused).
+// member's GPUs fit, or a member without GPUs may go by its node
+// constraints, once the units that free GPUs (gpuUnits) are gone, but it
+// was still refused: by the planner's screening (CPU, memory, pods) or by
+// the framework's filters (refused).
 func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gpuUnits []*victimUnit, gr *gangRequest, policy gang.Policy, refused map[string]bool) map[int]bool {
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	freed := map[int]gang.Resources{} // by node: what every GPU unit's pods there free
@@ -418,7 +419,14 @@ func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gpuUn
 		free := v.Free.Clone()
 		free.Add(freed[i])
 		for _, m := range gr.req.Members {
-			if g := m.Request.Scalars[gpu]; g > 0 && free.Scalars[gpu] >= g && !free.Fits(m.Request) {
+			g := m.Request.Scalars[gpu]
+			if g > 0 && free.Scalars[gpu] >= g && !free.Fits(m.Request) {
+				blocked[i] = true
+				break
+			}
+			// A member without GPUs (a TFJob's Chief or PS) may be
+			// kept off the GPU nodes and find its CPU pool full.
+			if g == 0 && m.Constraints.Match(v.Node) && !free.Fits(m.Request) {
 				blocked[i] = true
 				break
 			}

@@ -901,3 +901,27 @@ func TestSingleDisruptionMemberIsNoVictimWhileItsGangIsPlaced(t *testing.T) {
 		})
 	}
 }
+
+// TestChiefWithoutGPUPreemptsOnItsCPUPool: a TFJob-shaped gang of priority
+// 100, an 8-GPU worker and a Chief without GPU. The GPU node is tainted for
+// GPU pods only (the worker tolerates it, the Chief does not), so the Chief
+// can only run on the CPU node, which a priority-0 pod fills. The GPUs are
+// free: no unit that frees GPUs helps, and the search widens to the nodes
+// where a member without GPUs may go but does not fit. The CPU pod is
+// evicted, nothing on the GPU node.
+func TestChiefWithoutGPUPreemptsOnItsCPUPool(t *testing.T) {
+	taint := v1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: v1.TaintEffectNoSchedule}
+	nodes := []*v1.Node{testobj.MakeNode("n-gpu").GPUs(8).Taint(taint).Obj(), testobj.MakeNode("n-cpu").Obj()}
+	hog := testobj.MakePod("ns", "hog").UID("hog").Created(t0).Node("n-cpu").Priority(0).
+		Container(testobj.MakeContainer("c").Request(v1.ResourceCPU, resource.MustParse("64")).Obj()).Obj()
+	chief := testobj.MakePod("ns", "j-chief").UID("j-chief").Label("app", "j-chief").Created(t0).OwnedByJob("j", jobUID).
+		SchedulerName("muster").Priority(100).Container(testobj.MakeContainer("c").Request(v1.ResourceCPU, resource.MustParse("1")).Obj()).Obj()
+	w := worker("j", 0, 8, "")
+	w.Spec.Priority = ptr.To[int32](100)
+	w.Spec.Tolerations = []v1.Toleration{{Key: taint.Key, Operator: v1.TolerationOpExists, Effect: taint.Effect}}
+	f := newTestFramework(t, 2, nodes, []*v1.Pod{hog, chief, w})
+	plan := f.preemptFor(t, chief)
+	require.NotNil(t, plan, "no preemption: the Chief waits for a CPU node forever")
+	assert.Equal(t, sets.New("hog"), victimNames(plan, []*v1.Pod{hog}))
+	assert.Equal(t, map[types.UID]string{chief.UID: "n-cpu", w.UID: "n-gpu"}, plan.Slots)
+}
