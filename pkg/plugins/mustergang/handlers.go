@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -161,13 +163,13 @@ func (p *Plugin) forget(key gang.Key) {
 // rejected at once instead of being bound to a node that cannot run them;
 // the pairs are avoided so the next plan, made at once, goes elsewhere even
 // before the scheduler's snapshot shows the change. Each profile drops its
-// own plans.
-func (p *Plugin) onNodeChange(node *v1.Node, deleted bool) {
+// own plans. old is the node before the change (nil when deleted).
+func (p *Plugin) onNodeChange(old, node *v1.Node, deleted bool) {
 	for _, np := range p.gangs.PlansOn(node.Name) {
 		if np.Profile != p.handle.ProfileName() {
 			continue
 		}
-		why := p.brokenPlacement(node, deleted, np)
+		why := p.brokenPlacement(old, node, deleted, np)
 		if why == "" {
 			continue
 		}
@@ -184,7 +186,13 @@ func (p *Plugin) onNodeChange(node *v1.Node, deleted bool) {
 // the framework's helpers evaluate them). A member not yet reserved is
 // checked again by the filters in its own cycle anyway; this is what
 // releases members already waiting at Permit.
-func (p *Plugin) brokenPlacement(node *v1.Node, deleted bool, np gang.NodePlan) string {
+//
+// A member also no longer fits when the node's allocatable of a resource it
+// asks for went down (a GPU the device plugin found unhealthy): the kubelet
+// would refuse a member bound over what is left. Whether what is left still
+// holds it cannot be told here, so any loss breaks the plan, which is
+// planned again at once.
+func (p *Plugin) brokenPlacement(old, node *v1.Node, deleted bool, np gang.NodePlan) string {
 	switch {
 	case deleted:
 		return "was deleted"
@@ -211,10 +219,28 @@ func (p *Plugin) brokenPlacement(node *v1.Node, deleted bool, np gang.NodePlan) 
 		if !gang.ConstraintsOf(logger, m).Match(node) {
 			return fmt.Sprintf("no longer fits member %s (a taint it does not tolerate, or its node selector or affinity)", m.Name)
 		}
+		if lost := lostAllocatable(old, node, m); lost != "" {
+			return fmt.Sprintf("lost allocatable %s, which member %s asks for", lost, m.Name)
+		}
 		// The planner applied the policy; Filter does not ask again for a
 		// planned member.
 		if c, err := gang.ConstraintsFromPod(m, p.nodes.levels); err == nil && c.Policy.Excludes(preemptible) {
 			return fmt.Sprintf("is preemptible=%t now, which member %s's preemptible policy %s excludes", preemptible, m.Name, c.Policy)
+		}
+	}
+	return ""
+}
+
+// lostAllocatable names a resource pod asks for of which node has less
+// allocatable than old had ("" for none).
+func lostAllocatable(old, node *v1.Node, pod *v1.Pod) string {
+	if old == nil {
+		return ""
+	}
+	for _, name := range slices.Sorted(maps.Keys(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))) {
+		was, now := old.Status.Allocatable[name], node.Status.Allocatable[name]
+		if now.Cmp(was) < 0 {
+			return fmt.Sprintf("%s (%s, was %s)", name, now.String(), was.String())
 		}
 	}
 	return ""
@@ -228,8 +254,9 @@ func (p *Plugin) nodeHandler() cache.ResourceEventHandler {
 			node, ok2 := obj.(*v1.Node)
 			// Most updates are the kubelet's status heartbeats: nothing a
 			// placement depends on.
-			if ok1 && ok2 && !(equality.Semantic.DeepEqual(old.Spec, node.Spec) && maps.Equal(old.Labels, node.Labels)) {
-				p.onNodeChange(node, false)
+			if ok1 && ok2 && !(equality.Semantic.DeepEqual(old.Spec, node.Spec) && maps.Equal(old.Labels, node.Labels) &&
+				equality.Semantic.DeepEqual(old.Status.Allocatable, node.Status.Allocatable)) {
+				p.onNodeChange(old, node, false)
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -238,7 +265,7 @@ func (p *Plugin) nodeHandler() cache.ResourceEventHandler {
 			}
 			if node, ok := obj.(*v1.Node); ok {
 				p.nodes.forget(node.Name)
-				p.onNodeChange(node, true)
+				p.onNodeChange(nil, node, true)
 			}
 		},
 	}

@@ -445,6 +445,13 @@ func TestFailedEvictionDoesNotBlockTheNextPreemption(t *testing.T) {
 	assert.NotNil(t, f.preemptFor(t, high), "the gang preempts again")
 }
 
+// allocatable is n's allocatable with name set to q.
+func allocatable(n *v1.Node, name v1.ResourceName, q string) v1.ResourceList {
+	out := n.Status.Allocatable.DeepCopy()
+	out[name] = resource.MustParse(q)
+	return out
+}
+
 // TestNodeChangeDropsAWaitingPlan: a member waits at Permit on a node that
 // is then deleted, cordoned, tainted for reclaim or with a taint the member
 // does not tolerate: the plan is dropped at once, the waiting member
@@ -472,6 +479,9 @@ func TestNodeChangeDropsAWaitingPlan(t *testing.T) {
 		{name: "became spot under forbid", policy: gang.PolicyForbid, change: func(n *v1.Node) { n.Labels[configv1.LabelGKESpot] = "true" },
 			want: "preemptible policy forbid excludes"},
 		{name: "became spot under avoid", policy: gang.PolicyAvoid, change: func(n *v1.Node) { n.Labels[configv1.LabelGKESpot] = "true" }},
+		{name: "lost a GPU", change: func(n *v1.Node) { n.Status.Allocatable = allocatable(n, "nvidia.com/gpu", "7") },
+			want: "lost allocatable nvidia.com/gpu (7, was 8), which member j-0 asks for"},
+		{name: "lost memory nobody asks for", change: func(n *v1.Node) { n.Status.Allocatable = allocatable(n, v1.ResourceMemory, "256Gi") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
@@ -493,7 +503,11 @@ func TestNodeChangeDropsAWaitingPlan(t *testing.T) {
 			if tc.change != nil {
 				tc.change(changed)
 			}
-			f.plugin.onNodeChange(changed, tc.deleted)
+			if tc.deleted {
+				f.plugin.nodeHandler().OnDelete(changed)
+			} else {
+				f.plugin.nodeHandler().OnUpdate(node.Node(), changed)
+			}
 			if tc.want == "" {
 				if f.plugin.gangs.Plan(key) == nil {
 					t.Fatal("a change that breaks nothing dropped the plan")
@@ -688,7 +702,7 @@ func TestPreemptingGangWithAPSLosesItsNodeMidway(t *testing.T) {
 	}
 	reclaimed := node.Node().DeepCopy()
 	reclaimed.Spec.Taints = append(reclaimed.Spec.Taints, v1.Taint{Key: "cloud.google.com/impending-node-termination", Effect: v1.TaintEffectNoSchedule})
-	f.plugin.onNodeChange(reclaimed, false)
+	f.plugin.onNodeChange(node.Node(), reclaimed, false)
 
 	if f.plugin.gangs.Plan(key) != nil {
 		t.Fatal("the plan survived its node's reclaim notice")
