@@ -65,14 +65,21 @@ func (p *Plugin) onPodChange(obj interface{}) {
 	p.status.enqueue(key)
 }
 
-// onPodUpdate is onPodChange, and a pending member whose last scheduling
-// gate was removed wakes its gang's pending members: a sibling refused
-// while it was gated ("held by scheduling gates") tries again. The
-// framework delivers the member's own update to it alone.
+// onPodUpdate is onPodChange; a member that starts terminating is gone
+// for its gang's plan (it will not run, though its grace period may be
+// long); and a pending member whose last scheduling gate was removed wakes
+// its gang's pending members: a sibling refused while it was gated ("held
+// by scheduling gates") tries again. The framework delivers the member's
+// own update to it alone.
 func (p *Plugin) onPodUpdate(oldObj, obj interface{}) {
 	p.onPodChange(obj)
 	old, ok := oldObj.(*v1.Pod)
 	pod, ok2 := obj.(*v1.Pod)
+	if ok && ok2 && old.DeletionTimestamp == nil && pod.DeletionTimestamp != nil && pod.Spec.SchedulerName == p.handle.ProfileName() {
+		if key, inGang := gang.KeyOf(pod); inGang {
+			p.carryOut(p.handlerCtx(), p.gangs.MemberGone(key, pod.UID, pod.Name, p.now(), p.backoffBase()), nil)
+		}
+	}
 	if !ok || !ok2 || len(old.Spec.SchedulingGates) == 0 || len(pod.Spec.SchedulingGates) > 0 ||
 		pod.Spec.NodeName != "" || pod.Spec.SchedulerName != p.handle.ProfileName() {
 		return

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -164,21 +165,39 @@ func TestPodGroupGangEndsWithItsObject(t *testing.T) {
 
 func TestBoundMemberLeavingBreaksThePlanThatCountedOnIt(t *testing.T) {
 	// A Job of three: a runs on n1, its siblings are planned beside it (two
-	// slots: the quorum counts a). a fails before the plan completes: the
-	// plan would bind two of three, so it is dropped and b, waiting at
+	// slots: the quorum counts a). a fails, or starts terminating (drained
+	// with a long grace period to checkpoint), before the plan completes:
+	// the plan would bind two of three, so it is dropped and b, waiting at
 	// Permit, is rejected; the next plan places all three again.
-	a := worker("j", 0, 8, "n1")
-	b, c := worker("j", 1, 8, ""), worker("j", 2, 8, "")
-	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...) // priority-0 CPU pods, as on a real cluster
-	f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8)}, append([]*v1.Pod{a, b, c}, background...))
-	key, _ := gang.KeyOf(b)
-	_, plan := f.planAndWait(t, b)
-	require.Len(t, plan.Slots, 2, "the plan places b and c beside a")
+	for _, tc := range []struct {
+		name  string
+		leave func(f *testFramework, a *v1.Pod)
+	}{
+		{"deleted", func(f *testFramework, a *v1.Pod) {
+			require.NoError(t, f.plugin.source.pods.Delete(a))
+			f.plugin.onPodDelete(a)
+		}},
+		{"terminating", func(f *testFramework, a *v1.Pod) {
+			terminating := a.DeepCopy()
+			terminating.DeletionTimestamp = &metav1.Time{Time: f.clock.Now()}
+			require.NoError(t, f.plugin.source.pods.Update(terminating))
+			f.plugin.onPodUpdate(a, terminating)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := worker("j", 0, 8, "n1")
+			b, c := worker("j", 1, 8, ""), worker("j", 2, 8, "")
+			background := append(cpuPods("n1", 5), cpuPods("n2", 5)...) // priority-0 CPU pods, as on a real cluster
+			f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8)}, append([]*v1.Pod{a, b, c}, background...))
+			key, _ := gang.KeyOf(b)
+			_, plan := f.planAndWait(t, b)
+			require.Len(t, plan.Slots, 2, "the plan places b and c beside a")
 
-	require.NoError(t, f.plugin.source.pods.Delete(a))
-	f.plugin.onPodDelete(a)
-	require.Nil(t, f.plugin.gangs.Plan(key), "the plan counted on a")
-	st := f.fw.WaitOnPermit(context.Background(), b)
-	assert.False(t, st.IsSuccess(), "b waiting at Permit: %v", st)
-	assert.Contains(t, st.Message(), "member j-0 was deleted or finished")
+			tc.leave(f, a)
+			require.Nil(t, f.plugin.gangs.Plan(key), "the plan counted on a")
+			st := f.fw.WaitOnPermit(context.Background(), b)
+			assert.False(t, st.IsSuccess(), "b waiting at Permit: %v", st)
+			assert.Contains(t, st.Message(), "member j-0 was deleted or finished")
+		})
+	}
 }
