@@ -228,12 +228,13 @@ const (
 // Expire would, backing off from base). It returns a copy of the plan.
 //
 // live, when set, says whether a member's pod still stands (not deleted,
-// not terminating): the framework rejects a deleted member waiting at
-// Permit at once, muster learns of it only when its Unreserve or the
-// deletion's handler runs. A plan this member would complete while a
-// reserved member, this one included (deleted during its own cycle, its
-// binding would fail), is no longer live is dropped instead, so the others
-// do not bind without it.
+// not terminating) and, for the others, still waits at Permit: the
+// framework rejects a deleted member waiting at Permit at once, and another
+// profile's preemption turns a waiting member away in memory; muster
+// learns of either only when its Unreserve or the deletion's handler runs.
+// A plan this member would complete while a reserved member, this one
+// included (deleted during its own cycle, its binding would fail), is no
+// longer live is dropped instead, so the others do not bind without it.
 func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, base time.Duration, live func(types.UID) bool) (Arrival, *ActivePlan, Effects) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -255,7 +256,7 @@ func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, ba
 	if live != nil {
 		for _, member := range sets.List(s.plan.Reserved) {
 			if !live(member) {
-				reason := fmt.Sprintf("member %s was deleted while it waited at Permit", member)
+				reason := fmt.Sprintf("member %s is no longer waiting at Permit (deleted, or turned away)", member)
 				if member == uid {
 					reason = fmt.Sprintf("member %s was deleted during its own scheduling cycle", member)
 				}

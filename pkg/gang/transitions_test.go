@@ -184,7 +184,7 @@ func TestArriveDoesNotCompleteWithoutADeletedMember(t *testing.T) {
 		deleted types.UID
 		reason  string
 	}{
-		{"a sibling waiting at Permit", "a1", "member a1 was deleted while it waited at Permit"},
+		{"a sibling waiting at Permit", "a1", "member a1 is no longer waiting at Permit (deleted, or turned away)"},
 		{"the arriving member", "a0", "member a0 was deleted during its own scheduling cycle"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -83,7 +83,14 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 		p.carryOut(ctx, p.gangs.PlanBroken(s.key, s.planID, refused.uid, refused.node, reason, atSlot, now, now.Add(avoidFor), p.backoffBase()), nil)
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s", s.key.Subject(), reason)), 0
 	}
-	arrival, plan, effects := p.gangs.Arrive(s.key, s.planID, pod.UID, p.now(), p.backoffBase(), p.source.live(s.key))
+	standing := p.source.live(s.key)
+	live := func(uid types.UID) bool {
+		// Every other reserved member returned Wait in an earlier cycle
+		// (a pod-group cycle reserves and permits its members one by
+		// one): one no longer among the waiting pods was turned away.
+		return standing(uid) && (uid == pod.UID || p.handle.GetWaitingPod(uid) != nil)
+	}
+	arrival, plan, effects := p.gangs.Arrive(s.key, s.planID, pod.UID, p.now(), p.backoffBase(), live)
 	switch arrival {
 	case gang.ArrivalDropped:
 		p.carryOut(ctx, effects, nil) // the plan timed out as it arrived, or a reserved member (this one too) was deleted

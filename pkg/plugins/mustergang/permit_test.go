@@ -155,39 +155,57 @@ func TestFailedBindingAfterReleaseIsPlacedAgainAtOnce(t *testing.T) {
 	assert.Equal(t, []types.UID{b.UID}, slices.Collect(maps.Keys(again.Slots)), "b alone, beside its binding sibling")
 }
 
-// A gang of three: a and b wait at Permit. b is deleted; the framework
-// rejects it at once, before muster's deletion handler runs. The last
-// member's Permit then finds b no longer standing: the plan is dropped,
-// and a does not bind without it.
-func TestLastArrivalDoesNotReleaseTheGangWithoutADeletedMember(t *testing.T) {
-	a, b, c := worker("j", 0, 8, ""), worker("j", 1, 8, ""), worker("j", 2, 8, "")
-	background := append(cpuPods("n1", 5), cpuPods("n2", 5)...) // priority-0 CPU pods, as on a real cluster
-	f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, append([]*v1.Pod{a, b, c}, background...))
-	key, _ := gang.KeyOf(a)
-	_, plan := f.planAndWait(t, a)
-	toPermit := func(pod *v1.Pod) (fwk.CycleState, string, *fwk.Status) {
-		state, status := f.preFilter(t, pod)
-		require.True(t, status.IsSuccess(), "PreFilter of %s: %v", pod.Name, status)
-		slot := plan.Slots[pod.UID]
-		require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, pod, slot).IsSuccess())
-		waits, st := f.fw.RunPermitPlugins(context.Background(), state, pod, slot)
-		if st.Code() == fwk.Wait {
-			f.fw.AddWaitingPod(pod, waits)
-		}
-		return state, slot, st
+// A gang of three: a and b wait at Permit. b leaves Permit: it is deleted
+// (the framework rejects it at once, before muster's deletion handler
+// runs), or another profile's preemption turns it away in memory (its
+// Unreserve has not run yet). The last member's Permit then finds b no
+// longer waiting: the plan is dropped, and a does not bind without it.
+func TestLastArrivalDoesNotReleaseTheGangWithoutAMemberThatLeft(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		leave func(f *testFramework, b *v1.Pod)
+	}{
+		{"deleted", func(f *testFramework, b *v1.Pod) {
+			require.NoError(t, f.plugin.source.pods.Delete(b))
+			require.True(t, f.fw.RejectWaitingPod(b.UID), "b was waiting")
+		}},
+		{"preempted by another profile", func(f *testFramework, b *v1.Pod) {
+			require.True(t, f.fw.GetWaitingPod(b.UID).Preempt("DefaultPreemption", "preempted"), "b was waiting")
+			// b's binding goroutine takes the rejection; its Unreserve
+			// comes later.
+			require.False(t, f.fw.WaitOnPermit(context.Background(), b).IsSuccess())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b, c := worker("j", 0, 8, ""), worker("j", 1, 8, ""), worker("j", 2, 8, "")
+			background := append(cpuPods("n1", 5), cpuPods("n2", 5)...) // priority-0 CPU pods, as on a real cluster
+			f := newTestFramework(t, 3, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8)}, append([]*v1.Pod{a, b, c}, background...))
+			key, _ := gang.KeyOf(a)
+			_, plan := f.planAndWait(t, a)
+			toPermit := func(pod *v1.Pod) (fwk.CycleState, string, *fwk.Status) {
+				state, status := f.preFilter(t, pod)
+				require.True(t, status.IsSuccess(), "PreFilter of %s: %v", pod.Name, status)
+				slot := plan.Slots[pod.UID]
+				require.True(t, f.fw.RunReservePluginsReserve(context.Background(), state, pod, slot).IsSuccess())
+				waits, st := f.fw.RunPermitPlugins(context.Background(), state, pod, slot)
+				if st.Code() == fwk.Wait {
+					f.fw.AddWaitingPod(pod, waits)
+				}
+				return state, slot, st
+			}
+			_, _, st := toPermit(b)
+			require.Equal(t, fwk.Wait, st.Code(), "Permit of b: %v", st)
+
+			tc.leave(f, b)
+
+			_, _, st = toPermit(c)
+			assert.Equal(t, fwk.Unschedulable, st.Code(), "Permit of c: %v", st)
+			assert.Nil(t, f.plugin.gangs.Plan(key))
+			waited := f.fw.WaitOnPermit(context.Background(), a)
+			assert.False(t, waited.IsSuccess(), "a: %v", waited)
+			assert.Contains(t, waited.Message(), "member "+string(b.UID)+" is no longer waiting at Permit")
+		})
 	}
-	_, _, st := toPermit(b)
-	require.Equal(t, fwk.Wait, st.Code(), "Permit of b: %v", st)
-
-	require.NoError(t, f.plugin.source.pods.Delete(b))
-	require.True(t, f.fw.RejectWaitingPod(b.UID), "b was waiting")
-
-	_, _, st = toPermit(c)
-	assert.Equal(t, fwk.Unschedulable, st.Code(), "Permit of c: %v", st)
-	assert.Nil(t, f.plugin.gangs.Plan(key))
-	waited := f.fw.WaitOnPermit(context.Background(), a)
-	assert.False(t, waited.IsSuccess(), "a: %v", waited)
-	assert.Contains(t, waited.Message(), "member "+string(b.UID)+" was deleted while it waited at Permit")
 }
 
 // A member whose Permit returned Wait just as its plan dropped is not yet
