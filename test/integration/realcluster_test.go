@@ -233,6 +233,18 @@ func TestPlannedNodeChangesWhileMemberWaits(t *testing.T) {
 				c.t.Fatal(err)
 			}
 		}, "was deleted"},
+		// The device plugin found a GPU unhealthy: the kubelet lowers the
+		// node's allocatable, and a member bound there would be refused.
+		{"lost a GPU", func(c *cluster, node string) {
+			n, err := c.Client.CoreV1().Nodes().Get(c.ctx, node, metav1.GetOptions{})
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			n.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("7")
+			if _, err := c.Client.CoreV1().Nodes().UpdateStatus(c.ctx, n, metav1.UpdateOptions{}); err != nil {
+				c.t.Fatal(err)
+			}
+		}, "lost allocatable nvidia.com/gpu"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ext := startHoldingExtender(t, 1) // the second member to come is held
