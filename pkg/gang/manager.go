@@ -191,7 +191,10 @@ type Planning struct {
 	Releases uint64
 	// Avoided are the gang's (member, node) pairs to keep out of the plan.
 	Avoided map[types.UID]map[string]bool
-	failed  *failedAttempt
+	// InFlight maps the gang's members allowed but not yet seen bound to
+	// their nodes.
+	InFlight map[types.UID]string
+	failed   *failedAttempt
 
 	// Priority is the planned gang's (set before HeldByOthers is read):
 	// plans of lower priority hold nothing from it.
@@ -231,7 +234,7 @@ func (m *Manager) Admit(key Key, seen, now time.Time) Admission {
 	case s.plan != nil:
 		a.Plan = s.plan.copy()
 	case !now.Before(s.backoffUntil):
-		a.Planning = &Planning{Releases: m.releases, Avoided: m.avoided(s, now), failed: s.failedPlan, manager: m, key: key}
+		a.Planning = &Planning{Releases: m.releases, Avoided: m.avoided(s, now), InFlight: maps.Clone(s.inFlight), failed: s.failedPlan, manager: m, key: key}
 	}
 	return a
 }

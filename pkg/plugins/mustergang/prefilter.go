@@ -229,7 +229,7 @@ type gangRequest struct {
 // place, around the members already bound.
 func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gang.Resolved, planning *gang.Planning) (*gangRequest, *refusal) {
 	key, c := info.Key, info.Constraints
-	set := p.source.members(key)
+	set := p.source.membersInFlight(key, planning.InFlight)
 	if set.total < info.Quorum {
 		return nil, refuseGang(gang.OutcomeWaitingForMembers, shortMessage(key, set.total, info.Quorum))
 	}
@@ -284,9 +284,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gang.Resolv
 		}
 	}
 	gr.priority, gr.never = p.preemptorPriority(pod, gr.candidates)
-	if planning != nil {
-		planning.Priority = gr.priority
-	}
+	planning.Priority = gr.priority
 	return gr, nil
 }
 

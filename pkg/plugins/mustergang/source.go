@@ -135,6 +135,12 @@ func (src *gangSource) members(key gang.Key) memberSet {
 	return src.membersIn(src.gangIndex, key)
 }
 
+// membersInFlight is members with the members in flight as the gang
+// manager told them (Planning.InFlight), not asked again.
+func (src *gangSource) membersInFlight(key gang.Key, inFlight map[types.UID]string) memberSet {
+	return src.classify(src.gangIndex, key, inFlight)
+}
+
 // pendingInAnyProfile lists the gang's pending members of every profile:
 // a plan dropped in one profile frees capacity for the gangs of all of
 // them. The profiles share the pod informer, each with its own gang index,
@@ -247,8 +253,13 @@ func (src *gangSource) gangIndexes() []string {
 
 // membersIn lists the gang's live pods in the pod informer's gang index.
 func (src *gangSource) membersIn(index string, key gang.Key) memberSet {
+	return src.classify(index, key, src.gangs.InFlight(key))
+}
+
+// classify sorts the gang's live pods in the index into bound (in the API
+// or in flight) and pending.
+func (src *gangSource) classify(index string, key gang.Key, inFlight map[types.UID]string) memberSet {
 	var set memberSet
-	inFlight := src.gangs.InFlight(key)
 	for _, pod := range src.standingPods(index, key) {
 		set.total++
 		if node, ok := inFlight[pod.UID]; pod.Spec.NodeName != "" || ok {
