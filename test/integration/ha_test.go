@@ -52,8 +52,13 @@ type replica struct {
 
 // leads reports whether the replica's log says it acquired its lease.
 func (r *replica) leads() bool {
+	return r.logged(`"Successfully acquired lease" lock="muster-system/` + r.lease + `"`)
+}
+
+// logged reports whether the replica's log so far contains s.
+func (r *replica) logged(s string) bool {
 	out, _ := os.ReadFile(r.log)
-	return strings.Contains(string(out), `"Successfully acquired lease" lock="muster-system/`+r.lease+`"`)
+	return strings.Contains(string(out), s)
 }
 
 func (c *cluster) startReplica(name string, extraConfig string) *replica {
@@ -167,9 +172,22 @@ func TestFailoverWhileGangWaits(t *testing.T) {
 		return len(passed) == 2 && held, nil
 	})
 
+	// The standby watches nothing until it leads (delayCacheUntilActive in
+	// the shipped config): it would otherwise post Events and write
+	// PodGroup status beside the leader, from a view without its plans.
+	c.waitFor("the follower waits for the lease", 30*time.Second, func() (bool, error) {
+		return follower.logged("Attempting to acquire leader lease"), nil
+	})
+	if follower.logged("Watching PodGroups") {
+		t.Fatal("the standby watches PodGroups before it leads")
+	}
+
 	// Stop the leader hard (no lease release), while the gang waits in its
 	// memory only; the follower must take over.
 	c.killAndFailOver(leader, follower)
+	c.waitFor("the new leader watches PodGroups", 30*time.Second, func() (bool, error) {
+		return follower.logged("Starting informers and waiting for sync") && follower.logged("Watching PodGroups"), nil
+	})
 	if n := countBound(c.groupPods("ha")); n != 0 {
 		t.Fatalf("%d members bound while one member is held", n)
 	}

@@ -278,9 +278,14 @@ func (p *Plugin) nodeHandler() cache.ResourceEventHandler {
 	}
 }
 
-// startPodGroupInformer watches PodGroups when discovery shows the CRD, so
-// the scheduler never waits on an API that is not served.
-func (p *Plugin) startPodGroupInformer(ctx context.Context) error {
+// watchPodGroups watches PodGroups when discovery shows the CRD, so the
+// scheduler never waits on an API that is not served. The informer starts
+// with the scheduler's own, once active has synced (the scheduler's pod
+// informer): with delayCacheUntilActive (manifests/scheduler) that is when
+// this replica becomes the leader. A standby that watched PodGroups would
+// write their status from its own view, which holds no plans, over the
+// leader's.
+func (p *Plugin) watchPodGroups(ctx context.Context, active cache.InformerSynced) error {
 	logger := klog.FromContext(ctx)
 	cfg := p.handle.KubeConfig()
 	if cfg == nil {
@@ -299,20 +304,45 @@ func (p *Plugin) startPodGroupInformer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.source.pgClient = v1alpha1.NewClient(dyn)
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	informer := factory.ForResource(v1alpha1.Resource)
-	p.source.podGroups = informer.Lister()
-	if _, err := informer.Informer().AddEventHandler(p.ownerHandler(gang.KindPodGroup)); err != nil {
+	handled, err := informer.Informer().AddEventHandler(p.ownerHandler(gang.KindPodGroup))
+	if err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), informer.Informer().HasSynced) {
-		return fmt.Errorf("PodGroup informer did not sync within 30s")
-	}
+	p.source.pgClient = v1alpha1.NewClient(dyn)
+	p.source.podGroups, p.source.podGroupsSynced = informer.Lister(), handled.HasSynced
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), active) {
+			return
+		}
+		logger.Info("Watching PodGroups", "resource", v1alpha1.Resource.String())
+		factory.Start(ctx.Done())
+		if cache.WaitForCacheSync(ctx.Done(), handled.HasSynced) {
+			p.wakePodGroupGangs()
+		}
+	}()
 	return nil
+}
+
+// wakePodGroupGangs wakes the pending members of every PodGroup gang once
+// muster has listed the PodGroups. PreEnqueue turned such a member away
+// while the list was under way (gangSource.PodGroup), and its PodGroup's
+// Add may have been handled before that, waking nothing.
+func (p *Plugin) wakePodGroupGangs() {
+	groups := map[gang.Key]bool{}
+	for _, value := range p.source.pods.ListIndexFuncValues(p.source.gangIndex) {
+		objs, _ := p.source.pods.ByIndex(p.source.gangIndex, value)
+		for _, obj := range objs {
+			if key, ok := gang.KeyOf(obj.(*v1.Pod)); ok && key.Kind == gang.KindPodGroup {
+				groups[key] = true
+			}
+			break // one pod names the value's gang
+		}
+	}
+	for key := range groups {
+		p.wake(p.logger(), key, gang.WakeOwnerChanged, p.source.members(key).pending)
+	}
 }
 
 func podGroupsServed(disco discovery.DiscoveryInterface) bool {

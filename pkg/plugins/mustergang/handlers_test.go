@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
@@ -142,6 +143,7 @@ func TestPodGroupGangEndsWithItsObject(t *testing.T) {
 	group.SetName("pg")
 	require.NoError(t, groups.Add(group))
 	f.plugin.source.podGroups = cache.NewGenericLister(groups, v1alpha1.Resource.GroupResource())
+	f.plugin.source.podGroupsSynced = func() bool { return true }
 	finished := done.DeepCopy()
 	finished.Status.Phase = v1.PodSucceeded
 	f.plugin.handle.ClientSet().(*fake.Clientset).PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -200,4 +202,36 @@ func TestBoundMemberLeavingBreaksThePlanThatCountedOnIt(t *testing.T) {
 			assert.Contains(t, st.Message(), "member j-0 was deleted or finished")
 		})
 	}
+}
+
+// Once muster has listed the PodGroups (it starts to only when it becomes
+// the leader), the pending members of every PodGroup gang are woken: until
+// then PreEnqueue turned them away, and a PodGroup's own Add may have come
+// before that, waking nobody. Members of other gangs and bound members are
+// left alone.
+func TestListedPodGroupsWakeTheirGangs(t *testing.T) {
+	inGroup := func(p *v1.Pod) *v1.Pod {
+		p.OwnerReferences = nil
+		p.Labels[v1alpha1.PodGroupLabel] = "pg"
+		return p
+	}
+	pods := []*v1.Pod{inGroup(worker("pg", 0, 1, "")), inGroup(worker("pg", 1, 1, "")), inGroup(worker("pg", 2, 1, "n1")),
+		worker("job", 0, 1, "")}
+	f := newQuietFramework(t, 1, []*v1.Node{gpuNode("n1", 8)}, nil, pods)
+	groups := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	listed := false
+	f.plugin.source.podGroups = cache.NewGenericLister(groups, v1alpha1.Resource.GroupResource())
+	f.plugin.source.podGroupsSynced = func() bool { return listed }
+
+	for _, pod := range pods[:2] {
+		st := f.plugin.PreEnqueue(context.Background(), pod)
+		require.Equal(t, fwk.UnschedulableAndUnresolvable, st.Code(), "PreEnqueue of %s: %v", pod.Name, st)
+		assert.Contains(t, st.Message(), "not finished listing PodGroups", "a PodGroup not listed yet is not reported missing")
+	}
+	assert.Empty(t, f.takeEvents(), "an Event while muster lists PodGroups")
+
+	listed = true
+	f.takeActivated()
+	f.plugin.wakePodGroupGangs()
+	assert.ElementsMatch(t, []string{"ns/pg-0", "ns/pg-1"}, f.takeActivated())
 }

@@ -170,7 +170,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 		return nil, err
 	}
 
-	if err := p.startPodGroupInformer(ctx); err != nil {
+	if err := p.watchPodGroups(ctx, podInformer.HasSynced); err != nil {
 		return nil, err
 	}
 	go p.status.run(ctx)

@@ -2,6 +2,7 @@ package mustergang
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -218,7 +219,10 @@ func taintIn(t v1.Taint, taints []v1.Taint) bool {
 func (p *Plugin) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
 	// A member's own invalid annotation does not stop its gang's quorum
 	// from being counted; PreFilter explains it once the gang is whole.
-	info, ok, _ := p.source.resolve(pod)
+	info, ok, err := p.source.resolve(pod)
+	if errors.Is(err, errPodGroupsNotListed) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
 	if !ok || info.Quorum == 0 {
 		return nil // scheduled alone, or its owner cannot be read: explained with a condition by PreFilter
 	}

@@ -1,6 +1,7 @@
 package mustergang
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -39,7 +40,11 @@ type gangSource struct {
 	jobs      batchlisters.JobLister
 	sets      appslisters.StatefulSetLister
 	podGroups cache.GenericLister // nil when the PodGroup CRD is not served
-	pgClient  *v1alpha1.Client
+	// podGroupsSynced reports whether the PodGroup informer has listed
+	// every PodGroup; it starts only when this replica schedules
+	// (watchPodGroups).
+	podGroupsSynced cache.InformerSynced
+	pgClient        *v1alpha1.Client
 }
 
 // resolve finds the pod's gang, what its owner asks and the pod's own
@@ -74,10 +79,19 @@ func (src *gangSource) StatefulSet(namespace, name string) (*appsv1.StatefulSet,
 	return src.sets.StatefulSets(namespace).Get(name)
 }
 
+// errPodGroupsNotListed: muster lists PodGroups once it schedules
+// (watchPodGroups), and the list is not in yet. Not "not found": the
+// PodGroup may well exist. PreEnqueue holds its pods, without a word,
+// until wakePodGroupGangs wakes them.
+var errPodGroupsNotListed = errors.New("muster has not finished listing PodGroups since it became the leader")
+
 func (src *gangSource) PodGroup(namespace, name string) (*v1alpha1.PodGroup, error) {
 	if src.podGroups == nil {
 		return nil, fmt.Errorf("gang %s: pod has label %s but the PodGroup API (podgroups.scheduling.x-k8s.io) is not installed; apply manifests/crds and restart muster",
 			gang.Key{Kind: gang.KindPodGroup, Namespace: namespace, Name: name}, v1alpha1.PodGroupLabel)
+	}
+	if !src.podGroupsSynced() {
+		return nil, fmt.Errorf("gang %s: %w", gang.Key{Kind: gang.KindPodGroup, Namespace: namespace, Name: name}, errPodGroupsNotListed)
 	}
 	obj, err := src.podGroups.ByNamespace(namespace).Get(name)
 	if err != nil {
