@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	applyv1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -307,5 +308,60 @@ func TestRestartDuringPreemptionEvictsNoOtherGang(t *testing.T) {
 	}
 	if live != 2 || len(k.removedPods()) != 1 {
 		t.Errorf("%d other low gangs run, %d pods removed (%v); want 2 and 1", live, len(k.removedPods()), k.removedPods())
+	}
+}
+
+// A scheduler that stopped halfway through a gang preemption (it had
+// marked both pods of the victim gang and deleted one) leaves the rest to
+// the next one: on start, it deletes the rest of the marked gang, so no
+// half gang holds GPUs, and leaves the unmarked gang alone.
+func TestRestartFinishesAHalfDonePreemption(t *testing.T) {
+	nodes := gpuNodes(3, 8)
+	c := startClusterWithoutScheduler(t, nodes...)
+	c.createPriorityClasses()
+	c.addBackground(4, nodes...)
+	k := c.startKubelet()
+	stop := c.startScheduler()
+	// The victim's Job does not count its preempted pods as failures (a
+	// Job that failed would delete the rest of the gang itself).
+	c.createJob(jobSpec{name: "victim", workers: 2, gpus: 8, mutate: withPriority("low", func(job *batchv1.Job) {
+		job.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+			Action:          batchv1.PodFailurePolicyActionIgnore,
+			OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+		}}}
+	})})
+	c.waitJobBound("victim", 2)
+	c.fillWithGangs("low", map[string]int32{"other": 1})
+	stop()
+
+	victims := c.jobPods("victim")
+	for _, p := range victims {
+		condition := applyv1.PodCondition().WithType(corev1.DisruptionTarget).WithStatus(corev1.ConditionTrue).
+			WithReason(corev1.PodReasonPreemptionByScheduler).WithMessage(schedulerName + ": preempting to accommodate Job " + c.ns + "/high").
+			WithLastTransitionTime(metav1.Now())
+		apply := applyv1.Pod(p.Name, p.Namespace).WithStatus(applyv1.PodStatus().WithConditions(condition))
+		if _, err := c.Client.CoreV1().Pods(c.ns).ApplyStatus(c.ctx, apply, metav1.ApplyOptions{FieldManager: "muster-scheduler", Force: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Client.CoreV1().Pods(c.ns).Delete(c.ctx, victims[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the first victim removed", 30*time.Second, func() (bool, error) {
+		_, removed := k.removedPods()[victims[0].Name]
+		return removed, nil
+	})
+
+	c.startScheduler()
+	c.waitFor("the rest of the victim gang removed", 30*time.Second, func() (bool, error) {
+		_, removed := k.removedPods()[victims[1].Name]
+		return removed, nil
+	})
+	c.waitForEvent("Job", "victim", "Preempted", "finishing the preemption of 1 pods")
+	if removed := k.removedPods(); len(removed) != 2 || !removed[victims[1].Name] {
+		t.Errorf("removed %v, want the two victims, each a disruption target", removed)
+	}
+	if c.liveBound("other") != 1 {
+		t.Errorf("the unmarked gang was preempted")
 	}
 }

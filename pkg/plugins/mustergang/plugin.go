@@ -173,6 +173,15 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	if err := p.watchPodGroups(ctx, podInformer.HasSynced); err != nil {
 		return nil, err
 	}
+	if args.GangPreemption {
+		go func() {
+			// Once this replica schedules: informers start when it leads.
+			if cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
+				factory.WaitForCacheSync(ctx.Done())
+				p.resumeEvictions(p.run)
+			}
+		}()
+	}
 	go p.status.run(ctx)
 	go p.failedPlans.run(ctx)
 	return p, nil

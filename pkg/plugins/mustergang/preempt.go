@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -147,7 +148,8 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 }
 
 // stillTerminating counts the pods the gang's last preemption evicted that
-// the scheduler's snapshot still shows terminating. A victim whose deletion
+// the scheduler's snapshot still shows terminating, on nodes the gang
+// could still use. A victim whose deletion
 // failed and that runs on holds nothing back (it may be chosen again); once
 // none is left the gang stops looking. After a restart the manager knows
 // none of them: then the nominations the scheduler wrote for the gang's
@@ -161,21 +163,39 @@ func (p *Plugin) stillTerminating(ctx context.Context, key gang.Key) (int, error
 	if err != nil {
 		return 0, err
 	}
+	pending := p.source.members(key).pending
 	terminating, left := 0, 0
 	for _, ni := range nodes {
+		here := 0
 		for _, pi := range ni.GetPods() {
 			if pod := pi.GetPod(); uids.Has(pod.UID) {
 				left++
 				if pod.DeletionTimestamp != nil {
-					terminating++
+					here++
 				}
 			}
+		}
+		if here > 0 && !p.refusedToAll(ctx, pending, ni) {
+			terminating += here
 		}
 	}
 	if left == 0 {
 		p.gangs.PreemptedGone(key)
 	}
 	return terminating, nil
+}
+
+// refusedToAll reports whether the profile's filters refuse every pod on
+// ni for good (refusedForGood): a victim terminating there (its kubelet
+// lost, the node cordoned) may never finish, and frees nothing the gang
+// could use if it did.
+func (p *Plugin) refusedToAll(ctx context.Context, pods []*v1.Pod, ni fwk.NodeInfo) bool {
+	for _, pod := range pods {
+		if !p.refusedForGood(ctx, pod, ni) {
+			return false
+		}
+	}
+	return len(pods) > 0
 }
 
 // terminatingWhereNominated counts the pods terminating by preemption for
@@ -621,85 +641,180 @@ const EvictionOperation = "MusterGangEviction"
 // evict marks each victim with the DisruptionTarget condition, as
 // DefaultPreemption does, and deletes it (with its grace period). The
 // victims come unit by unit (a whole gang, or one pod), and a unit is
-// deleted whole or left whole. A failed call is retried, with backoff, for
-// as long as the plan that waits for the victims is active and ctx (the
-// scheduler's) lasts. Once the plan is gone (its deadline, its preemptor
-// deleted), no further unit is started, but a unit of which a pod is
-// already gone is finished: a gang missing a member is broken, and its
-// other pods would hold their GPUs for nothing. That last retry gives up
-// after finishAttempts failed calls.
+// deleted whole or left whole: every pod of a unit is marked before the
+// first is deleted, so that a scheduler that stops halfway leaves the unit
+// marked for the next one to finish (resumeEvictions). A failed deletion
+// is retried, with backoff, for as long as the plan that waits for the
+// victims is active and ctx (the scheduler's) lasts. Once the plan is gone
+// (its deadline, its preemptor deleted), no further unit is started, but a
+// unit of which a pod is already gone is finished: a gang missing a member
+// is broken, and its other pods would hold their GPUs for nothing.
 func (p *Plugin) evict(ctx context.Context, units [][]*v1.Pod, preemptor *v1.Pod, key gang.Key, planID int64) {
-	logger := klog.FromContext(ctx)
+	logger := klog.FromContext(ctx).WithValues("gang", key)
+	ctx = klog.NewContext(ctx, logger)
 	client := p.handle.ClientSet()
 	planActive := func() bool {
 		plan := p.gangs.Plan(key)
 		return plan != nil && plan.ID == planID
 	}
+	message := fmt.Sprintf("%s: preempting to accommodate %s", preemptor.Spec.SchedulerName, key.Subject())
 	for u, unit := range units {
 		if !planActive() {
-			logger.V(2).Info("The plan waiting for the victims is gone; the victims left are not preempted", "gang", key, "unitsLeft", len(units)-u)
+			logger.V(2).Info("The plan waiting for the victims is gone; the victims left are not preempted", "unitsLeft", len(units)-u)
 			return
 		}
-		for k, v := range unit {
-			backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 10 * time.Second}
-			for failedWithoutPlan := 0; ; {
-				err := p.evictOne(ctx, client, v, preemptor, key)
-				if err == nil {
-					logger.V(2).Info("Preempted", "victim", klog.KObj(v), "gang", key)
-					break
+		for _, v := range unit {
+			markVictim(ctx, client, v, message)
+		}
+		if !p.deleteUnit(ctx, unit, planActive, false) {
+			return
+		}
+	}
+}
+
+// deleteUnit deletes the pods of one victim unit, retrying a failed call
+// with backoff while planActive holds. Once it does not, a unit not begun
+// (no pod deleted yet) is left whole, and a begun one is finished within
+// finishAttempts more failed calls. It reports whether every pod is gone.
+func (p *Plugin) deleteUnit(ctx context.Context, unit []*v1.Pod, planActive func() bool, begun bool) bool {
+	logger := klog.FromContext(ctx)
+	client := p.handle.ClientSet()
+	for k, v := range unit {
+		backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 10 * time.Second}
+		for failedWithoutPlan := 0; ; {
+			err := deleteVictim(ctx, client, v)
+			if err == nil {
+				logger.V(2).Info("Preempted", "victim", klog.KObj(v))
+				break
+			}
+			evictionErrors.Inc()
+			if ctx.Err() != nil {
+				return false
+			}
+			if !planActive() {
+				if k == 0 && !begun {
+					logger.Error(err, "Could not preempt victim; the plan waiting for it is gone, its unit is left whole", "victim", klog.KObj(v))
+					return false
 				}
-				evictionErrors.Inc()
-				if ctx.Err() != nil {
-					return
+				if failedWithoutPlan++; failedWithoutPlan >= finishAttempts {
+					logger.Error(err, "Could not preempt the rest of a partly preempted unit; giving up", "victim", klog.KObj(v))
+					return false
 				}
-				if !planActive() {
-					if k == 0 {
-						logger.Error(err, "Could not preempt victim; the plan waiting for it is gone, its unit is left whole", "victim", klog.KObj(v), "gang", key)
-						return
-					}
-					if failedWithoutPlan++; failedWithoutPlan >= finishAttempts {
-						logger.Error(err, "Could not preempt the rest of a partly preempted unit; giving up", "victim", klog.KObj(v), "gang", key)
-						return
-					}
-				}
-				logger.Error(err, "Could not preempt victim; retrying", "victim", klog.KObj(v), "gang", key)
-				select {
-				case <-p.timers.clock.After(backoff.Step()):
-				case <-ctx.Done():
-					return
-				}
+			}
+			logger.Error(err, "Could not preempt victim; retrying", "victim", klog.KObj(v))
+			select {
+			case <-p.timers.clock.After(backoff.Step()):
+			case <-ctx.Done():
+				return false
 			}
 		}
 	}
+	return true
 }
 
 // finishAttempts bounds the failed calls spent on finishing a partly
 // preempted unit once its plan is gone: under a minute of backoff.
 const finishAttempts = 10
 
-// evictOne marks and deletes one victim; a victim already gone is done.
-func (p *Plugin) evictOne(ctx context.Context, client kubernetes.Interface, v *v1.Pod, preemptor *v1.Pod, key gang.Key) error {
+// markVictim gives a victim the DisruptionTarget condition with message.
+// A failure is logged, not retried: the deletion says the rest.
+func markVictim(ctx context.Context, client kubernetes.Interface, v *v1.Pod, message string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	condition := applyv1.PodCondition().
 		WithType(v1.DisruptionTarget).
 		WithStatus(v1.ConditionTrue).
 		WithReason(v1.PodReasonPreemptionByScheduler).
-		WithMessage(fmt.Sprintf("%s: preempting to accommodate %s", preemptor.Spec.SchedulerName, key.Subject())).
+		WithMessage(message).
 		WithLastTransitionTime(metav1.Now())
 	// The victim's UID: a pod that has since replaced it under its name is
 	// refused the condition (a UID cannot change), as it is the deletion.
 	apply := applyv1.Pod(v.Name, v.Namespace).WithUID(v.UID).WithStatus(applyv1.PodStatus().WithConditions(condition))
-	if _, err := client.CoreV1().Pods(v.Namespace).ApplyStatus(ctx, apply, metav1.ApplyOptions{FieldManager: "muster-scheduler", Force: true}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		// Refused for another UID, the deletion's precondition says so too.
-		klog.FromContext(ctx).Error(err, "Could not add the DisruptionTarget condition", "victim", klog.KObj(v), "gang", key)
+	if _, err := client.CoreV1().Pods(v.Namespace).ApplyStatus(ctx, apply, metav1.ApplyOptions{FieldManager: "muster-scheduler", Force: true}); err != nil && !apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).Error(err, "Could not add the DisruptionTarget condition", "victim", klog.KObj(v))
 	}
+}
+
+// deleteVictim deletes one victim; a victim already gone is done.
+func deleteVictim(ctx context.Context, client kubernetes.Interface, v *v1.Pod) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	err := client.CoreV1().Pods(v.Namespace).Delete(ctx, v.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(v.UID))})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // gone, or replaced by a pod of the same name (a new UID)
 	}
 	return err
+}
+
+// resumeEvictions finishes the preemptions a previous run of this
+// scheduler began and did not end: it stopped, or lost its lease, between
+// marking a victim unit (evict) and deleting the last of its pods. The
+// marked pods still carry this profile's DisruptionTarget condition (the
+// disruption controller clears one left on a pod not deleted within two
+// minutes), and the whole unit they belong to is deleted: a gang half
+// deleted is broken, its other pods would hold their GPUs for nothing. It
+// runs once, when the scheduler's informers have synced.
+func (p *Plugin) resumeEvictions(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().List(labels.Everything())
+	if err != nil {
+		logger.Error(err, "Could not list pods to finish the preemptions begun before this scheduler started")
+		return
+	}
+	unitOf := func(pod *v1.Pod) gang.Key {
+		if key, ok := p.source.victimKey(pod); ok {
+			return key
+		}
+		return gang.LoneKey(pod)
+	}
+	marker := p.handle.ProfileName() + ": preempting to accommodate "
+	marked := map[gang.Key]bool{}
+	for _, pod := range pods {
+		if holdsItsNode(pod) && markedForPreemption(pod, marker) {
+			marked[unitOf(pod)] = true
+		}
+	}
+	if len(marked) == 0 {
+		return
+	}
+	units := map[gang.Key][]*v1.Pod{}
+	for _, pod := range pods {
+		if key := unitOf(pod); marked[key] && holdsItsNode(pod) {
+			units[key] = append(units[key], pod)
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(units), func(a, b gang.Key) int { return strings.Compare(a.String(), b.String()) })
+	evictions := schedmetrics.Goroutines.WithLabelValues(EvictionOperation)
+	evictions.Inc()
+	defer evictions.Dec()
+	for _, key := range keys {
+		unit := units[key]
+		logger.Info("Finishing a preemption begun before this scheduler started", "victims", key, "pods", len(unit))
+		msg := fmt.Sprintf("finishing the preemption of %d pods that %s began before it restarted", len(unit), p.handle.ProfileName())
+		if ref := p.source.ownerRef(key); ref != nil && key.Kind != gang.KindPod {
+			p.handle.EventRecorder().Eventf(ref, nil, v1.EventTypeWarning, ReasonPreempted, "Preempting", "%s", msg)
+		} else {
+			p.handle.EventRecorder().Eventf(unit[0], nil, v1.EventTypeWarning, ReasonPreempted, "Preempting", "%s", msg)
+		}
+		p.deleteUnit(ctx, unit, func() bool { return false }, true)
+	}
+}
+
+// holdsItsNode reports whether pod is bound and neither finished nor being
+// deleted.
+func holdsItsNode(pod *v1.Pod) bool {
+	return pod.Spec.NodeName != "" && pod.DeletionTimestamp == nil &&
+		pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed
+}
+
+// markedForPreemption reports whether pod carries the DisruptionTarget
+// condition evict gives a victim, with a message that starts with marker.
+func markedForPreemption(pod *v1.Pod, marker string) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue && c.Reason == v1.PodReasonPreemptionByScheduler &&
+			strings.HasPrefix(c.Message, marker) {
+			return true
+		}
+	}
+	return false
 }

@@ -323,26 +323,51 @@ func twoLowGangsOneHigh(t *testing.T) (f *testFramework, low, background []*v1.P
 // terminating (a trainer's long grace period, to checkpoint) does not evict
 // another gang on its next try: it waits for those pods, as
 // DefaultPreemption waits for the victims on its nominated node.
+//
+// A victim whose node's kubelet was lost meanwhile may never finish, and
+// its node takes no new pod: there the gang does not wait, it preempts
+// elsewhere.
 func TestNoSecondPreemptionWhileVictimsTerminate(t *testing.T) {
-	f, low, background, high := twoLowGangsOneHigh(t)
-	f.keepPodsInAPI()
-	plan := f.preemptFor(t, high)
-	require.NotNil(t, plan, "no preemption")
-	first := victimNames(plan, low)
-	require.Equal(t, 1, first.Len(), "victims %v", sets.List(first))
-	// The victim takes its grace period: the snapshot shows it terminating.
-	for _, p := range low {
-		if first.Has(p.Name) {
-			p.DeletionTimestamp = &metav1.Time{Time: f.clock.Now()}
-		}
-	}
-	key, _ := gang.KeyOf(high)
-	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID, Due: f.plugin.now()})
-	f.clock.Step(time.Minute) // past the backoff and the preemption interval
+	for _, tc := range []struct {
+		name        string
+		unreachable bool
+	}{
+		{name: "victim terminating"},
+		{name: "its node unreachable since", unreachable: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, low, background, high := twoLowGangsOneHigh(t)
+			f.keepPodsInAPI()
+			plan := f.preemptFor(t, high)
+			require.NotNil(t, plan, "no preemption")
+			first := victimNames(plan, low)
+			require.Equal(t, 1, first.Len(), "victims %v", sets.List(first))
+			// The victim takes its grace period: the snapshot shows it terminating.
+			for _, p := range low {
+				if first.Has(p.Name) {
+					p.DeletionTimestamp = &metav1.Time{Time: f.clock.Now()}
+					for _, ni := range f.nodes {
+						if node := ni.Node(); tc.unreachable && node.Name == p.Spec.NodeName {
+							node.Spec.Taints = append(node.Spec.Taints, v1.Taint{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoSchedule})
+						}
+					}
+				}
+			}
+			key, _ := gang.KeyOf(high)
+			f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID, Due: f.plugin.now()})
+			f.clock.Step(time.Minute) // past the backoff and the preemption interval
 
-	assert.Nil(t, f.preemptFor(t, high), "a second preemption while the first one's victim terminates")
-	for _, p := range append(low, background...) {
-		assert.False(t, f.plugin.gangs.IsVictim(p.UID), "%s chosen again", p.Name)
+			second := f.preemptFor(t, high)
+			if tc.unreachable {
+				require.NotNil(t, second, "no preemption elsewhere while the victim on the lost node terminates")
+				assert.Equal(t, sets.New("low-0", "other-0").Difference(first), victimNames(second, low))
+				return
+			}
+			assert.Nil(t, second, "a second preemption while the first one's victim terminates")
+			for _, p := range append(low, background...) {
+				assert.False(t, f.plugin.gangs.IsVictim(p.UID), "%s chosen again", p.Name)
+			}
+		})
 	}
 }
 
@@ -839,8 +864,8 @@ func TestEvictionLeavesThePodThatReplacedTheVictim(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	high := worker("high", 0, 8, "")
-	require.NoError(t, (&Plugin{}).evictOne(context.Background(), client, victim, high, gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "high"}))
+	markVictim(context.Background(), client, victim, "muster: preempting to accommodate Job ns/high")
+	require.NoError(t, deleteVictim(context.Background(), client, victim))
 
 	got, err := client.CoreV1().Pods(victim.Namespace).Get(context.Background(), victim.Name, metav1.GetOptions{})
 	require.NoError(t, err, "the replacement was deleted")
@@ -938,4 +963,77 @@ func TestChiefWithoutGPUPreemptsOnItsCPUPool(t *testing.T) {
 	require.NotNil(t, plan, "no preemption: the Chief waits for a CPU node forever")
 	assert.Equal(t, sets.New("hog"), victimNames(plan, []*v1.Pod{hog}))
 	assert.Equal(t, map[types.UID]string{chief.UID: "n-cpu", w.UID: "n-gpu"}, plan.Slots)
+}
+
+// Every pod of a victim unit is marked a disruption target before the
+// first is deleted: a scheduler that stops between two deletions leaves
+// the rest of the unit marked, for the next one to finish.
+func TestEvictionMarksTheWholeUnitBeforeDeletingAny(t *testing.T) {
+	a := lowGang("a", "n1", "n2")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, a)
+	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
+	plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{"j-0": "n1"}}, Reserved: sets.New[types.UID](),
+		Victims: sets.New[types.UID]("a-0", "a-1"), Deadline: f.clock.Now().Add(time.Minute)}
+	_, ok := f.plugin.gangs.Install(key, plan, "", "preempting", t0, nil, 0)
+	require.True(t, ok)
+	var calls []string
+	f.plugin.handle.ClientSet().(*fake.Clientset).PrependReactor("*", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if named, ok := action.(interface{ GetName() string }); ok && (action.GetVerb() == "patch" || action.GetVerb() == "delete") {
+			calls = append(calls, action.GetVerb()+" "+named.GetName())
+		}
+		return false, nil, nil
+	})
+	f.plugin.evict(context.Background(), [][]*v1.Pod{a}, worker("j", 0, 8, ""), key, plan.ID)
+	assert.Equal(t, []string{"patch a-0", "patch a-1", "delete a-0", "delete a-1"}, calls)
+}
+
+// A scheduler that starts finishes the preemptions its profile began
+// before (the previous leader stopped halfway): the whole unit of every
+// pod still marked by it is deleted, the pods marked by another scheduler
+// or whose mark the disruption controller cleared are left, and so are
+// unmarked units and members not placed.
+func TestStartFinishesThePreemptionsBegunBefore(t *testing.T) {
+	mark := func(p *v1.Pod, by string, status v1.ConditionStatus) *v1.Pod {
+		p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: v1.DisruptionTarget, Status: status,
+			Reason: v1.PodReasonPreemptionByScheduler, Message: by + ": preempting to accommodate Job ns/high"})
+		return p
+	}
+	a := lowGang("a", "n1", "n2")
+	mark(a[0], "muster", v1.ConditionTrue)
+	pendingOfA := worker("a", 2, 8, "")
+	lone := func(name string) *v1.Pod {
+		return testobj.MakePod("ns", name).UID(name).Node("n3").Priority(1).Obj()
+	}
+	pods := append(a, pendingOfA,
+		lowGang("c", "n3")[0],
+		mark(lone("d"), "default-scheduler", v1.ConditionTrue),
+		mark(lone("e"), "muster", v1.ConditionTrue),
+		mark(lowGang("f", "n4")[0], "muster", v1.ConditionFalse))
+	evictions := schedmetrics.Goroutines.WithLabelValues(EvictionOperation)
+	before, err := testutil.GetGaugeMetricValue(evictions)
+	require.NoError(t, err)
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8)}, pods)
+
+	client := f.plugin.handle.ClientSet()
+	left := func() []string {
+		list, err := client.CoreV1().Pods("ns").List(context.Background(), metav1.ListOptions{})
+		require.NoError(t, err)
+		var names []string
+		for _, p := range list.Items {
+			names = append(names, p.Name)
+		}
+		return names
+	}
+	require.NoError(t, wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		running, err := testutil.GetGaugeMetricValue(evictions)
+		return err == nil && running == before && !slicesContain(left(), "e"), err
+	}), "the begun preemptions were not finished")
+	assert.ElementsMatch(t, []string{"a-2", "c-0", "d", "f-0"}, left())
+	var finished []string
+	for _, e := range f.takeEvents() {
+		if strings.Contains(e, "finishing the preemption") {
+			finished = append(finished, e)
+		}
+	}
+	assert.Len(t, finished, 2, "one Event for gang a, one for pod e: %v", finished)
 }
