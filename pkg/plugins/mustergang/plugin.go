@@ -68,6 +68,8 @@ type Plugin struct {
 	status      *statusWriter
 	failedPlans *failedPlanWriter
 	timers      *timers
+	// resumed runs resumeEvictions once, before this scheduler evicts.
+	resumed sync.Once
 	// run is the scheduler's context with the plugin's logger, for work
 	// outside a scheduling cycle (informer handlers, timers, evictions):
 	// it ends when the scheduler stops.

@@ -62,6 +62,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	if !p.args.GangPreemption {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption is off")
 	}
+	p.resumeEvictions(p.handlerCtx()) // before this scheduler marks a victim
 	info, inGang, err := p.source.resolve(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
@@ -752,14 +753,47 @@ func deleteVictim(ctx context.Context, client kubernetes.Interface, v *v1.Pod) e
 // marked pods still carry this profile's DisruptionTarget condition (the
 // disruption controller clears one left on a pod not deleted within two
 // minutes), and the whole unit they belong to is deleted: a gang half
-// deleted is broken, its other pods would hold their GPUs for nothing. It
-// runs once, when the scheduler's informers have synced.
-func (p *Plugin) resumeEvictions(ctx context.Context) {
+// deleted is broken, its other pods would hold their GPUs for nothing.
+//
+// It runs once, when the scheduler's informers have synced, and before
+// this scheduler's first preemption (preempt calls it too), so the marks
+// it acts on are all another run's. The deletions go on in the
+// background; finished is closed when they are done (at once for a
+// caller after the first).
+func (p *Plugin) resumeEvictions(ctx context.Context) (finished <-chan struct{}) {
+	done := make(chan struct{})
+	first := false
+	p.resumed.Do(func() {
+		first = true
+		units := p.begunEvictions(ctx)
+		if len(units) == 0 {
+			close(done)
+			return
+		}
+		evictions := schedmetrics.Goroutines.WithLabelValues(EvictionOperation)
+		evictions.Inc()
+		go func() {
+			defer close(done)
+			defer evictions.Dec()
+			for _, unit := range units {
+				p.deleteUnit(ctx, unit, func() bool { return false }, true)
+			}
+		}()
+	})
+	if !first {
+		close(done)
+	}
+	return done
+}
+
+// begunEvictions lists the victim units another run of this profile began
+// to evict (resumeEvictions), each with an Event on the unit's owner.
+func (p *Plugin) begunEvictions(ctx context.Context) [][]*v1.Pod {
 	logger := klog.FromContext(ctx)
 	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().List(labels.Everything())
 	if err != nil {
 		logger.Error(err, "Could not list pods to finish the preemptions begun before this scheduler started")
-		return
+		return nil
 	}
 	unitOf := func(pod *v1.Pod) gang.Key {
 		if key, ok := p.source.victimKey(pod); ok {
@@ -775,20 +809,17 @@ func (p *Plugin) resumeEvictions(ctx context.Context) {
 		}
 	}
 	if len(marked) == 0 {
-		return
+		return nil
 	}
-	units := map[gang.Key][]*v1.Pod{}
+	byKey := map[gang.Key][]*v1.Pod{}
 	for _, pod := range pods {
 		if key := unitOf(pod); marked[key] && holdsItsNode(pod) {
-			units[key] = append(units[key], pod)
+			byKey[key] = append(byKey[key], pod)
 		}
 	}
-	keys := slices.SortedFunc(maps.Keys(units), func(a, b gang.Key) int { return strings.Compare(a.String(), b.String()) })
-	evictions := schedmetrics.Goroutines.WithLabelValues(EvictionOperation)
-	evictions.Inc()
-	defer evictions.Dec()
-	for _, key := range keys {
-		unit := units[key]
+	var units [][]*v1.Pod
+	for _, key := range slices.SortedFunc(maps.Keys(byKey), func(a, b gang.Key) int { return strings.Compare(a.String(), b.String()) }) {
+		unit := byKey[key]
 		logger.Info("Finishing a preemption begun before this scheduler started", "victims", key, "pods", len(unit))
 		msg := fmt.Sprintf("finishing the preemption of %d pods that %s began before it restarted", len(unit), p.handle.ProfileName())
 		if ref := p.source.ownerRef(key); ref != nil && key.Kind != gang.KindPod {
@@ -796,8 +827,9 @@ func (p *Plugin) resumeEvictions(ctx context.Context) {
 		} else {
 			p.handle.EventRecorder().Eventf(unit[0], nil, v1.EventTypeWarning, ReasonPreempted, "Preempting", "%s", msg)
 		}
-		p.deleteUnit(ctx, unit, func() bool { return false }, true)
+		units = append(units, unit)
 	}
+	return units
 }
 
 // holdsItsNode reports whether pod is bound and neither finished nor being
