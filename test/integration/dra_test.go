@@ -633,3 +633,52 @@ func TestDRAGangPreemption(t *testing.T) {
 	c.requireNoDeviceTwice()
 	assert.Equal(t, 4*draBackgroundPerNode, c.backgroundLeft(), "background CPU pods left")
 }
+
+// A gang member whose claim an earlier attempt allocated on node-1 and
+// reserved for it (the scheduler stopped between PreBind and the binding),
+// and node-1 has since been cordoned: nothing can place the member where
+// its claim is, and neither the ResourceClaim controller (the pod that
+// holds the reservation is still pending) nor the DynamicResources
+// PostFilter (its Filter never ran for a gang muster could not plan)
+// releases the claim. muster releases it, as that PostFilter would, and
+// the gang binds on node-2 and node-3, each claim allocated anew there.
+func TestDRAEarlierAllocationOnACordonedNodeIsReleased(t *testing.T) {
+	c := startDRACluster(t, draNodes(3), 1)
+	obs := c.observeGangsBy(v1alpha1.PodGroupLabel, map[string]int{"workers": 2})
+	c.createPodGroup("workers", 2, nil)
+	for i := range 2 {
+		_, err := c.Client.ResourceV1().ResourceClaims(c.ns).Create(c.ctx, testobj.GPUClaim(c.ns, fmt.Sprintf("worker-%d-gpu", i), 1), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	// worker-0 waits at PreEnqueue for its sibling while its claim is
+	// allocated, as PreBind would have done it.
+	c.createClaimPod("workers", "worker-0", "worker-0-gpu")
+	pod, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, "worker-0", metav1.GetOptions{})
+	require.NoError(t, err)
+	claim, err := c.getClaim(c.ns, "worker-0-gpu")
+	require.NoError(t, err)
+	claim.Finalizers = append(claim.Finalizers, resourcev1.Finalizer)
+	claim, err = c.Client.ResourceV1().ResourceClaims(c.ns).Update(c.ctx, claim, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	claim.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{
+		{Request: testobj.GPURequestName, Driver: testobj.GPUDriver, Pool: "node-1", Device: "gpu-0"}}},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1"}}}}}}}
+	claim.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	_, err = c.Client.ResourceV1().ResourceClaims(c.ns).UpdateStatus(c.ctx, claim, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	node, err := c.Client.CoreV1().Nodes().Get(c.ctx, "node-1", metav1.GetOptions{})
+	require.NoError(t, err)
+	node.Spec.Unschedulable = true
+	_, err = c.Client.CoreV1().Nodes().Update(c.ctx, node, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	c.createClaimPod("workers", "worker-1", "worker-1-gpu")
+	list := func() []corev1.Pod { return c.groupPods("workers") }
+	pods := c.waitAllBound("members of workers", 2, list)
+	assert.Equal(t, map[string]int{"node-2": 1, "node-3": 1}, nodesOf(pods))
+	c.eachClaimAllocated("the claim of each member allocated 1 device of its node",
+		list, func(p *corev1.Pod) error { return c.podClaimAllocated(p, 1) })
+	c.requireNoDeviceTwice()
+	obs.check(t, 10*time.Second)
+}

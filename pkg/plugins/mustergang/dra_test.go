@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -1002,4 +1004,86 @@ func TestDRAPreemptionKeepsAMemberWhereItsAllocatedClaimIs(t *testing.T) {
 		allocatedExtendedClaim(keeper, "n1", 2), allocatedExtendedClaim(low, "n2", 1))
 	f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1"), draNode("n2", "r1")}, []*v1.Pod{keeper, low, j0}, objs...)
 	assert.Nil(t, f.preemptFor(t, j0), "preempted on a node where the member's NIC claim cannot be used")
+}
+
+// A member's claim was allocated, and reserved for it, by an earlier
+// attempt whose binding never happened (the scheduler stopped after
+// PreBind): the claim ties the member to n1, which has since been
+// cordoned, so the gang cannot be planned, and the DynamicResources Filter,
+// which would have found the claim unusable, never ran. muster's PostFilter
+// releases the allocation, as the DynamicResources PostFilter does, and
+// the next plan places the gang on n2 and n3. A claim someone else also
+// uses is left as it is.
+func TestDRAEarlierAllocationIsReleased(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shared bool
+	}{
+		{name: "reserved for the member alone"},
+		{name: "reserved for another pod too", shared: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := draObjects(gpuSlice("n1", "a"), gpuSlice("n2", "a"), gpuSlice("n3", "a"))
+			var pods []*v1.Pod
+			var stale *resourceapi.ResourceClaim
+			for i := range 2 {
+				pod, claim := claimWorker(i, "")
+				if i == 0 {
+					claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+						Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: gpuClassName, Pool: "n1", Device: "gpu-0"}}},
+						NodeSelector: selectingNode("n1")}
+					claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+					if tc.shared {
+						claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "other", UID: "other"})
+					}
+					stale = claim
+				}
+				pods = append(pods, pod)
+				objs = append(objs, claim)
+			}
+			cordoned := draNode("n1", "r1")
+			cordoned.Spec.Unschedulable = true
+			stale.ResourceVersion = "1"
+			f := newTestFrameworkWith(t, 2, []*v1.Node{cordoned, draNode("n2", "r1"), draNode("n3", "r1")}, pods, objs...)
+			key, _ := gang.KeyOf(pods[0])
+			// The fake API server keeps the resourceVersion it is sent; the
+			// scheduler's claim cache takes only a newer one.
+			f.plugin.handle.ClientSet().(*fake.Clientset).PrependReactor("update", "resourceclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				action.(k8stesting.UpdateAction).GetObject().(*resourceapi.ResourceClaim).ResourceVersion = "2"
+				return false, nil, nil
+			})
+
+			state, status := f.preFilter(t, pods[0])
+			require.False(t, status.IsSuccess(), "a member tied to a cordoned node was planned")
+			_, status = f.fw.RunPostFilterPlugins(context.Background(), state, pods[0], framework.NewDefaultNodeToStatus())
+			claims := f.plugin.handle.ClientSet().ResourceV1().ResourceClaims("ns")
+			got, err := claims.Get(context.Background(), stale.Name, metav1.GetOptions{})
+			require.NoError(t, err)
+			if tc.shared {
+				assert.NotNil(t, got.Status.Allocation, "a claim another pod uses was released")
+				assert.Len(t, got.Status.ReservedFor, 2)
+				return
+			}
+			assert.Contains(t, status.Message(), "released ResourceClaim "+stale.Name)
+			assert.Nil(t, got.Status.Allocation, "the earlier allocation stands")
+			assert.Empty(t, got.Status.ReservedFor)
+
+			// Once the scheduler's view has the release, the gang is planned
+			// away from the cordoned node.
+			require.NoError(t, wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				c, err := f.fw.SharedDRAManager().ResourceClaims().Get("ns", stale.Name)
+				return err == nil && c.Status.Allocation == nil, nil
+			}))
+			f.clock.Step(time.Minute) // past the gang's backoff
+			_, status = f.preFilter(t, pods[0])
+			require.True(t, status.IsSuccess(), status.Message())
+			assert.Equal(t, map[string]int{"n2": 1, "n3": 1}, slotsByNode(f.plugin.gangs.Plan(key)))
+		})
+	}
+}
+
+// selectingNode selects node by name, as the allocation of a node's devices does.
+func selectingNode(node string) *v1.NodeSelector {
+	return &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{
+		{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{node}}}}}}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -28,6 +29,9 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		// No plan: the gang (or the lone pod) does not fit. Preemption may
 		// make room; otherwise any stale nomination is cleared.
 		p.noteHeldOut(cs, pod, statuses)
+		if msg := p.releaseEarlierAllocation(ctx, pod); msg != "" {
+			return p.keptNomination(ctx, pod), fwk.NewStatus(fwk.Unschedulable, msg)
+		}
 		result, status := p.preempt(ctx, pod)
 		if result == nil {
 			result = p.keptNomination(ctx, pod)
@@ -195,3 +199,33 @@ func (p *Plugin) evictedStillCached(plan *gang.ActivePlan, node string) bool {
 // avoidFor is how long a (member, node) pair the framework rejected in a
 // real cycle is kept out of new plans.
 const avoidFor = time.Minute
+
+// releaseEarlierAllocation undoes, as the DynamicResources PostFilter does,
+// the allocation of one of the pending pod's ResourceClaims that an earlier
+// attempt made (its binding failed after PreBind, or the scheduler
+// stopped between the two) and that no one else uses: the claim is
+// reserved for no one or for the pod alone. Such a claim ties the pod to
+// the node it was allocated on, even one cordoned, full or gone; and
+// DynamicResources never learns that it is unusable, since its Filter does
+// not run for a gang muster could not plan. The next plan allocates anew.
+// It returns what it did ("" for nothing).
+func (p *Plugin) releaseEarlierAllocation(ctx context.Context, pod *v1.Pod) string {
+	if pod.Spec.NodeName != "" {
+		return ""
+	}
+	for _, c := range p.dra.podClaims(pod) {
+		reserved := c.Status.ReservedFor
+		if c.Status.Allocation == nil || len(reserved) > 1 || len(reserved) == 1 && reserved[0].UID != pod.UID {
+			continue
+		}
+		claim := c.DeepCopy()
+		claim.Status.ReservedFor, claim.Status.Allocation, claim.Status.Devices = nil, nil, nil
+		if _, err := p.handle.ClientSet().ResourceV1().ResourceClaims(claim.Namespace).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+			klog.FromContext(ctx).Error(err, "Could not release the allocation of an earlier attempt", "pod", klog.KObj(pod), "claim", klog.KObj(claim))
+			return ""
+		}
+		klog.FromContext(ctx).V(2).Info("Released the allocation of an earlier attempt", "pod", klog.KObj(pod), "claim", klog.KObj(claim))
+		return fmt.Sprintf("released ResourceClaim %s, allocated by an earlier attempt, so that the next plan allocates it anew", claim.Name)
+	}
+	return ""
+}
