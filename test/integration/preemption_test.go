@@ -94,6 +94,17 @@ func startPreemptionCluster(t *testing.T, perNode int, nodes ...*corev1.Node) (*
 	return c, c.startKubelet()
 }
 
+// startRestartablePreemptionCluster is startPreemptionCluster with the
+// scheduler's stop, for tests that restart it.
+func startRestartablePreemptionCluster(t *testing.T, perNode int, nodes ...*corev1.Node) (c *cluster, k *kubelet, stop func()) {
+	t.Helper()
+	c = startClusterWithoutScheduler(t, nodes...)
+	c.createPriorityClasses()
+	c.addBackground(perNode, nodes...)
+	k = c.startKubelet()
+	return c, k, c.startScheduler()
+}
+
 func (c *cluster) createPriorityClasses() {
 	c.t.Helper()
 	for _, pc := range []*schedulingv1.PriorityClass{
@@ -263,12 +274,7 @@ func TestPreemptorDeletedReleasesItsHold(t *testing.T) {
 // written by the first one, names the node where its victim terminates,
 // and the gang waits for it. Once the victim is gone the gang runs there.
 func TestRestartDuringPreemptionEvictsNoOtherGang(t *testing.T) {
-	nodes := gpuNodes(3, 8)
-	c := startClusterWithoutScheduler(t, nodes...)
-	c.createPriorityClasses()
-	c.addBackground(4, nodes...)
-	k := c.startKubelet()
-	stop := c.startScheduler()
+	c, k, stop := startRestartablePreemptionCluster(t, 4, gpuNodes(3, 8)...)
 	lows := []string{"low-a", "low-b", "low-c"}
 	c.fillWithGangs("low", map[string]int32{"low-a": 1, "low-b": 1, "low-c": 1})
 	k.running.Store(false) // the victim stays terminating until the kubelet runs again
@@ -316,12 +322,7 @@ func TestRestartDuringPreemptionEvictsNoOtherGang(t *testing.T) {
 // the next one: on start, it deletes the rest of the marked gang, so no
 // half gang holds GPUs, and leaves the unmarked gang alone.
 func TestRestartFinishesAHalfDonePreemption(t *testing.T) {
-	nodes := gpuNodes(3, 8)
-	c := startClusterWithoutScheduler(t, nodes...)
-	c.createPriorityClasses()
-	c.addBackground(4, nodes...)
-	k := c.startKubelet()
-	stop := c.startScheduler()
+	c, k, stop := startRestartablePreemptionCluster(t, 4, gpuNodes(3, 8)...)
 	// The victim's Job does not count its preempted pods as failures (a
 	// Job that failed would delete the rest of the gang itself).
 	c.createJob(jobSpec{name: "victim", workers: 2, gpus: 8, mutate: withPriority("low", func(job *batchv1.Job) {

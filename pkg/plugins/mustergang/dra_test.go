@@ -1018,9 +1018,13 @@ func TestDRAEarlierAllocationIsReleased(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		shared bool
+		// group: the gang is a Kubernetes PodGroup, refused in its
+		// pod-group cycle (PodGroupPostFilter).
+		group bool
 	}{
 		{name: "reserved for the member alone"},
 		{name: "reserved for another pod too", shared: true},
+		{name: "in a PodGroup's cycle", group: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := draObjects(gpuSlice("n1", "a"), gpuSlice("n2", "a"), gpuSlice("n3", "a"))
@@ -1055,7 +1059,11 @@ func TestDRAEarlierAllocationIsReleased(t *testing.T) {
 
 			state, status := f.preFilter(t, pods[0])
 			require.False(t, status.IsSuccess(), "a member tied to a cordoned node was planned")
-			_, status = f.fw.RunPostFilterPlugins(context.Background(), state, pods[0], framework.NewDefaultNodeToStatus())
+			if tc.group {
+				_, status = f.plugin.PodGroupPostFilter(context.Background(), framework.NewCycleState(), unscheduledGroup{pods: pods}, nil)
+			} else {
+				_, status = f.fw.RunPostFilterPlugins(context.Background(), state, pods[0], framework.NewDefaultNodeToStatus())
+			}
 			claims := f.plugin.handle.ClientSet().ResourceV1().ResourceClaims("ns")
 			got, err := claims.Get(context.Background(), stale.Name, metav1.GetOptions{})
 			require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -108,6 +109,16 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, cs fwk.PodGroupCycleSta
 		}
 	}
 	if plan == nil {
+		var released []string
+		for _, pod := range pods {
+			if msg := p.releaseEarlierAllocation(ctx, pod); msg != "" {
+				released = append(released, pod.Name+": "+msg)
+			}
+		}
+		if len(released) > 0 {
+			p.clearNominations(ctx, pods)
+			return nil, fwk.NewStatus(fwk.Unschedulable, strings.Join(released, "; "))
+		}
 		// Preempting for the gang, through any member: the plan may leave
 		// pods[0] out (a quorum below the members pending) and nominate
 		// only the others.
