@@ -665,7 +665,7 @@ func (p *Plugin) evict(ctx context.Context, units [][]*v1.Pod, preemptor *v1.Pod
 			return
 		}
 		for _, v := range unit {
-			markVictim(ctx, client, v, message)
+			markVictim(ctx, client, v, v1.ConditionTrue, message)
 		}
 		if !p.deleteUnit(ctx, unit, planActive, false) {
 			return
@@ -675,8 +675,8 @@ func (p *Plugin) evict(ctx context.Context, units [][]*v1.Pod, preemptor *v1.Pod
 
 // deleteUnit deletes the pods of one victim unit, retrying a failed call
 // with backoff while planActive holds. Once it does not, a unit not begun
-// (no pod deleted yet) is left whole, and a begun one is finished within
-// finishAttempts more failed calls. It reports whether every pod is gone.
+// (no pod deleted yet) is left whole, its marks set False, and a begun
+// one is finished within finishAttempts more failed calls. It reports whether every pod is gone.
 func (p *Plugin) deleteUnit(ctx context.Context, unit []*v1.Pod, planActive func() bool, begun bool) bool {
 	logger := klog.FromContext(ctx)
 	client := p.handle.ClientSet()
@@ -694,7 +694,12 @@ func (p *Plugin) deleteUnit(ctx context.Context, unit []*v1.Pod, planActive func
 			}
 			if !planActive() {
 				if k == 0 && !begun {
+					// Unmarked, so that no scheduler finishes what was
+					// called off (resumeEvictions).
 					logger.Error(err, "Could not preempt victim; the plan waiting for it is gone, its unit is left whole", "victim", klog.KObj(v))
+					for _, u := range unit {
+						markVictim(ctx, client, u, v1.ConditionFalse, "the preemption was called off; the pod is left running")
+					}
 					return false
 				}
 				if failedWithoutPlan++; failedWithoutPlan >= finishAttempts {
@@ -717,14 +722,14 @@ func (p *Plugin) deleteUnit(ctx context.Context, unit []*v1.Pod, planActive func
 // preempted unit once its plan is gone: under a minute of backoff.
 const finishAttempts = 10
 
-// markVictim gives a victim the DisruptionTarget condition with message.
-// A failure is logged, not retried: the deletion says the rest.
-func markVictim(ctx context.Context, client kubernetes.Interface, v *v1.Pod, message string) {
+// markVictim sets a victim's DisruptionTarget condition to status, with
+// message. A failure is logged, not retried: the deletion says the rest.
+func markVictim(ctx context.Context, client kubernetes.Interface, v *v1.Pod, status v1.ConditionStatus, message string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	condition := applyv1.PodCondition().
 		WithType(v1.DisruptionTarget).
-		WithStatus(v1.ConditionTrue).
+		WithStatus(status).
 		WithReason(v1.PodReasonPreemptionByScheduler).
 		WithMessage(message).
 		WithLastTransitionTime(metav1.Now())

@@ -864,7 +864,7 @@ func TestEvictionLeavesThePodThatReplacedTheVictim(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	markVictim(context.Background(), client, victim, "muster: preempting to accommodate Job ns/high")
+	markVictim(context.Background(), client, victim, v1.ConditionTrue, "muster: preempting to accommodate Job ns/high")
 	require.NoError(t, deleteVictim(context.Background(), client, victim))
 
 	got, err := client.CoreV1().Pods(victim.Namespace).Get(context.Background(), victim.Name, metav1.GetOptions{})
@@ -1034,4 +1034,36 @@ func TestStartFinishesThePreemptionsBegunBefore(t *testing.T) {
 		}
 	}
 	assert.Len(t, finished, 2, "one Event for gang a, one for pod e: %v", finished)
+}
+
+// A unit marked for eviction whose first deletion fails after the plan
+// waiting for it is gone is left whole, and its marks are set False: no
+// scheduler that starts later finishes a preemption that was called off.
+func TestEvictionCalledOffUnmarksTheUnit(t *testing.T) {
+	a := lowGang("a", "n1", "n2")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, a)
+	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
+	plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{"j-0": "n1"}}, Reserved: sets.New[types.UID](),
+		Victims: sets.New[types.UID]("a-0", "a-1"), Deadline: f.clock.Now().Add(time.Minute)}
+	_, ok := f.plugin.gangs.Install(key, plan, "", "preempting", t0, nil, 0)
+	require.True(t, ok)
+	client := f.plugin.handle.ClientSet().(*fake.Clientset)
+	client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		f.plugin.drop(context.Background(), key, plan.ID, gang.DropTimeout, "the test drops it")
+		return true, nil, apierrors.NewServiceUnavailable("etcd is busy")
+	})
+	f.plugin.evict(context.Background(), [][]*v1.Pod{a}, worker("j", 0, 8, ""), key, plan.ID)
+
+	for _, p := range a {
+		got, err := client.CoreV1().Pods("ns").Get(context.Background(), p.Name, metav1.GetOptions{})
+		require.NoError(t, err, "%s was deleted", p.Name)
+		var status v1.ConditionStatus
+		for _, c := range got.Status.Conditions {
+			if c.Type == v1.DisruptionTarget {
+				status = c.Status
+			}
+		}
+		assert.Equal(t, v1.ConditionFalse, status, "%s's DisruptionTarget condition", p.Name)
+		assert.False(t, markedForPreemption(got, "muster: preempting to accommodate "), "%s is still marked", p.Name)
+	}
 }
