@@ -9,10 +9,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -50,7 +52,7 @@ func buildManifests(t *testing.T) []*unstructured.Unstructured {
 // accepted, in dependency order.
 func TestManifestsApplyCleanly(t *testing.T) {
 	kinds := applyManifests(t, controlplane.Start(t))
-	for _, kind := range []string{"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service", "FlowSchema"} {
+	for _, kind := range []string{"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "FlowSchema"} {
 		if kinds[kind] == 0 {
 			t.Errorf("manifests/ has no %s", kind)
 		}
@@ -158,8 +160,13 @@ func TestManifestsDeploymentsAreRestrictedAndConfigured(t *testing.T) {
 	configMaps := map[string]*corev1.ConfigMap{}
 	var deployments []*appsv1.Deployment
 	var roles []*rbacv1.ClusterRole
+	var budgets []*policyv1.PodDisruptionBudget
 	for _, o := range buildManifests(t) {
 		switch o.GetKind() {
+		case "PodDisruptionBudget":
+			b := &policyv1.PodDisruptionBudget{}
+			mustConvert(t, o, b)
+			budgets = append(budgets, b)
 		case "ConfigMap":
 			cm := &corev1.ConfigMap{}
 			mustConvert(t, o, cm)
@@ -193,6 +200,27 @@ func TestManifestsDeploymentsAreRestrictedAndConfigured(t *testing.T) {
 		}
 		if *d.Spec.Replicas != 2 {
 			t.Errorf("scheduler replicas = %d, want 2", *d.Spec.Replicas)
+		}
+		// The standby starts its informers only when it leads
+		// (delayCacheUntilActive) and fails sched-handler-sync until then;
+		// Ready must not wait for that, or a rollout stalls.
+		if probe := d.Spec.Template.Spec.Containers[0].ReadinessProbe; probe == nil || probe.HTTPGet == nil ||
+			!strings.Contains(probe.HTTPGet.Path, "exclude=sched-handler-sync") {
+			t.Errorf("the scheduler's readiness probe %+v waits for sched-handler-sync, which a standby fails", probe)
+		}
+		if !strings.Contains(string(shipped), "\ndelayCacheUntilActive: true\n") {
+			t.Errorf("the shipped configuration does not delay the standby's informers until it leads")
+		}
+		drainable := false
+		for _, b := range budgets {
+			selector, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+			if err == nil && b.Namespace == d.Namespace && selector.Matches(labels.Set(d.Spec.Template.Labels)) &&
+				b.Spec.MaxUnavailable != nil && b.Spec.MaxUnavailable.IntValue() == 1 {
+				drainable = true
+			}
+		}
+		if !drainable {
+			t.Errorf("no PodDisruptionBudget lets a drain take the scheduler's replicas one at a time")
 		}
 		var configMap string
 		for _, v := range d.Spec.Template.Spec.Volumes {
