@@ -318,12 +318,23 @@ func (p *Plugin) watchPodGroups(ctx context.Context, active cache.InformerSynced
 		}
 		logger.Info("Watching PodGroups", "resource", v1alpha1.Resource.String())
 		factory.Start(ctx.Done())
+		// PreEnqueue holds PodGroup gangs until the list is in; say so if
+		// it takes long (RBAC that does not let muster list PodGroups).
+		slow := time.AfterFunc(podGroupsListWarning, func() {
+			logger.Error(nil, "PodGroups not listed yet; PodGroup gangs wait until they are (can muster list and watch them?)",
+				"resource", v1alpha1.Resource.String(), "after", podGroupsListWarning)
+		})
 		if cache.WaitForCacheSync(ctx.Done(), handled.HasSynced) {
+			slow.Stop()
 			p.wakePodGroupGangs()
 		}
 	}()
 	return nil
 }
+
+// podGroupsListWarning is how long listing PodGroups may take before
+// muster logs that PodGroup gangs wait for it.
+const podGroupsListWarning = 30 * time.Second
 
 // wakePodGroupGangs wakes the pending members of every PodGroup gang once
 // muster has listed the PodGroups. PreEnqueue turned such a member away

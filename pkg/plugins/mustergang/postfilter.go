@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -221,6 +222,12 @@ func (p *Plugin) releaseEarlierAllocation(ctx context.Context, pod *v1.Pod) stri
 		claim := c.DeepCopy()
 		claim.Status.ReservedFor, claim.Status.Allocation, claim.Status.Devices = nil, nil, nil
 		if _, err := p.handle.ClientSet().ResourceV1().ResourceClaims(claim.Namespace).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsConflict(err) {
+				// Changed since the scheduler's view: the DynamicResources
+				// PostFilter released it already (a pod alone), or its
+				// binding went on. The next cycle sees which.
+				return ""
+			}
 			klog.FromContext(ctx).Error(err, "Could not release the allocation of an earlier attempt", "pod", klog.KObj(pod), "claim", klog.KObj(claim))
 			return ""
 		}
