@@ -965,17 +965,25 @@ func TestChiefWithoutGPUPreemptsOnItsCPUPool(t *testing.T) {
 	assert.Equal(t, map[types.UID]string{chief.UID: "n-cpu", w.UID: "n-gpu"}, plan.Slots)
 }
 
+// preemptingGangA: gang a runs on n1 and n2, and Job j's plan waits for
+// both of its pods to go, as PostFilter leaves it before the eviction.
+func preemptingGangA(t *testing.T) (f *testFramework, a []*v1.Pod, key gang.Key, plan *gang.ActivePlan) {
+	t.Helper()
+	a = lowGang("a", "n1", "n2")
+	f = newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, a)
+	key = gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
+	plan = &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{"j-0": "n1"}}, Reserved: sets.New[types.UID](),
+		Victims: sets.New[types.UID]("a-0", "a-1"), Deadline: f.clock.Now().Add(time.Minute)}
+	_, ok := f.plugin.gangs.Install(key, plan, "", "preempting", t0, nil, 0)
+	require.True(t, ok)
+	return f, a, key, plan
+}
+
 // Every pod of a victim unit is marked a disruption target before the
 // first is deleted: a scheduler that stops between two deletions leaves
 // the rest of the unit marked, for the next one to finish.
 func TestEvictionMarksTheWholeUnitBeforeDeletingAny(t *testing.T) {
-	a := lowGang("a", "n1", "n2")
-	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, a)
-	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
-	plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{"j-0": "n1"}}, Reserved: sets.New[types.UID](),
-		Victims: sets.New[types.UID]("a-0", "a-1"), Deadline: f.clock.Now().Add(time.Minute)}
-	_, ok := f.plugin.gangs.Install(key, plan, "", "preempting", t0, nil, 0)
-	require.True(t, ok)
+	f, a, key, plan := preemptingGangA(t)
 	var calls []string
 	f.plugin.handle.ClientSet().(*fake.Clientset).PrependReactor("*", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		if named, ok := action.(interface{ GetName() string }); ok && (action.GetVerb() == "patch" || action.GetVerb() == "delete") {
@@ -1040,13 +1048,7 @@ func TestStartFinishesThePreemptionsBegunBefore(t *testing.T) {
 // waiting for it is gone is left whole, and its marks are set False: no
 // scheduler that starts later finishes a preemption that was called off.
 func TestEvictionCalledOffUnmarksTheUnit(t *testing.T) {
-	a := lowGang("a", "n1", "n2")
-	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, a)
-	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
-	plan := &gang.ActivePlan{Plan: gang.Plan{Slots: map[types.UID]string{"j-0": "n1"}}, Reserved: sets.New[types.UID](),
-		Victims: sets.New[types.UID]("a-0", "a-1"), Deadline: f.clock.Now().Add(time.Minute)}
-	_, ok := f.plugin.gangs.Install(key, plan, "", "preempting", t0, nil, 0)
-	require.True(t, ok)
+	f, a, key, plan := preemptingGangA(t)
 	client := f.plugin.handle.ClientSet().(*fake.Clientset)
 	client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		f.plugin.drop(context.Background(), key, plan.ID, gang.DropTimeout, "the test drops it")
