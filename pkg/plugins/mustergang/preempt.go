@@ -150,9 +150,9 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 
 // stillTerminating counts the pods the gang's last preemption evicted that
 // the scheduler's snapshot still shows terminating, on nodes the gang
-// could still use. A victim whose deletion
-// failed and that runs on holds nothing back (it may be chosen again); once
-// none is left the gang stops looking. After a restart the manager knows
+// could still use. A victim whose deletion failed and that runs on holds
+// nothing back (it may be chosen again); once none is left the gang stops
+// looking. After a restart the manager knows
 // none of them: then the nominations the scheduler wrote for the gang's
 // members (the preemptor's names its slot) say where to look.
 func (p *Plugin) stillTerminating(ctx context.Context, key gang.Key) (int, error) {
@@ -676,7 +676,8 @@ func (p *Plugin) evict(ctx context.Context, units [][]*v1.Pod, preemptor *v1.Pod
 // deleteUnit deletes the pods of one victim unit, retrying a failed call
 // with backoff while planActive holds. Once it does not, a unit not begun
 // (no pod deleted yet) is left whole, its marks set False, and a begun
-// one is finished within finishAttempts more failed calls. It reports whether every pod is gone.
+// one is finished within finishAttempts more failed calls. It reports
+// whether every pod is gone.
 func (p *Plugin) deleteUnit(ctx context.Context, unit []*v1.Pod, planActive func() bool, begun bool) bool {
 	logger := klog.FromContext(ctx)
 	client := p.handle.ClientSet()
@@ -737,7 +738,8 @@ func markVictim(ctx context.Context, client kubernetes.Interface, v *v1.Pod, sta
 	// refused the condition (a UID cannot change), as it is the deletion.
 	apply := applyv1.Pod(v.Name, v.Namespace).WithUID(v.UID).WithStatus(applyv1.PodStatus().WithConditions(condition))
 	if _, err := client.CoreV1().Pods(v.Namespace).ApplyStatus(ctx, apply, metav1.ApplyOptions{FieldManager: "muster-scheduler", Force: true}); err != nil && !apierrors.IsNotFound(err) {
-		klog.FromContext(ctx).Error(err, "Could not add the DisruptionTarget condition", "victim", klog.KObj(v))
+		// Refused for another UID, the deletion's precondition says so too.
+		klog.FromContext(ctx).Error(err, "Could not set the DisruptionTarget condition", "victim", klog.KObj(v), "status", status)
 	}
 }
 
