@@ -343,12 +343,12 @@ const podGroupsListWarning = 30 * time.Second
 func (p *Plugin) wakePodGroupGangs() {
 	groups := map[gang.Key]bool{}
 	for _, value := range p.source.pods.ListIndexFuncValues(p.source.gangIndex) {
-		objs, _ := p.source.pods.ByIndex(p.source.gangIndex, value)
-		for _, obj := range objs {
-			if key, ok := gang.KeyOf(obj.(*v1.Pod)); ok && key.Kind == gang.KindPodGroup {
+		// A value is one gang's key, or a controller's whose pods are in
+		// Kubernetes PodGroups: the first pod tells which.
+		if objs, _ := p.source.pods.ByIndex(p.source.gangIndex, value); len(objs) > 0 {
+			if key, ok := gang.KeyOf(objs[0].(*v1.Pod)); ok && key.Kind == gang.KindPodGroup {
 				groups[key] = true
 			}
-			break // one pod names the value's gang
 		}
 	}
 	for key := range groups {

@@ -164,7 +164,7 @@ func (p *Plugin) stillTerminating(ctx context.Context, key gang.Key) (int, error
 	if err != nil {
 		return 0, err
 	}
-	pending := p.source.members(key).pending
+	var pending []*v1.Pod // read once a victim terminates
 	terminating, left := 0, 0
 	for _, ni := range nodes {
 		here := 0
@@ -175,6 +175,9 @@ func (p *Plugin) stillTerminating(ctx context.Context, key gang.Key) (int, error
 					here++
 				}
 			}
+		}
+		if here > 0 && pending == nil {
+			pending = p.source.members(key).pending
 		}
 		if here > 0 && !p.refusedToAll(ctx, pending, ni) {
 			terminating += here
