@@ -44,6 +44,18 @@ func (p *Plugin) carryOut(ctx context.Context, e gang.Effects, owner *v1.ObjectR
 	}
 }
 
+// follow carries out what a decision of the gang manager asks: the
+// effects of its transitions (their notices on owner; nil looks it up),
+// and the timers of the gangs it forgot go.
+func (p *Plugin) follow(ctx context.Context, f gang.Followup, owner *v1.ObjectReference) {
+	for _, e := range f.Effects {
+		p.carryOut(ctx, e, owner)
+	}
+	for _, key := range f.Forgotten {
+		p.timers.forget(key)
+	}
+}
+
 // wakeTargets are the pods a wake asks for.
 func (p *Plugin) wakeTargets(w gang.Wake) []*v1.Pod {
 	switch {

@@ -54,7 +54,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 }
 
 // heldByPlans is Filter's reason for keeping a pod scheduled alone off a
-// node: PostFilter reads it (noteHeldOut).
+// node: PostFilter reads it (cycle.HeldOut).
 const heldByPlans = "capacity held for a planned gang"
 
 // onNode reports whether the pod of uid is in ni, bound, assumed or added

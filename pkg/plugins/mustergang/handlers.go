@@ -181,7 +181,7 @@ func (p *Plugin) onNodeChange(old, node *v1.Node, deleted bool) {
 			continue
 		}
 		now := p.now()
-		p.carryOut(p.handlerCtx(), p.gangs.NodeChanged(np.Key, np.PlanID, node.Name, why, now, now.Add(avoidFor)), nil)
+		p.carryOut(p.handlerCtx(), p.gangs.NodeChanged(np.Key, np.PlanID, node.Name, why, now, now.Add(gang.AvoidFor)), nil)
 	}
 }
 

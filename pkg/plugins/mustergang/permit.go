@@ -57,7 +57,7 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return
 	}
 	now := p.now()
-	p.carryOut(ctx, p.gangs.Rejected(s.key, s.planID, pod.UID, pod.Name, nodeName, now, now.Add(avoidFor), p.backoffBase()), nil)
+	p.carryOut(ctx, p.gangs.Rejected(s.key, s.planID, pod.UID, pod.Name, nodeName, now, now.Add(gang.AvoidFor), p.backoffBase()), nil)
 }
 
 // Permit holds each member until every member of the plan is reserved, then
@@ -80,7 +80,7 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 			reason = fmt.Sprintf("member %s was refused in the PodGroup's cycle before muster's PreFilter ran (see its PodScheduled condition)", refused.name)
 		}
 		now := p.now()
-		p.carryOut(ctx, p.gangs.PlanBroken(s.key, s.planID, refused.uid, refused.node, reason, atSlot, now, now.Add(avoidFor), p.backoffBase()), nil)
+		p.carryOut(ctx, p.gangs.PlanBroken(s.key, s.planID, refused.uid, refused.node, reason, atSlot, now, now.Add(gang.AvoidFor), p.backoffBase()), nil)
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s", s.key.Subject(), reason)), 0
 	}
 	standing := p.source.live(s.key)

@@ -17,94 +17,94 @@ import (
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
-// PostFilter runs when a member could not go to its planned node, or was
-// rejected by another plugin's PreFilter before muster's ran: something
-// changed since the plan (a pod the default scheduler placed, a volume
-// deleted). The plan is dropped at once, the waiting siblings released, and
-// the (member, node) pair is avoided by the next plans. It also clears the
-// pod's nomination, so a stale one never lingers.
+// PostFilter asks the gang manager what follows a cycle that found no node
+// (gang.Manager.Unplaced). A member that could not go to its planned node,
+// or was rejected by another plugin's PreFilter before muster's ran, found
+// something changed since the plan (a pod the default scheduler placed, a
+// volume deleted): the plan is dropped at once, the waiting siblings
+// released, and the (member, node) pair avoided by the next plans. A gang
+// (or a pod alone) without a plan may preempt. A nomination nothing keeps
+// is cleared, so a stale one never lingers.
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	clear := framework.NewPostFilterResultWithNominatedNode("")
-	key, plan := p.gangs.PlanOf(pod.UID)
-	if plan == nil {
-		// No plan: the gang (or the lone pod) does not fit. Preemption may
-		// make room; otherwise any stale nomination is cleared.
-		p.noteHeldOut(cs, pod, statuses)
-		if msg := p.releaseEarlierAllocation(ctx, pod); msg != "" {
-			return p.keptNomination(ctx, pod), fwk.NewStatus(fwk.Unschedulable, msg)
+	c := &cycle{p: p, ctx: ctx, state: cs, statuses: statuses}
+	recourse := p.gangs.Unplaced(c, pod)
+	return p.enactRecourse(ctx, c, pod, recourse)
+}
+
+// enactRecourse carries out what the gang manager decided for pod's cycle
+// that found no node (gang.Manager.Unplaced, Preempt) and answers the
+// framework: the node pod is nominated to, and why it waits.
+func (p *Plugin) enactRecourse(ctx context.Context, c *cycle, pod *v1.Pod, r gang.Recourse) (*fwk.PostFilterResult, *fwk.Status) {
+	p.follow(ctx, r.Followup, r.Owner)
+	if r.WaitsForCache != nil {
+		p.wakeAfterCacheLag(r.Key, r.WaitsForCache)
+	}
+	if r.Evict != 0 {
+		p.startEvictions(ctx, c.found, pod, r.Key, r.Evict, r.Preempted)
+	}
+	result := framework.NewPostFilterResultWithNominatedNode(r.Nominate)
+	if r.Err != nil {
+		return result, fwk.AsStatus(r.Err)
+	}
+	return result, fwk.NewStatus(fwk.Unschedulable, r.Message)
+}
+
+// TerminatingFor: see terminatingFor.
+func (c *cycle) TerminatingFor(pod *v1.Pod, node string) int {
+	return c.p.terminatingFor(c.ctx, pod, node)
+}
+
+// HeldOut reports whether Filter kept a pod scheduled alone off capacity
+// that gang plans hold (heldByPlans): when such a plan is dropped, no
+// cluster event moves the pod, and the drop must wake it.
+func (c *cycle) HeldOut(pod *v1.Pod) (heldOut, known bool) {
+	s, err := readState(c.state)
+	if err != nil || s.slot != "" {
+		return false, false // a gang member, or refused before muster's Filter ran
+	}
+	for node := range s.held {
+		if st := c.statuses.Get(node); st != nil && st.Plugin() == Name && slices.Contains(st.Reasons(), heldByPlans) {
+			return true, true
 		}
-		result, status := p.preempt(ctx, pod)
-		if result == nil {
-			result = p.keptNomination(ctx, pod)
-		}
-		p.forgetIfEnded(gang.LoneKey(pod)) // it may be deleted and held out
-		return result, status
 	}
-	slot := plan.Slots[pod.UID]
-	s, err := readState(cs)
-	if msg, waiting := p.waitingForVictims(key, plan, slot, s, statuses); waiting {
-		// Keep the hold; the end of the wait requeues the member.
-		p.wakeAfterCacheLag(key, plan)
-		return framework.NewPostFilterResultWithNominatedNode(slot), fwk.NewStatus(fwk.Unschedulable, msg)
-	}
-	now := p.now()
-	if _, err := p.handle.SnapshotSharedLister().NodeInfos().Get(slot); err != nil {
-		// The planned node left the cycle's snapshot before muster's node
-		// handler dropped the plan: the same node change, no backoff.
-		p.carryOut(ctx, p.gangs.NodeChanged(key, plan.ID, slot, "was deleted", now, now.Add(avoidFor)), nil)
-		return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: planned node %s was deleted", key.Subject(), slot))
-	}
-	why := "node is gone"
-	if st := statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
+	return false, true
+}
+
+// WaitsForVictims: see waitingForVictims.
+func (c *cycle) WaitsForVictims(key gang.Key, plan *gang.ActivePlan, slot string) (string, bool) {
+	s, _ := readState(c.state)
+	return c.p.waitingForVictims(key, plan, slot, s, c.statuses)
+}
+
+func (c *cycle) InSnapshot(node string) bool {
+	_, err := c.p.handle.SnapshotSharedLister().NodeInfos().Get(node)
+	return err == nil
+}
+
+// RefusedAt reads the framework's refusal of pod at its slot, and whether
+// muster's PreFilter had steered it there (a Filter then refused it where
+// it was sent: the next plans avoid that pair).
+func (c *cycle) RefusedAt(pod *v1.Pod, slot string) (why string, avoid bool) {
+	why = "node is gone"
+	if st := c.statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
 		why = st.Message()
 	}
-	// A Filter refused the member where muster's PreFilter steered it: the
-	// next plans avoid that pair.
-	avoid := err == nil && s.slot == slot
+	s, err := readState(c.state)
 	switch {
-	case avoid:
+	case err == nil && s.slot == slot:
+		return why, true
 	case err != nil && !errors.Is(err, fwk.ErrNotFound):
 		// A state of the wrong type is a bug: report it, and do not guess
 		// where the member was steered.
-		klog.FromContext(ctx).Error(err, "PostFilter of a planned member", "pod", klog.KObj(pod), "gang", key)
-		why = "its PreFilter state is unreadable: " + why
-	default:
-		// No state: another plugin's PreFilter rejected the member first.
-		why = "rejected before muster's PreFilter ran: " + why
+		klog.FromContext(c.ctx).Error(err, "PostFilter of a planned member", "pod", klog.KObj(pod), "slot", slot)
+		return "its PreFilter state is unreadable: " + why, false
 	}
-	reason := fmt.Sprintf("member %s cannot go to its planned node %s: %s", pod.Name, slot, why)
-	p.carryOut(ctx, p.gangs.PlanBroken(key, plan.ID, pod.UID, slot, reason, avoid, now, now.Add(avoidFor), p.backoffBase()), nil)
-	return clear, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: %s", key.Subject(), reason))
+	// No state: another plugin's PreFilter rejected the member first.
+	return "rejected before muster's PreFilter ran: " + why, false
 }
 
-// keptNomination clears pod's nomination, unless pods it preempted still
-// terminate on that node (terminatingFor): as with DefaultPreemption, the
-// nomination then keeps their room for it, and after a restart, when the
-// gang manager has forgotten the preemption, it says where they are.
-func (p *Plugin) keptNomination(ctx context.Context, pod *v1.Pod) *fwk.PostFilterResult {
-	node := pod.Status.NominatedNodeName
-	if node == "" || p.terminatingFor(ctx, pod, node) == 0 {
-		node = ""
-	}
-	return framework.NewPostFilterResultWithNominatedNode(node)
-}
-
-// noteHeldOut tells the gang manager whether Filter kept a pod scheduled
-// alone off capacity that gang plans hold (heldByPlans): when such a plan
-// is dropped, no cluster event moves the pod, and the drop must wake it.
-func (p *Plugin) noteHeldOut(cs fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) {
-	s, err := readState(cs)
-	if err != nil || s.slot != "" {
-		return // a gang member, or refused before muster's Filter ran
-	}
-	heldOut := false
-	for node := range s.held {
-		if st := statuses.Get(node); st != nil && st.Plugin() == Name && slices.Contains(st.Reasons(), heldByPlans) {
-			heldOut = true
-			break
-		}
-	}
-	p.gangs.HeldOut(gang.LoneKey(pod), heldOut, p.now())
+func (c *cycle) ReleaseEarlierAllocation(pod *v1.Pod) string {
+	return c.p.releaseEarlierAllocation(c.ctx, pod)
 }
 
 // waitingForVictims reports whether a member was turned away only because
@@ -196,10 +196,6 @@ func (p *Plugin) evictedStillCached(plan *gang.ActivePlan, node string) bool {
 	}
 	return false
 }
-
-// avoidFor is how long a (member, node) pair the framework rejected in a
-// real cycle is kept out of new plans.
-const avoidFor = time.Minute
 
 // releaseEarlierAllocation undoes, as the DynamicResources PostFilter does,
 // the allocation of one of the pending pod's ResourceClaims that an earlier

@@ -44,96 +44,61 @@ type victimUnit struct {
 	nodes []int
 }
 
-// preempt makes room for a gang (or a pod scheduled alone) that cannot be
-// planned, by evicting whole lower-priority gangs or lone pods: the set
-// with the fewest PodDisruptionBudget violations (counted for the set),
-// then the fewest GPUs, then the fewest units, then the fewest pods, then the lowest priority,
-// then the most recently started, and only if the gang's plan passes the
-// framework's filters with them gone. Only units that free what the gang
-// lacks are candidates: GPUs on nodes it may use, so the CPU pods every
-// real cluster runs at priority 0 cost the search nothing; units on nodes
-// where the GPUs fit but something else does not (CPU, memory, a port, an
-// anti-affinity, as the planner's screening or the framework's filters
-// said) only when that search finds nothing. The plan is installed at once
-// (its slots held in the ledger, this pod nominated to its slot); the
-// members wait until the victims have terminated.
+// preempt makes room for the gang of pod, a member without a plan, by
+// evicting lower-priority pods (gang.Manager.Preempt), and carries that
+// out. The result nominates pod when victims go; nil when none do.
 func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResult, *fwk.Status) {
-	logger := klog.FromContext(ctx)
-	if !p.args.GangPreemption {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption is off")
-	}
-	p.resumeEvictions(p.handlerCtx()) // before this scheduler marks a victim
-	info, inGang, err := p.source.resolve(pod)
-	if err != nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
-	}
-	if !inGang {
-		// A gang of itself, its own Event target.
-		info = &gang.Resolved{Key: gang.LoneKey(pod), Ref: gang.Reference(pod), Constraints: info.Constraints,
-			Ask: gang.Ask{Quorum: 1, Timeout: info.Timeout}}
-	} else if p.gangs.Phase(info.Key) != gang.PhaseUnplaceable {
-		// Waiting for members, backing off, invalid: eviction cannot help.
-		return nil, fwk.NewStatus(fwk.Unschedulable, "gang is not waiting for capacity")
-	}
-	key := info.Key
-	defer p.forgetIfEnded(key)
-	now := p.now()
-	admission := p.gangs.Admit(key, pod.CreationTimestamp.Time, now)
-	if admission.Planning == nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "gang has a plan or backs off")
-	}
-	if n, err := p.stillTerminating(ctx, key); err != nil {
-		return nil, fwk.AsStatus(err)
-	} else if n > 0 {
-		// Their capacity is coming free; evicting others now would only
-		// add victims (the plan that waited for them timed out first).
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s waits for %d pods it preempted to terminate", key.Subject(), n))
-	}
-	gr, r := p.prepareGang(ctx, pod, info, admission.Planning)
-	if r != nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, p.refuse(ctx, info, r).Message())
-	}
-	prio := gr.priority
-	if gr.never != "" {
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("not eligible for preemption: %s has preemptionPolicy Never", gr.never))
-	}
-	if !p.gangs.TryPreemption(key, now, time.Duration(max(p.args.GangBackoffSeconds, 1))*time.Second) {
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s tried preemption recently", key.Subject()))
-	}
-	found, err := p.searchVictims(ctx, gr, prio, info.Constraints.Policy)
-	if err != nil {
-		return nil, fwk.AsStatus(err)
-	}
-	if found.choice.Units == nil {
-		msg := fmt.Sprintf("%s: preempting lower-priority pods would not make room either", key.Subject())
-		logger.V(2).Info("No preemption helps", "gang", key, "candidateUnits", len(found.units), "lowerPriorityUnits", found.lowerPriority, "checks", found.checks)
-		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
-	}
-	plan, victims, units, choice, checks := found.plan, found.victims, found.units, found.choice, found.checks
-	var gpus int64
-	var names []string
-	for _, i := range choice.Units {
-		gpus += units[i].GPUs
-		names = append(names, units[i].Name)
-	}
-	sort.Strings(names)
-	msg := fmt.Sprintf("%s preempts %d pods of %s (%d %s) to run in %s %s",
-		key.Subject(), len(victims), strings.Join(names, ", "), gpus, p.args.GPUResourceName, plan.Level, plan.Domain)
-	if choice.Violations > 0 {
-		msg += fmt.Sprintf(", exceeding PodDisruptionBudgets by %d pods (no choice keeps them)", choice.Violations)
-	}
-	active, status := p.installPlan(ctx, pod, gr, plan, victims, msg)
-	if status != nil {
+	c := &cycle{p: p, ctx: ctx}
+	r := p.gangs.Preempt(c, pod)
+	result, status := p.enactRecourse(ctx, c, pod, r)
+	if r.Evict == 0 {
 		return nil, status
 	}
+	return result, status
+}
+
+// Preemption: gangs preempt when the profile lets them, once per backoff.
+func (c *cycle) Preemption() (bool, time.Duration) {
+	return c.p.args.GangPreemption, time.Duration(max(c.p.args.GangBackoffSeconds, 1)) * time.Second
+}
+
+func (c *cycle) StillTerminating(key gang.Key) (int, error) { return c.p.stillTerminating(c.ctx, key) }
+
+// SearchVictims finishes the evictions an earlier run began
+// (resumeEvictions) before it looks for victims of its own.
+func (c *cycle) SearchVictims(*gang.Gathered) (*gang.Victims, error) {
+	p := c.p
+	p.resumeEvictions(p.handlerCtx())
+	found, err := p.searchVictims(c.ctx, c.gr, c.gr.Priority, c.gr.Info.Constraints.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if found.choice.Units == nil {
+		klog.FromContext(c.ctx).V(2).Info("No preemption helps", "gang", c.gr.Info.Key, "candidateUnits", len(found.units), "lowerPriorityUnits", found.lowerPriority, "checks", found.checks)
+		return nil, nil
+	}
+	c.found = found
+	v := &gang.Victims{Plan: found.plan, Pods: found.victims, Violations: found.choice.Violations}
+	for _, i := range found.choice.Units {
+		v.Units = append(v.Units, found.units[i].VictimUnit)
+	}
+	return v, nil
+}
+
+// startEvictions evicts the units found chose for the preemptor's plan
+// planID, in the background: each is told why, then deleted whole.
+func (p *Plugin) startEvictions(ctx context.Context, found *victimSearch, preemptor *v1.Pod, key gang.Key, planID int64, gpus int64) {
+	logger := klog.FromContext(ctx)
 	preemptions.Inc()
 	preemptedGPUs.Add(float64(gpus))
-	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(victims), "gpus", gpus, "budgetViolations", choice.Violations, "checks", checks)
+	var names []string
 	var victimsByUnit [][]*v1.Pod
-	for _, i := range choice.Units {
-		p.recordVictim(ctx, units[i], key)
-		victimsByUnit = append(victimsByUnit, units[i].pods)
+	for _, i := range found.choice.Units {
+		p.recordVictim(ctx, found.units[i], key)
+		names = append(names, found.units[i].Name)
+		victimsByUnit = append(victimsByUnit, found.units[i].pods)
 	}
+	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(found.victims), "gpus", gpus, "budgetViolations", found.choice.Violations, "checks", found.checks)
 	// Counted before the goroutine starts, so whoever watches the gauge never
 	// sees an eviction as done before it began.
 	evictions := schedmetrics.Goroutines.WithLabelValues(EvictionOperation)
@@ -142,10 +107,8 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 		defer evictions.Dec()
 		// The cycle's context ends with the cycle; the eviction ends with
 		// the scheduler, logging as the cycle does.
-		p.evict(klog.NewContext(p.handlerCtx(), logger), victimsByUnit, pod, key, active.ID)
+		p.evict(klog.NewContext(p.handlerCtx(), logger), victimsByUnit, preemptor, key, planID)
 	}()
-	return framework.NewPostFilterResultWithNominatedNode(active.Slots[pod.UID]),
-		fwk.NewStatus(fwk.Unschedulable, msg+"; waiting for them to terminate")
 }
 
 // stillTerminating counts the pods the gang's last preemption evicted that
@@ -288,8 +251,17 @@ type victimSearch struct {
 	lowerPriority int // every lower-priority unit, candidate or not
 }
 
-// searchVictims finds what to evict for the gang of gr (see preempt),
-// changing nothing.
+// searchVictims finds what to evict for the gang of gr, changing nothing:
+// whole lower-priority gangs or lone pods, the set with the fewest
+// PodDisruptionBudget violations (counted for the set), then the fewest
+// GPUs, then the fewest units, then the fewest pods, then the lowest
+// priority, then the most recently started, and only if the gang's plan
+// passes the framework's filters with them gone. Only units that free
+// what the gang lacks are candidates: GPUs on nodes it may use, so the CPU
+// pods every real cluster runs at priority 0 cost the search nothing;
+// units on nodes where the GPUs fit but something else does not (CPU,
+// memory, a port, an anti-affinity, as the planner's screening or the
+// framework's filters said) only when that search finds nothing.
 func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32, policy gang.Policy) (*victimSearch, error) {
 	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
 	if err != nil {
@@ -301,10 +273,10 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 	}
 	views, _ := p.nodes.views(nodes, dra)
 	gpu := v1.ResourceName(p.args.GPUResourceName)
-	needGPUs := gang.NeededGPUs(gr.req)
+	needGPUs := gang.NeededGPUs(gr.Request)
 	lackGPUs := needGPUs - gang.FreeGPUs(p.nodes.subtractHeld(views, gr.planning.HeldByOthers()), policy, gpu)
 	// A lone pod that asks for no GPU is grouped only where it can matter.
-	all := p.victimUnits(nodes, views, gr.info.Key, prio, policy, func(int) bool { return needGPUs == 0 })
+	all := p.victimUnits(nodes, views, gr.Info.Key, prio, policy, func(int) bool { return needGPUs == 0 })
 
 	var plan *gang.Plan
 	var victims []*v1.Pod
@@ -358,7 +330,7 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 		}
 		blocked := p.blockedNodes(nodes, views, units, gr, policy, refused)
 		units = nil
-		all = p.victimUnits(nodes, views, gr.info.Key, prio, policy, func(i int) bool { return blocked[i] })
+		all = p.victimUnits(nodes, views, gr.Info.Key, prio, policy, func(i int) bool { return blocked[i] })
 		for _, u := range all {
 			for _, n := range u.nodes {
 				if blocked[n] || u.FreedGPUs > 0 {
@@ -442,7 +414,7 @@ func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gpuUn
 		}
 		free := v.Free.Clone()
 		free.Add(freed[i])
-		for _, m := range gr.req.Members {
+		for _, m := range gr.Request.Members {
 			g := m.Request.Scalars[gpu]
 			if g > 0 && free.Scalars[gpu] >= g && !free.Fits(m.Request) {
 				blocked[i] = true

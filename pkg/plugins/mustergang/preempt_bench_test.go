@@ -44,7 +44,7 @@ func BenchmarkVictimSearch(b *testing.B) {
 			}
 			gr, r := f.plugin.prepareGang(ctx, high[0], info, f.planning(b, info.Key))
 			if r != nil {
-				b.Fatal(r.status)
+				b.Fatal(r.Message)
 			}
 			checks := 0
 			b.ReportAllocs()
@@ -83,7 +83,7 @@ func BenchmarkLonePodVictimSearch(b *testing.B) {
 	info := &gang.Resolved{Key: gang.LoneKey(high), Ask: gang.Ask{Quorum: 1}, Ref: gang.Reference(high)}
 	gr, r := f.plugin.prepareGang(ctx, high, info, f.planning(b, info.Key))
 	if r != nil {
-		b.Fatal(r.status)
+		b.Fatal(r.Message)
 	}
 	checks, victims := 0, 0
 	b.ReportAllocs()

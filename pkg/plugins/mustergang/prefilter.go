@@ -18,50 +18,62 @@ import (
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
-// PreFilter plans the gang when it has no plan and steers the member to its
-// planned node. Any reason the gang cannot go ahead is returned as
+// PreFilter asks the gang manager where the member goes (gang.Manager.Place:
+// its slot in the gang's plan, made now when the gang has none) and tells
+// the framework. Any reason the gang cannot go ahead is returned as
 // UnschedulableAndUnresolvable: it becomes the pod's PodScheduled=False
 // message, and it keeps per-pod preemption from acting for one member.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if _, err := cs.Read(dryRunKey); err == nil {
 		return nil, fwk.NewStatus(fwk.Skip) // a planning dry run asks the other plugins only
 	}
-	info, inGang, err := p.source.resolve(pod)
-	if err != nil {
-		if !inGang {
-			p.podEvent(pod, gang.OutcomeInvalid, err.Error())
-			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
-		}
-		defer p.forgetIfEnded(info.Key)
-		return nil, p.refuse(ctx, info, refuseGang(gang.OutcomeInvalid, err.Error()))
-	}
-	if !inGang {
-		return p.preFilterAlone(ctx, cs, pod, info.Constraints)
-	}
-	defer p.forgetIfEnded(info.Key)
-	if info.NoGang != "" {
-		// Said, not refused: its pods are placed one by one (quorum 1).
-		p.carryOut(ctx, p.gangs.Refused(info.Key, gang.Refusal{Outcome: gang.OutcomeNotPossible, Message: info.NoGang}, p.now()), info.Ref)
-		p.podEvent(pod, gang.OutcomeNotPossible, info.NoGang)
-	}
-	plan, r := p.gangPlan(ctx, pod, info, nodes)
-	if r != nil {
-		return nil, p.refuse(ctx, info, r)
-	}
-	return p.steer(cs, pod, info.Key, plan, info.Constraints)
+	placement := p.gangs.Place(&cycle{p: p, ctx: ctx, nodes: nodes}, pod)
+	return p.enact(ctx, cs, pod, placement)
 }
 
-// preFilterAlone serves a pod scheduled alone: it has a plan only when it
-// preempted; otherwise Filter keeps it off capacity other gangs' plans hold.
-func (p *Plugin) preFilterAlone(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, constraints gang.Constraints) (*fwk.PreFilterResult, *fwk.Status) {
-	if plan := p.gangs.Plan(gang.LoneKey(pod)); plan != nil {
-		return p.steer(cs, pod, gang.LoneKey(pod), plan, constraints)
+// enact carries out what Place decided for pod: the transitions' effects
+// and Events, then the framework's answer.
+func (p *Plugin) enact(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, pl gang.Placement) (*fwk.PreFilterResult, *fwk.Status) {
+	var owner *v1.ObjectReference
+	if pl.Info != nil {
+		owner = pl.Info.Ref
+		if pl.FailedPlan != nil {
+			p.failedPlans.record(pl.Info.OwnerKey, pl.Info.OwnerUID, pl.FailedPlan)
+		}
 	}
-	st := &cycleState{policy: constraints.Policy, held: p.gangs.Held(p.source.priorityOf(pod))}
+	p.follow(ctx, pl.Followup, owner)
+	for _, n := range pl.PodEvents {
+		p.podEvent(pod, n.Outcome, n.Message)
+	}
+	if plan := pl.Plan; pl.Planned {
+		klog.FromContext(ctx).V(2).Info("Planned gang", "gang", pl.Key, "members", len(plan.Slots), "bound", plan.CountsOn.Len(), "level", plan.Level, "domain", plan.Domain,
+			"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes)
+	}
+	switch {
+	case pl.Stop != nil && !pl.HeldBack:
+		return nil, stopStatus(pl.Stop)
+	case pl.Plan == nil:
+		return p.leaveHeldCapacity(ctx, cs, pl)
+	}
+	return p.steer(cs, pod, pl)
+}
+
+// stopStatus is the framework's status for a cycle Place stopped.
+func stopStatus(s *gang.Stop) *fwk.Status {
+	switch {
+	case s.Err != nil:
+		return fwk.AsStatus(s.Err)
+	case s.Retry:
+		return fwk.NewStatus(fwk.Unschedulable, s.Message)
+	}
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, s.Message)
+}
+
+// leaveHeldCapacity serves a pod scheduled alone with no plan: Filter
+// keeps it off capacity other gangs' plans hold (pl.Held).
+func (p *Plugin) leaveHeldCapacity(ctx context.Context, cs fwk.CycleState, pl gang.Placement) (*fwk.PreFilterResult, *fwk.Status) {
+	st := &cycleState{policy: pl.Info.Constraints.Policy, held: pl.Held, request: pl.Request}
 	if len(st.held) > 0 {
-		// Filter reads the request only on nodes with held capacity;
-		// summing it costs the framework's PodRequests twice.
-		st.request = p.requestOf(pod)
 		var err error
 		if st.dra, err = p.dra.snapshot(ctx); err != nil {
 			return nil, fwk.AsStatus(err)
@@ -71,110 +83,146 @@ func (p *Plugin) preFilterAlone(ctx context.Context, cs fwk.CycleState, pod *v1.
 	return nil, nil
 }
 
-// gangPlan is the gang's active plan, made now when it has none and does
-// not back off.
-func (p *Plugin) gangPlan(ctx context.Context, pod *v1.Pod, info *gang.Resolved, nodes []fwk.NodeInfo) (*gang.ActivePlan, *refusal) {
-	// One reading of the clock: the manager and this check must agree on
-	// whether the gang still backs off (Planning is set only when not).
-	now := p.now()
-	admission := p.gangs.Admit(info.Key, pod.CreationTimestamp.Time, now)
-	if until := admission.BackoffUntil; now.Before(until) {
-		return nil, refuseCycle(fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("gang %s backs off until %s after: %s", info.Key, until.Format(time.RFC3339), admission.Why)))
-	}
-	if admission.Plan != nil {
-		return admission.Plan, nil
-	}
-	return p.planGang(ctx, pod, info, nodes, admission.Planning)
-}
-
-// refusal is why a member cannot go ahead in this cycle: the status the
-// framework gets and, when the gang's phase changes with it, what the gang
-// manager records. refuse records it, in one place.
-type refusal struct {
-	status *fwk.Status
-	// gang is nil when nothing new is said of the gang (it backs off, a
-	// sibling's failed plan stands, the cycle failed).
-	gang *gang.Refusal
-	// failedPlan, for a gang with no room, tallies the nodes for the
-	// record kubectl muster reads; asked only when the refusal is news.
-	failedPlan func() *gang.FailedPlan
-}
-
-// refuseGang refuses the gang for outcome: recorded, announced, and the
-// member unschedulable and unresolvable with msg.
-func refuseGang(outcome gang.Outcome, msg string) *refusal {
-	return &refusal{status: fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg), gang: &gang.Refusal{Outcome: outcome, Message: msg}}
-}
-
-// refuseCycle refuses this cycle only; the gang's phase stands.
-func refuseCycle(status *fwk.Status) *refusal { return &refusal{status: status} }
-
-// refuse records r for the gang of info and returns the framework's status.
-func (p *Plugin) refuse(ctx context.Context, info *gang.Resolved, r *refusal) *fwk.Status {
-	if r.gang != nil {
-		effects := p.gangs.Refused(info.Key, *r.gang, p.now())
-		if effects.Notice != nil && r.failedPlan != nil {
-			p.failedPlans.record(info.OwnerKey, info.OwnerUID, r.failedPlan())
-		}
-		p.carryOut(ctx, effects, info.Ref)
-	}
-	return r.status
-}
-
 // steer sends a planned member to its slot: PreFilter narrows to it and
-// Filter rejects every other node. Members of a plan that preempted wait
-// until the victims are gone.
-func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, key gang.Key, plan *gang.ActivePlan, constraints gang.Constraints) (*fwk.PreFilterResult, *fwk.Status) {
-	node, planned := plan.Slots[pod.UID]
-	if !planned {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("%s is placing %d other members; this pod waits for that plan to finish", key.Subject(), len(plan.Slots)))
-	}
-	state := &cycleState{slot: node, planID: plan.ID, key: key, policy: constraints.Policy}
+// Filter rejects every other node. Members of a plan that preempted are
+// held back until the victims are gone (pl.HeldBack).
+func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, pl gang.Placement) (*fwk.PreFilterResult, *fwk.Status) {
+	state := &cycleState{slot: pl.Node, planID: pl.Plan.ID, key: pl.Key, policy: pl.Info.Constraints.Policy}
 	var pass *groupPass
 	if cs.IsPodGroupSchedulingCycle() {
 		// Seen, whether steered below or held back: a member of the plan
 		// the pass never shows muster was refused by another PreFilter.
-		pass = passOf(cs.GetPodGroupSchedulingCycle(), plan.ID)
+		pass = passOf(cs.GetPodGroupSchedulingCycle(), pl.Plan.ID)
 		pass.saw(pod.UID)
 	}
-	// holdBack refuses the member while the plan waits for its victims.
-	// PostFilter (PodGroupPostFilter in a pod-group cycle) reads that the
-	// refusal is the wait, not a failure: by the time it runs the last
-	// victim may be gone and the wait no longer visible.
-	holdBack := func(msg string) (*fwk.PreFilterResult, *fwk.Status) {
+	if pl.HeldBack {
+		// PostFilter (PodGroupPostFilter in a pod-group cycle) reads that
+		// the refusal is the wait, not a failure: by the time it runs the
+		// last victim may be gone and the wait no longer visible.
 		state.heldForVictims = true
 		cs.Write(stateKey, state)
 		if pass != nil {
 			pass.heldBackForVictims()
 		}
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, pl.Stop.Message)
 	}
-	if n := plan.Victims.Len(); n > 0 {
-		return holdBack(fmt.Sprintf("%s preempted pods to make room and waits for them; %d of them still terminating (planned on %s)", key.Subject(), n, node))
+	if pass != nil {
+		state.pass = pass
+		pass.steered(pod, pl.Node)
 	}
-	if cached := p.slotWithEvictedPod(plan); cached != "" {
+	cs.Write(stateKey, state)
+	return &fwk.PreFilterResult{NodeNames: sets.New(pl.Node)}, nil
+}
+
+// cycle is the scheduler's side of one member's cycle for the gang
+// manager (gang.Cycle, gang.RecourseCycle): the informers, the cycle's
+// state and nodes, and the profile's filters.
+type cycle struct {
+	p   *Plugin
+	ctx context.Context
+	// nodes are PreFilter's; state and statuses PostFilter's.
+	nodes    []fwk.NodeInfo
+	state    fwk.CycleState
+	statuses fwk.NodeToStatusReader
+	// gr is what Gather gathered, views the nodes Snapshot read, found
+	// what SearchVictims found: what the later steps work on.
+	gr    *gangRequest
+	views []gang.NodeView
+	found *victimSearch
+}
+
+func (c *cycle) Now() time.Time             { return c.p.now() }
+func (c *cycle) Profile() string            { return c.p.handle.ProfileName() }
+func (c *cycle) BackoffBase() time.Duration { return c.p.backoffBase() }
+func (c *cycle) Ended(key gang.Key) bool    { return c.p.source.gangEnded(key) }
+func (c *cycle) PriorityOf(pod *v1.Pod) int32 {
+	return c.p.source.priorityOf(pod)
+}
+
+// RequestOf: see requestOf. Filter reads it only on nodes with held
+// capacity; summing it costs the framework's PodRequests twice.
+func (c *cycle) RequestOf(pod *v1.Pod) gang.Resources { return c.p.requestOf(pod) }
+
+func (c *cycle) Resolve(pod *v1.Pod) (*gang.Resolved, bool, error) {
+	return c.p.source.resolve(pod)
+}
+
+func (c *cycle) Gather(pod *v1.Pod, info *gang.Resolved, planning *gang.Planning) (*gang.Gathered, *gang.Refusal) {
+	gr, r := c.p.prepareGang(c.ctx, pod, info, planning)
+	if r != nil {
+		return nil, r
+	}
+	c.gr = gr
+	return &gr.Gathered, nil
+}
+
+func (c *cycle) Snapshot() (int64, error) {
+	dra, err := c.p.dra.snapshot(c.ctx)
+	if err != nil {
+		return 0, err
+	}
+	var generation int64
+	c.views, generation = c.p.nodes.views(c.nodes, dra)
+	return generation, nil
+}
+
+func (c *cycle) ReleaseWaiting(key gang.Key, message string) int {
+	return c.p.rejectWaiting(key, nil, message).Len()
+}
+
+func (c *cycle) Compute(_ *gang.Gathered, planning *gang.Planning) gang.Attempt {
+	p := c.p
+	if p.dra.enabled() && len(p.dra.attributes) > 0 {
+		p.nodes.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion())
+	}
+	start := p.now()
+	plan, check, err := p.computePlan(c.ctx, c.gr, c.views, nil, nil)
+	planDuration.Observe(p.now().Sub(start).Seconds())
+	if err == nil {
+		klog.FromContext(c.ctx).V(4).Info("Plan checked with the framework's filters", "gang", c.gr.Info.Key, "filterChecks", check.checks)
+		return gang.Attempt{Plan: plan}
+	}
+	unplaceable.Inc()
+	msg := err.Error()
+	if check != nil {
+		if why := check.Explain(); why != "" {
+			msg += "; " + why
+		}
+	}
+	views, req := c.views, c.gr.Request
+	return gang.Attempt{Message: msg, Screened: check != nil && len(check.rejected) == 0, FailedPlan: func() *gang.FailedPlan {
+		// Counted on the views the plan saw: other gangs' holdings
+		// taken out, as computePlan did.
+		held := p.nodes.subtractHeld(views, planning.HeldByOthers())
+		var closest string
+		if u := (*gang.Unplaceable)(nil); errors.As(err, &u) {
+			closest = u.Closest
+		}
+		return &gang.FailedPlan{Time: p.now(), Nodes: gang.TallyNodes(req, held, check.refuser(), closest), Message: msg}
+	}}
+}
+
+func (c *cycle) Presence(_ *gang.Gathered, victims []*v1.Pod) gang.Presence {
+	return c.p.presence(c.gr, victims)
+}
+
+func (c *cycle) VictimsLingering(plan *gang.ActivePlan) string {
+	if cached := c.p.slotWithEvictedPod(plan); cached != "" {
 		// Every victim is deleted, but the scheduler's cache (this
 		// cycle's snapshot) still shows one on a planned node: muster's
 		// informer saw it go first. Every member waits, not only the one
 		// planned there: in a pod-group cycle a partial pass would count
 		// as placed and the refused member would break the plan. The
 		// PostFilter wakes the gang again once the cache has caught up.
-		return holdBack(fmt.Sprintf("%s preempted pods to make room and waits for them to leave %s", key.Subject(), cached))
+		return "them to leave " + cached
 	}
-	if !p.devicesReleased(plan) {
+	if !c.p.devicesReleased(plan) {
 		// The victims are gone but the DRA devices they held are not
 		// released yet: the planned node would refuse the member now. A
 		// ResourceClaim event wakes it.
-		return holdBack(fmt.Sprintf("%s preempted pods to make room and waits for the devices they held to be released", key.Subject()))
+		return "the devices they held to be released"
 	}
-	if pass != nil {
-		state.pass = pass
-		pass.steered(pod, node)
-	}
-	cs.Write(stateKey, state)
-	return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
+	return ""
 }
 
 // devicesReleased reports whether the DRA devices of the pods preempted
@@ -205,38 +253,32 @@ func (p *Plugin) devicesReleased(plan *gang.ActivePlan) bool {
 	return true
 }
 
-// gangRequest is what planning a gang needs, gathered once: the planner's
-// request (its Check set per attempt) and the pods it places.
+// gangRequest is what planning a gang needs, gathered once: the gang
+// manager's part (its Request's Check set per attempt) and, for the
+// framework, the members it places.
 type gangRequest struct {
-	info *gang.Resolved
-	// alone: the gang's quorum is bound and only this pod is placed.
-	alone bool
-	req   gang.Request
-	set   memberSet
+	gang.Gathered
+	set memberSet
 	// candidates are the members to place, as the framework sees them:
 	// their affinity terms parsed and their requests summed once per plan.
 	candidates []*framework.PodInfo
 	// planning is what the gang manager said planning needs (other gangs'
 	// holdings, the pairs to avoid, the last failed plan).
 	planning *gang.Planning
-	// priority is the gang's, its lowest member's (preemptorPriority);
-	// never names a member that may not preempt.
-	priority int32
-	never    string
 }
 
 // prepareGang gathers the gang of pod for planning: the pending members to
 // place, around the members already bound.
-func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gang.Resolved, planning *gang.Planning) (*gangRequest, *refusal) {
+func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gang.Resolved, planning *gang.Planning) (*gangRequest, *gang.Refusal) {
 	key, c := info.Key, info.Constraints
 	set := p.source.membersInFlight(key, planning.InFlight)
 	if set.total < info.Quorum {
-		return nil, refuseGang(gang.OutcomeWaitingForMembers, shortMessage(key, set.total, info.Quorum))
+		return nil, &gang.Refusal{Outcome: gang.OutcomeWaitingForMembers, Message: shortMessage(key, set.total, info.Quorum)}
 	}
 	needed := info.Quorum - set.bound()
 	if needed > len(set.pending) {
-		return nil, refuseGang(gang.OutcomeWaitingForMembers, fmt.Sprintf("gang %s needs %d more members but only %d can be scheduled; %d are held by scheduling gates",
-			key, needed, len(set.pending), set.total-set.bound()-len(set.pending)))
+		return nil, &gang.Refusal{Outcome: gang.OutcomeWaitingForMembers, Message: fmt.Sprintf("gang %s needs %d more members but only %d can be scheduled; %d are held by scheduling gates",
+			key, needed, len(set.pending), set.total-set.bound()-len(set.pending))}
 	}
 	candidates := set.pending
 	if needed <= 0 {
@@ -245,11 +287,12 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gang.Resolv
 		candidates, needed = []*v1.Pod{pod}, 1
 	}
 	if msg := disagreement(key, pod, c, candidates, p.nodes.levels); msg != "" {
-		return nil, refuseGang(gang.OutcomeInvalid, msg)
+		return nil, &gang.Refusal{Outcome: gang.OutcomeInvalid, Message: msg}
 	}
 	// The owner's own topology requirement narrows the members' wishes.
 	c.Required = gang.NarrowerLevel(p.nodes.levels, c.Required, info.Required)
-	gr := &gangRequest{info: info, set: set, alone: len(candidates) == 1, planning: planning, req: gang.Request{
+	gr := &gangRequest{set: set, planning: planning, Gathered: gang.Gathered{Info: info, Alone: len(candidates) == 1, Pending: len(candidates), CountsOn: set.boundUIDs}}
+	gr.Request = gang.Request{
 		Gang:       key.String(),
 		Needed:     needed,
 		GPU:        v1.ResourceName(p.args.GPUResourceName),
@@ -259,15 +302,16 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gang.Resolv
 		Preferred:  c.Preferred,
 		Policy:     c.Policy,
 		BoundNodes: set.boundNodes,
-	}}
+	}
 	byTemplate := map[string]*gang.NodeConstraints{}
 	claims := &claimUnit{counted: sets.New[types.UID]()} // a claim several members share counts once
 	for _, m := range candidates {
 		pi, err := framework.NewPodInfo(m)
 		if err != nil {
-			return nil, refuseGang(gang.OutcomeInvalid, fmt.Sprintf("gang %s: member %s: %v", key, m.Name, err))
+			return nil, &gang.Refusal{Outcome: gang.OutcomeInvalid, Message: fmt.Sprintf("gang %s: member %s: %v", key, m.Name, err)}
 		}
 		gr.candidates = append(gr.candidates, pi)
+		gr.Generations += m.Generation
 		tmpl := templateKey(m)
 		nc := byTemplate[tmpl]
 		if nc == nil {
@@ -275,7 +319,7 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gang.Resolv
 			byTemplate[tmpl] = nc
 		}
 		req := p.dra.request(podRequest(pi.CalculateResource()), m, claims)
-		gr.req.Members = append(gr.req.Members, gang.Member{UID: m.UID, Name: m.Name, Request: req, Constraints: nc})
+		gr.Request.Members = append(gr.Request.Members, gang.Member{UID: m.UID, Name: m.Name, Request: req, Constraints: nc})
 		// A nomination left from an earlier attempt (a failover, a Permit
 		// wait that ended) must not make the framework count this pending
 		// member twice against its own gang's plan.
@@ -283,8 +327,8 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gang.Resolv
 			p.handle.DeleteNominatedPodIfExists(m)
 		}
 	}
-	gr.priority, gr.never = p.preemptorPriority(pod, gr.candidates)
-	planning.Priority = gr.priority
+	gr.Priority, gr.Never = p.preemptorPriority(pod, gr.candidates)
+	planning.Priority = gr.Priority
 	return gr, nil
 }
 
@@ -301,11 +345,11 @@ func (p *Plugin) requestOf(pod *v1.Pod) gang.Resources {
 // frees (its requestOf, which the victim search computes once per search,
 // not once per set it tries).
 func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.NodeView, victims []*v1.Pod, freed []gang.Resources) (*gang.Plan, *filterCheck, error) {
-	check, err := p.newFilterCheck(ctx, gr.info.Key, gr.candidates, victims, gr.planning.Avoided)
+	check, err := p.newFilterCheck(ctx, gr.Info.Key, gr.candidates, victims, gr.planning.Avoided)
 	if err != nil {
 		return nil, nil, err
 	}
-	req := gr.req
+	req := gr.Request
 	req.Check = check
 	adjust := gr.planning.HeldByOthers()
 	if len(victims) > 0 {
@@ -324,120 +368,14 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 	return plan, check, err
 }
 
-// planGang computes and installs a plan for the gang of pod: every pending
-// member, around the members already bound, each choice confirmed by the
-// profile's own filters.
-func (p *Plugin) planGang(ctx context.Context, pod *v1.Pod, info *gang.Resolved, nodes []fwk.NodeInfo, planning *gang.Planning) (*gang.ActivePlan, *refusal) {
-	gr, r := p.prepareGang(ctx, pod, info, planning)
-	if r != nil {
-		return nil, r
-	}
-	// A sibling's cycle found no plan on this very snapshot, with no plan
-	// dropped and no member's spec changed since: the answer is the same.
-	dra, err := p.dra.snapshot(ctx)
-	if err != nil {
-		return nil, refuseCycle(fwk.AsStatus(err))
-	}
-	views, generation := p.nodes.views(nodes, dra)
-	epoch := gang.Epoch{Snapshot: generation, Releases: planning.Releases}
-	for _, m := range gr.candidates {
-		epoch.Members += m.Pod.Generation
-	}
-	if !gr.alone {
-		if msg, ok := planning.FailedPlan(epoch, len(gr.candidates), gr.req.Needed, p.now()); ok {
-			return nil, refuseCycle(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg))
-		}
-	}
-	// Members still waiting at Permit from a plan that was dropped while they
-	// entered it hold capacity no plan accounts for: release them first.
-	released := p.rejectWaiting(info.Key, nil, fmt.Sprintf("gang %s is being planned again", info.Key))
-
-	if p.dra.enabled() && len(p.dra.attributes) > 0 {
-		p.nodes.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion())
-	}
-	start := p.now()
-	plan, check, err := p.computePlan(ctx, gr, views, nil, nil)
-	planDuration.Observe(p.now().Sub(start).Seconds())
-	if err != nil {
-		msg := err.Error()
-		if check != nil {
-			if why := check.Explain(); why != "" {
-				msg += "; " + why
-			}
-		}
-		unplaceable.Inc()
-		// Reused only when the planner's own screening decided: what the
-		// filters see (volumes, claims, pod labels) changes without the
-		// snapshot's generation, and members released here change it next.
-		r := refuseGang(gang.OutcomeUnschedulable, msg)
-		if !gr.alone && check != nil && len(check.rejected) == 0 && released.Len() == 0 {
-			r.gang.Reuse = &gang.FailedAttempt{Epoch: epoch, Pending: len(gr.candidates), Needed: gr.req.Needed, Valid: reuseFailedPlan}
-		}
-		r.failedPlan = func() *gang.FailedPlan {
-			// Counted on the views the plan saw: other gangs' holdings
-			// taken out, as computePlan did.
-			held := p.nodes.subtractHeld(views, planning.HeldByOthers())
-			var closest string
-			if u := (*gang.Unplaceable)(nil); errors.As(err, &u) {
-				closest = u.Closest
-			}
-			return &gang.FailedPlan{Time: p.now(), Nodes: gang.TallyNodes(gr.req, held, check.refuser(), closest), Message: msg}
-		}
-		return nil, r
-	}
-	klog.FromContext(ctx).V(4).Info("Plan checked with the framework's filters", "gang", info.Key, "filterChecks", check.checks)
-	active, status := p.installPlan(ctx, pod, gr, plan, nil, "")
-	if status != nil {
-		return nil, refuseCycle(status)
-	}
-	return active, nil
-}
-
-// installPlan makes plan the gang's active plan, holding its slots in the
-// ledger, and wakes the planned siblings (unless victims must go first).
-// preempting announces a plan with victims.
+// installPlan installs plan, made for gr in pod's cycle, with victims
+// (gang.Manager.InstallGathered) and carries out what that asks.
 func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, plan *gang.Plan, victims []*v1.Pod, preempting string) (*gang.ActivePlan, *fwk.Status) {
-	info, key := gr.info, gr.info.Key
-	now := p.now()
-	active := &gang.ActivePlan{
-		Plan:     *plan,
-		Requests: map[types.UID]gang.Resources{},
-		Reserved: sets.New[types.UID](),
-		Victims:  sets.New[types.UID](),
-		Profile:  p.handle.ProfileName(),
-		Created:  now,
-		Deadline: now.Add(info.Timeout),
-		Quorum:   info.Quorum,
-		Priority: gr.priority,
-		CountsOn: sets.New(gr.set.boundUIDs...),
+	active, effects, stop := p.gangs.InstallGathered(&cycle{p: p, ctx: ctx, gr: gr}, &gr.Gathered, plan, pod, victims, preempting)
+	p.carryOut(ctx, effects, gr.Info.Ref)
+	if stop != nil {
+		return nil, stopStatus(stop)
 	}
-	for _, m := range gr.req.Members {
-		if _, ok := plan.Slots[m.UID]; ok {
-			active.Requests[m.UID] = m.Request
-		}
-	}
-	for _, v := range victims {
-		active.Victims.Insert(v.UID)
-	}
-	active.Evicted = active.Victims.Clone()
-	msg := preempting
-	if len(victims) == 0 {
-		msg = fmt.Sprintf("gang %s: %d members planned on %d nodes in %s %s (%d preemptible)",
-			key, len(plan.Slots), plan.Nodes, plan.Level, plan.Domain, plan.PreemptibleNodes)
-		if gr.set.bound() > 0 {
-			msg += fmt.Sprintf(", joining %d running members", gr.set.bound())
-		}
-	}
-	effects, ok := p.gangs.Install(key, active, pod.UID, msg, pod.CreationTimestamp.Time, p.presence(gr, victims), p.backoffBase())
-	if !ok {
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s was planned concurrently; retrying", key))
-	}
-	p.carryOut(ctx, effects, info.Ref)
-	if d := effects.Dropped; d != nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s; the plan is dropped", key, d.Reason))
-	}
-	klog.FromContext(ctx).V(2).Info("Planned gang", "gang", key, "members", len(plan.Slots), "bound", gr.set.bound(), "level", plan.Level, "domain", plan.Domain,
-		"nodes", plan.Nodes, "preemptibleNodes", plan.PreemptibleNodes, "victims", len(victims))
 	return active, nil
 }
 
@@ -455,8 +393,8 @@ type planPresence struct {
 
 // presence is what Install asks of the plan made for gr with victims.
 func (p *Plugin) presence(gr *gangRequest, victims []*v1.Pod) *planPresence {
-	pp := &planPresence{src: p.source, key: gr.info.Key, names: map[types.UID]string{}, victims: map[types.UID]*v1.Pod{}}
-	for _, m := range gr.req.Members {
+	pp := &planPresence{src: p.source, key: gr.Info.Key, names: map[types.UID]string{}, victims: map[types.UID]*v1.Pod{}}
+	for _, m := range gr.Request.Members {
 		pp.names[m.UID] = m.Name
 	}
 	for _, v := range victims {
@@ -499,11 +437,6 @@ func templateKey(pod *v1.Pod) string {
 // PreFilterExtensions is not needed: muster adds no per-pod state that
 // preemption dry runs would have to update.
 func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
-
-// reuseFailedPlan bounds how long a gang's members reuse a sibling's failed
-// plan when nothing observable changed: long enough for one wave of
-// sibling cycles, short enough that nothing unobserved is missed for long.
-const reuseFailedPlan = 2 * time.Second
 
 // disagreement explains pending members whose placement annotations (topology,
 // preemptible policy) differ from pod's: the gang is planned once for all of

@@ -232,7 +232,7 @@ func TestChangedMemberIsPlannedAgain(t *testing.T) {
 	assert.Len(t, f.plugin.gangs.Plan(key).Slots, 2)
 }
 
-// planWhile makes the plan of pod's gang as planGang does, and runs
+// planWhile makes the plan of pod's gang as gang.Manager.Place does, and runs
 // meanwhile between reading the members (gr) and installing the plan; it
 // returns installPlan's status.
 func planWhile(t *testing.T, f *testFramework, pod *v1.Pod, meanwhile func(gr *gangRequest)) *fwk.Status {

@@ -212,7 +212,7 @@ func TestWakeWhenBackoffAndAvoidanceEnd(t *testing.T) {
 	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())
 	assert.Equal(t, map[gang.WakeReason]float64{gang.WakeBackoffEnded: 1}, wakesSince(t, before))
 
-	f.clock.Step(avoidFor - backoff - time.Millisecond)
+	f.clock.Step(gang.AvoidFor - backoff - time.Millisecond)
 	assert.Empty(t, f.takeActivated(), "the gang is woken before the avoidance ends")
 	f.clock.Step(time.Millisecond)
 	assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1"}, f.takeActivated())

@@ -152,14 +152,14 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, cs fwk.PodGroupCycleSta
 }
 
 // clearNominations clears the nominations of pods that nothing keeps
-// (keptNomination), as PostFilter does for a pod alone. The core applies a
+// (gang.KeptNomination), as PostFilter does for a pod alone. The core applies a
 // PodGroupPostFilter's nominations only when it succeeds and otherwise
 // leaves the old ones in place (schedule_one_podgroup.go in kube-scheduler
 // 1.37), so a group that preempted once and then cannot fit would keep
 // its nodes' room from every pod of its priority or lower.
 func (p *Plugin) clearNominations(ctx context.Context, pods []*v1.Pod) {
 	for _, pod := range pods {
-		if pod.Status.NominatedNodeName == "" || p.keptNomination(ctx, pod).NominatedNodeName != "" {
+		if pod.Status.NominatedNodeName == "" || gang.KeptNomination(&cycle{p: p, ctx: ctx}, pod) != "" {
 			continue
 		}
 		p.handle.DeleteNominatedPodIfExists(pod)
