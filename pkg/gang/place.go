@@ -191,6 +191,8 @@ func (m *Manager) Place(c PlacingCycle, pod *v1.Pod) (pl Placement) {
 		pl.Effects = append(pl.Effects, m.Refused(info.Key, Refusal{Outcome: OutcomeNotPossible, Message: info.NoGang}, c.Now()))
 		pl.PodEvents = append(pl.PodEvents, Notice{Key: info.Key, Outcome: OutcomeNotPossible, Message: info.NoGang})
 	}
+	// One reading of the clock: Admit and this check must agree on
+	// whether the gang still backs off (Planning is set only when not).
 	now := c.Now()
 	admission := m.Admit(info.Key, pod.CreationTimestamp.Time, now)
 	if until := admission.BackoffUntil; now.Before(until) {

@@ -2,9 +2,7 @@ package mustergang
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -47,64 +45,6 @@ func (p *Plugin) enactRecourse(ctx context.Context, c *cycle, pod *v1.Pod, r gan
 		return result, fwk.AsStatus(r.Err)
 	}
 	return result, fwk.NewStatus(fwk.Unschedulable, r.Message)
-}
-
-// TerminatingFor: see terminatingFor.
-func (c *cycle) TerminatingFor(pod *v1.Pod, node string) int {
-	return c.p.terminatingFor(c.ctx, pod, node)
-}
-
-// HeldOut reports whether Filter kept a pod scheduled alone off capacity
-// that gang plans hold (heldByPlans): when such a plan is dropped, no
-// cluster event moves the pod, and the drop must wake it.
-func (c *cycle) HeldOut(pod *v1.Pod) (heldOut, known bool) {
-	s, err := readState(c.state)
-	if err != nil || s.slot != "" {
-		return false, false // a gang member, or refused before muster's Filter ran
-	}
-	for node := range s.held {
-		if st := c.statuses.Get(node); st != nil && st.Plugin() == Name && slices.Contains(st.Reasons(), heldByPlans) {
-			return true, true
-		}
-	}
-	return false, true
-}
-
-// WaitsForVictims: see waitingForVictims.
-func (c *cycle) WaitsForVictims(key gang.Key, plan *gang.ActivePlan, slot string) (string, bool) {
-	s, _ := readState(c.state)
-	return c.p.waitingForVictims(key, plan, slot, s, c.statuses)
-}
-
-func (c *cycle) InSnapshot(node string) bool {
-	_, err := c.p.handle.SnapshotSharedLister().NodeInfos().Get(node)
-	return err == nil
-}
-
-// RefusedAt reads the framework's refusal of pod at its slot, and whether
-// muster's PreFilter had steered it there (a Filter then refused it where
-// it was sent: the next plans avoid that pair).
-func (c *cycle) RefusedAt(pod *v1.Pod, slot string) (why string, avoid bool) {
-	why = "node is gone"
-	if st := c.statuses.Get(slot); st != nil && len(st.Reasons()) > 0 {
-		why = st.Message()
-	}
-	s, err := readState(c.state)
-	switch {
-	case err == nil && s.slot == slot:
-		return why, true
-	case err != nil && !errors.Is(err, fwk.ErrNotFound):
-		// A state of the wrong type is a bug: report it, and do not guess
-		// where the member was steered.
-		klog.FromContext(c.ctx).Error(err, "PostFilter of a planned member", "pod", klog.KObj(pod), "slot", slot)
-		return "its PreFilter state is unreadable: " + why, false
-	}
-	// No state: another plugin's PreFilter rejected the member first.
-	return "rejected before muster's PreFilter ran: " + why, false
-}
-
-func (c *cycle) ReleaseEarlierAllocation(pod *v1.Pod) string {
-	return c.p.releaseEarlierAllocation(c.ctx, pod)
 }
 
 // waitingForVictims reports whether a member was turned away only because

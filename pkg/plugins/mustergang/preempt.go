@@ -57,34 +57,6 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 	return result, status
 }
 
-// Preemption: gangs preempt when the profile lets them, once per backoff.
-func (c *cycle) Preemption() (bool, time.Duration) {
-	return c.p.args.GangPreemption, time.Duration(max(c.p.args.GangBackoffSeconds, 1)) * time.Second
-}
-
-func (c *cycle) StillTerminating(key gang.Key) (int, error) { return c.p.stillTerminating(c.ctx, key) }
-
-// SearchVictims finishes the evictions an earlier run began
-// (resumeEvictions) before it looks for victims of its own.
-func (c *cycle) SearchVictims(*gang.Gathered) (*gang.Victims, error) {
-	p := c.p
-	p.resumeEvictions(p.handlerCtx())
-	found, err := p.searchVictims(c.ctx, c.gr, c.gr.Priority, c.gr.Info.Constraints.Policy)
-	if err != nil {
-		return nil, err
-	}
-	if found.choice.Units == nil {
-		klog.FromContext(c.ctx).V(2).Info("No preemption helps", "gang", c.gr.Info.Key, "candidateUnits", len(found.units), "lowerPriorityUnits", found.lowerPriority, "checks", found.checks)
-		return nil, nil
-	}
-	c.found = found
-	v := &gang.Victims{Plan: found.plan, Pods: found.victims, Violations: found.choice.Violations}
-	for _, i := range found.choice.Units {
-		v.Units = append(v.Units, found.units[i].VictimUnit)
-	}
-	return v, nil
-}
-
 // startEvictions evicts the units found chose for the preemptor's plan
 // planID, in the background: each is told why, then deleted whole.
 func (p *Plugin) startEvictions(ctx context.Context, found *victimSearch, preemptor *v1.Pod, key gang.Key, planID int64, gpus int64) {

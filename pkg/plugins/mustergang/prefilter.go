@@ -3,10 +3,8 @@ package mustergang
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -112,117 +110,6 @@ func (p *Plugin) steer(cs fwk.CycleState, pod *v1.Pod, pl gang.Placement) (*fwk.
 	}
 	cs.Write(stateKey, state)
 	return &fwk.PreFilterResult{NodeNames: sets.New(pl.Node)}, nil
-}
-
-// cycle is the scheduler's side of one member's cycle for the gang
-// manager (gang.Cycle, gang.RecourseCycle): the informers, the cycle's
-// state and nodes, and the profile's filters.
-type cycle struct {
-	p   *Plugin
-	ctx context.Context
-	// nodes are PreFilter's; state and statuses PostFilter's.
-	nodes    []fwk.NodeInfo
-	state    fwk.CycleState
-	statuses fwk.NodeToStatusReader
-	// gr is what Gather gathered, views the nodes Snapshot read, found
-	// what SearchVictims found: what the later steps work on.
-	gr    *gangRequest
-	views []gang.NodeView
-	found *victimSearch
-}
-
-func (c *cycle) Now() time.Time             { return c.p.now() }
-func (c *cycle) Profile() string            { return c.p.handle.ProfileName() }
-func (c *cycle) BackoffBase() time.Duration { return c.p.backoffBase() }
-func (c *cycle) Ended(key gang.Key) bool    { return c.p.source.gangEnded(key) }
-func (c *cycle) PriorityOf(pod *v1.Pod) int32 {
-	return c.p.source.priorityOf(pod)
-}
-
-// RequestOf: see requestOf. Filter reads it only on nodes with held
-// capacity; summing it costs the framework's PodRequests twice.
-func (c *cycle) RequestOf(pod *v1.Pod) gang.Resources { return c.p.requestOf(pod) }
-
-func (c *cycle) Resolve(pod *v1.Pod) (*gang.Resolved, bool, error) {
-	return c.p.source.resolve(pod)
-}
-
-func (c *cycle) Gather(pod *v1.Pod, info *gang.Resolved, planning *gang.Planning) (*gang.Gathered, *gang.Refusal) {
-	gr, r := c.p.prepareGang(c.ctx, pod, info, planning)
-	if r != nil {
-		return nil, r
-	}
-	c.gr = gr
-	return &gr.Gathered, nil
-}
-
-func (c *cycle) Snapshot() (int64, error) {
-	dra, err := c.p.dra.snapshot(c.ctx)
-	if err != nil {
-		return 0, err
-	}
-	var generation int64
-	c.views, generation = c.p.nodes.views(c.nodes, dra)
-	return generation, nil
-}
-
-func (c *cycle) ReleaseWaiting(key gang.Key, message string) int {
-	return c.p.rejectWaiting(key, nil, message).Len()
-}
-
-func (c *cycle) Compute(_ *gang.Gathered, planning *gang.Planning) gang.Attempt {
-	p := c.p
-	if p.dra.enabled() && len(p.dra.attributes) > 0 {
-		p.nodes.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion())
-	}
-	start := p.now()
-	plan, check, err := p.computePlan(c.ctx, c.gr, c.views, nil, nil)
-	planDuration.Observe(p.now().Sub(start).Seconds())
-	if err == nil {
-		klog.FromContext(c.ctx).V(4).Info("Plan checked with the framework's filters", "gang", c.gr.Info.Key, "filterChecks", check.checks)
-		return gang.Attempt{Plan: plan}
-	}
-	unplaceable.Inc()
-	msg := err.Error()
-	if check != nil {
-		if why := check.Explain(); why != "" {
-			msg += "; " + why
-		}
-	}
-	views, req := c.views, c.gr.Request
-	return gang.Attempt{Message: msg, Screened: check != nil && len(check.rejected) == 0, FailedPlan: func() *gang.FailedPlan {
-		// Counted on the views the plan saw: other gangs' holdings
-		// taken out, as computePlan did.
-		held := p.nodes.subtractHeld(views, planning.HeldByOthers())
-		var closest string
-		if u := (*gang.Unplaceable)(nil); errors.As(err, &u) {
-			closest = u.Closest
-		}
-		return &gang.FailedPlan{Time: p.now(), Nodes: gang.TallyNodes(req, held, check.refuser(), closest), Message: msg}
-	}}
-}
-
-func (c *cycle) Presence(_ *gang.Gathered, victims []*v1.Pod) gang.Presence {
-	return c.p.presence(c.gr, victims)
-}
-
-func (c *cycle) VictimsLingering(plan *gang.ActivePlan) string {
-	if cached := c.p.slotWithEvictedPod(plan); cached != "" {
-		// Every victim is deleted, but the scheduler's cache (this
-		// cycle's snapshot) still shows one on a planned node: muster's
-		// informer saw it go first. Every member waits, not only the one
-		// planned there: in a pod-group cycle a partial pass would count
-		// as placed and the refused member would break the plan. The
-		// PostFilter wakes the gang again once the cache has caught up.
-		return "them to leave " + cached
-	}
-	if !c.p.devicesReleased(plan) {
-		// The victims are gone but the DRA devices they held are not
-		// released yet: the planned node would refuse the member now. A
-		// ResourceClaim event wakes it.
-		return "the devices they held to be released"
-	}
-	return ""
 }
 
 // devicesReleased reports whether the DRA devices of the pods preempted
