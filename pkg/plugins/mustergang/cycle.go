@@ -193,10 +193,10 @@ func (c *cycle) Preemption() (bool, time.Duration) {
 func (c *cycle) StillTerminating(key gang.Key) (int, error) { return c.p.stillTerminating(c.ctx, key) }
 
 // SearchVictims finishes the evictions an earlier run began
-// (resumeEvictions) before it looks for victims of its own.
+// (evictor.resume) before it looks for victims of its own.
 func (c *cycle) SearchVictims(*gang.Gathered) (*gang.Victims, error) {
 	p := c.p
-	p.resumeEvictions(p.handlerCtx())
+	p.evictions.resume(p.handlerCtx())
 	found, err := p.searchVictims(c.ctx, c.gr, c.gr.Priority, c.gr.Info.Constraints.Policy)
 	if err != nil {
 		return nil, err

@@ -68,8 +68,8 @@ type Plugin struct {
 	status      *statusWriter
 	failedPlans *failedPlanWriter
 	timers      *timers
-	// resumed runs resumeEvictions once, before this scheduler evicts.
-	resumed sync.Once
+	// evictions deletes the victims of preemptions.
+	evictions *evictor
 	// run is the scheduler's context with the plugin's logger, for work
 	// outside a scheduling cycle (informer handlers, timers, evictions):
 	// it ends when the scheduler stops.
@@ -140,6 +140,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 		<-ctx.Done()
 		p.timers.stop()
 	}()
+	p.evictions = &evictor{handle: h, gangs: gangs, source: p.source, clock: c}
 	p.status = newStatusWriter(p.source, gangs)
 	p.failedPlans = newFailedPlanWriter(h.ClientSet, p.source)
 	registerMetrics()
@@ -180,7 +181,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 			// Once this replica schedules: informers start when it leads.
 			if cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
 				factory.WaitForCacheSync(ctx.Done())
-				p.resumeEvictions(p.run)
+				p.evictions.resume(p.run)
 			}
 		}()
 	}

@@ -176,7 +176,7 @@ func TestEvictionRetriesUntilEveryVictimIsGone(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		f.plugin.evict(context.Background(), [][]*v1.Pod{low}, worker("j", 0, 8, ""), key, plan.ID)
+		f.plugin.evictions.evict(context.Background(), [][]*v1.Pod{low}, worker("j", 0, 8, ""), key, plan.ID)
 	}()
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		select {
@@ -236,7 +236,7 @@ func TestEvictionFinishesTheUnitItBeganAndNoOther(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				f.plugin.evict(context.Background(), [][]*v1.Pod{a, {b}}, worker("j", 0, 8, ""), key, plan.ID)
+				f.plugin.evictions.evict(context.Background(), [][]*v1.Pod{a, {b}}, worker("j", 0, 8, ""), key, plan.ID)
 			}()
 			require.NoError(t, wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 				select {
@@ -991,12 +991,12 @@ func TestEvictionMarksTheWholeUnitBeforeDeletingAny(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	f.plugin.evict(context.Background(), [][]*v1.Pod{a}, worker("j", 0, 8, ""), key, plan.ID)
+	f.plugin.evictions.evict(context.Background(), [][]*v1.Pod{a}, worker("j", 0, 8, ""), key, plan.ID)
 	assert.Equal(t, []string{"patch a-0", "patch a-1", "delete a-0", "delete a-1"}, calls)
 }
 
 // A scheduler that starts finishes the preemptions its profile began
-// before (the previous leader stopped halfway, resumeEvictions): the whole unit of every
+// before (the previous leader stopped halfway, evictor.resume): the whole unit of every
 // pod still marked by it is deleted, the pods marked by another scheduler
 // or whose mark the disruption controller cleared are left, and so are
 // unmarked units and members not placed.
@@ -1023,7 +1023,7 @@ func TestStartFinishesThePreemptionsBegunBefore(t *testing.T) {
 	args := defaultArgs(t)
 	args.GangPreemption = false
 	f := newTestFrameworkWith(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8)}, pods, args)
-	<-f.plugin.resumeEvictions(context.Background())
+	<-f.plugin.evictions.resume(context.Background())
 
 	left := func() []string {
 		list, err := f.plugin.handle.ClientSet().CoreV1().Pods("ns").List(context.Background(), metav1.ListOptions{})
@@ -1054,7 +1054,7 @@ func TestEvictionCalledOffUnmarksTheUnit(t *testing.T) {
 		f.plugin.drop(context.Background(), key, plan.ID, gang.DropTimeout, "the test drops it")
 		return true, nil, apierrors.NewServiceUnavailable("etcd is busy")
 	})
-	f.plugin.evict(context.Background(), [][]*v1.Pod{a}, worker("j", 0, 8, ""), key, plan.ID)
+	f.plugin.evictions.evict(context.Background(), [][]*v1.Pod{a}, worker("j", 0, 8, ""), key, plan.ID)
 
 	for _, p := range a {
 		got, err := client.CoreV1().Pods("ns").Get(context.Background(), p.Name, metav1.GetOptions{})
