@@ -10,12 +10,12 @@ import (
 
 func TestUnplacedMemberOfAPlan(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		cycle    fakeCycle
-		nominate string
-		message  string
-		// kept: the plan stands; backoff: its drop backs the gang off.
-		kept, backoff bool
+		name  string
+		cycle fakeCycle
+		// nominate and message are the recourse; kept: the plan stands;
+		// backoff: its drop backs the gang off.
+		nominate, message string
+		kept, backoff     bool
 	}{
 		{"it waits for the victims", fakeCycle{waits: "waits for 1 preempted pod"},
 			"n1", "waits for 1 preempted pod", true, false},
