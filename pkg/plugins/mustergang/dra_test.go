@@ -996,8 +996,7 @@ func TestDRAPreemptionKeepsAMemberWhereItsAllocatedClaimIs(t *testing.T) {
 		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
 			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 				{Request: "nic", Driver: "rdma.example.com", Pool: "n1", Device: "nic-0"}}},
-			NodeSelector: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{
-				{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{"n1"}}}}}}}}}
+			NodeSelector: selectingNode("n1")}}}
 	j0.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "nic", ResourceClaimName: ptr.To(nic.Name)}}
 	j0.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "nic"}}
 	objs := append(draObjects(gpuSlice("n1", "a", "a"), gpuSlice("n2", "a")), nicClass, nics, nic,
