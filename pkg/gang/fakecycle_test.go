@@ -61,14 +61,14 @@ func (c *fakeCycle) ReleaseWaiting(Key, string) int {
 	c.releasedWaiting++
 	return 0
 }
-func (c *fakeCycle) Compute(*Gathered, *Planning) Attempt {
+func (c *fakeCycle) Compute(*Planning) Attempt {
 	c.computed++
 	if c.plan == nil {
 		return Attempt{Message: "no room", Screened: true, FailedPlan: func() *FailedPlan { return &FailedPlan{Message: "no room"} }}
 	}
 	return Attempt{Plan: c.plan}
 }
-func (c *fakeCycle) Presence(*Gathered, []*v1.Pod) Presence  { return nil }
+func (c *fakeCycle) Presence([]*v1.Pod) Presence             { return nil }
 func (c *fakeCycle) VictimsLingering(*ActivePlan) string     { return c.lingering }
 func (c *fakeCycle) HeldOut(*v1.Pod) (bool, bool)            { return c.held, true }
 func (c *fakeCycle) TerminatingFor(*v1.Pod, string) int      { return c.terminating }
@@ -76,11 +76,11 @@ func (c *fakeCycle) ReleaseEarlierAllocation(*v1.Pod) string { return "" }
 func (c *fakeCycle) WaitsForVictims(Key, *ActivePlan, string) (string, bool) {
 	return c.waits, c.waits != ""
 }
-func (c *fakeCycle) InSnapshot(string) bool                    { return c.inSnapshot }
-func (c *fakeCycle) RefusedAt(*v1.Pod, string) (string, bool)  { return c.refusedAt, c.avoid }
-func (c *fakeCycle) Preemption() (bool, time.Duration)         { return c.preemption, time.Second }
-func (c *fakeCycle) StillTerminating(Key) (int, error)         { return 0, nil }
-func (c *fakeCycle) SearchVictims(*Gathered) (*Victims, error) { return c.victims, nil }
+func (c *fakeCycle) InSnapshot(string) bool                   { return c.inSnapshot }
+func (c *fakeCycle) RefusedAt(*v1.Pod, string) (string, bool) { return c.refusedAt, c.avoid }
+func (c *fakeCycle) Preemption() (bool, time.Duration)        { return c.preemption, time.Second }
+func (c *fakeCycle) StillTerminating(Key) (int, error)        { return 0, nil }
+func (c *fakeCycle) SearchVictims() (*Victims, error)         { return c.victims, nil }
 
 // member is gang a's member uid.
 func member(uid types.UID) *v1.Pod {

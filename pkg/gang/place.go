@@ -28,11 +28,12 @@ type Cycle interface {
 	// Ended reports whether the gang has no pod left (Forget).
 	Ended(key Key) bool
 	// Gather reads what planning the gang of pod needs, or why it cannot
-	// be planned now.
+	// be planned now. The cycle keeps it: Presence, Compute and
+	// SearchVictims work on what it gathered last.
 	Gather(pod *v1.Pod, info *Resolved, planning *Planning) (*Gathered, *Refusal)
-	// Presence is what the informers show of g's pods and the victims
-	// now (Install).
-	Presence(g *Gathered, victims []*v1.Pod) Presence
+	// Presence is what the informers show of the gathered gang's pods and
+	// the victims now (Install).
+	Presence(victims []*v1.Pod) Presence
 }
 
 // PlacingCycle is the scheduler's side of a member's cycle for Place.
@@ -51,7 +52,7 @@ type PlacingCycle interface {
 	ReleaseWaiting(key Key, message string) int
 	// Compute plans what Gather gathered on the Snapshot, each choice
 	// confirmed by the profile's filters.
-	Compute(g *Gathered, planning *Planning) Attempt
+	Compute(planning *Planning) Attempt
 	// VictimsLingering says what plan, whose victims are all deleted,
 	// still waits for ("" when nothing): the cycle's snapshot still shows
 	// one on a planned node, or the devices they held are not released.
@@ -236,7 +237,7 @@ func (m *Manager) planGang(c PlacingCycle, pl *Placement, pod *v1.Pod, planning 
 	// Members still waiting at Permit from a plan that was dropped while
 	// they entered it hold capacity no plan accounts for: release them first.
 	released := c.ReleaseWaiting(info.Key, fmt.Sprintf("gang %s is being planned again", info.Key))
-	attempt := c.Compute(g, planning)
+	attempt := c.Compute(planning)
 	if attempt.Plan == nil {
 		r := Refusal{Outcome: OutcomeUnschedulable, Message: attempt.Message}
 		// Reused only when the planner's own screening decided: what the
@@ -290,7 +291,7 @@ func (m *Manager) InstallGathered(c Cycle, g *Gathered, plan *Plan, pod *v1.Pod,
 			message += fmt.Sprintf(", joining %d running members", n)
 		}
 	}
-	effects, ok := m.Install(key, active, pod.UID, message, pod.CreationTimestamp.Time, c.Presence(g, victims), c.BackoffBase())
+	effects, ok := m.Install(key, active, pod.UID, message, pod.CreationTimestamp.Time, c.Presence(victims), c.BackoffBase())
 	if !ok {
 		return nil, effects, &Stop{Retry: true, Message: fmt.Sprintf("gang %s was planned concurrently; retrying", key)}
 	}

@@ -43,9 +43,9 @@ type RecourseCycle interface {
 	// StillTerminating counts the pods the gang's last preemption evicted
 	// that still terminate where the gang could use their room.
 	StillTerminating(key Key) (int, error)
-	// SearchVictims finds what to evict so that the gang of g fits (nil
-	// when nothing would make room), changing nothing.
-	SearchVictims(g *Gathered) (*Victims, error)
+	// SearchVictims finds what to evict so that the gathered gang fits
+	// (nil when nothing would make room), changing nothing.
+	SearchVictims() (*Victims, error)
 }
 
 // Victims is what a preemption evicts: the pods, the units they form
@@ -191,7 +191,7 @@ func (m *Manager) Preempt(c RecourseCycle, pod *v1.Pod) (r Recourse) {
 		r.Message = fmt.Sprintf("%s tried preemption recently", key.Subject())
 		return r
 	}
-	found, err := c.SearchVictims(g)
+	found, err := c.SearchVictims()
 	if err != nil {
 		r.Err = err
 		return r

@@ -72,7 +72,7 @@ func (c *cycle) ReleaseWaiting(key gang.Key, message string) int {
 	return c.p.rejectWaiting(key, nil, message).Len()
 }
 
-func (c *cycle) Compute(_ *gang.Gathered, planning *gang.Planning) gang.Attempt {
+func (c *cycle) Compute(planning *gang.Planning) gang.Attempt {
 	p := c.p
 	if p.dra.enabled() && len(p.dra.attributes) > 0 {
 		p.nodes.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion())
@@ -104,7 +104,7 @@ func (c *cycle) Compute(_ *gang.Gathered, planning *gang.Planning) gang.Attempt 
 	}}
 }
 
-func (c *cycle) Presence(_ *gang.Gathered, victims []*v1.Pod) gang.Presence {
+func (c *cycle) Presence(victims []*v1.Pod) gang.Presence {
 	return c.p.presence(c.gr, victims)
 }
 
@@ -194,7 +194,7 @@ func (c *cycle) StillTerminating(key gang.Key) (int, error) { return c.p.stillTe
 
 // SearchVictims finishes the evictions an earlier run began
 // (evictor.resume) before it looks for victims of its own.
-func (c *cycle) SearchVictims(*gang.Gathered) (*gang.Victims, error) {
+func (c *cycle) SearchVictims() (*gang.Victims, error) {
 	p := c.p
 	p.evictions.resume(p.handlerCtx())
 	found, err := p.searchVictims(c.ctx, c.gr, c.gr.Priority, c.gr.Info.Constraints.Policy)
