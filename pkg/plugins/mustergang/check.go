@@ -46,6 +46,8 @@ type filterCheck struct {
 	base   map[types.UID]*memberBase
 	nodes  fwk.NodeInfoLister
 	checks int
+	// screened counts the refusals of dryRunMember's screens.
+	screened int
 	// victims are pods a preemption dry run treats as gone, by node; their
 	// nodes' infos are copies without them.
 	victims     map[string][]fwk.PodInfo
@@ -83,7 +85,11 @@ type memberNode struct {
 	node   string
 }
 
+// memberBase is a member's dry run before any trial: the member as the
+// framework is shown it (see dryRunMember) and what its PreFilter plugins
+// made of it.
 type memberBase struct {
+	dryRunMember
 	state  fwk.CycleState
 	result *fwk.PreFilterResult
 	status *fwk.Status
@@ -152,14 +158,16 @@ func (c *filterCheck) Trial() gang.Trial {
 	return &filterTrial{c: c, states: map[types.UID]*memberTrial{}, nodes: map[string]fwk.NodeInfo{}}
 }
 
-func (c *filterCheck) memberBase(pod *v1.Pod) *memberBase {
+func (c *filterCheck) memberBase(member *framework.PodInfo) *memberBase {
+	pod := member.Pod
 	if b := c.base[pod.UID]; b != nil {
 		return b
 	}
 	state := framework.NewCycleState()
 	state.Write(dryRunKey, dryRunMarker{})
-	result, status, _ := c.fw.RunPreFilterPlugins(c.ctx, state, pod)
-	b := &memberBase{state: state, result: result, status: status}
+	run := c.dryRunMember(member)
+	result, status, _ := c.fw.RunPreFilterPlugins(c.ctx, state, run.pod)
+	b := &memberBase{dryRunMember: run, state: state, result: result, status: status}
 	if status.IsSkip() {
 		b.status = nil
 	}
@@ -167,7 +175,7 @@ func (c *filterCheck) memberBase(pod *v1.Pod) *memberBase {
 	for node, infos := range c.victims {
 		for _, info := range infos {
 			if b.status.IsSuccess() {
-				b.status = c.fw.RunPreFilterExtensionRemovePod(c.ctx, state, pod, info, c.victimNodes[node])
+				b.status = c.fw.RunPreFilterExtensionRemovePod(c.ctx, state, run.pod, info, c.victimNodes[node])
 			}
 		}
 	}
@@ -279,7 +287,7 @@ func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 		c.reject(pod, node.Name, "it failed there in its last scheduling cycle")
 		return false
 	}
-	base := c.memberBase(pod)
+	base := c.memberBase(member)
 	if !base.status.IsSuccess() {
 		c.reject(pod, "", base.status.Message())
 		return false
@@ -306,12 +314,13 @@ func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 			c.reject(pod, node.Name, err.Error())
 			return false
 		}
-		if st := c.fw.RunPreFilterExtensionAddPod(c.ctx, mt.state, pod, added.info, addedNode); !st.IsSuccess() {
+		if st := c.fw.RunPreFilterExtensionAddPod(c.ctx, mt.state, base.pod, added.info, addedNode); !st.IsSuccess() {
 			c.reject(pod, node.Name, st.Message())
 			return false
 		}
 	}
-	status := t.filterWithNominated(pod, mt.state, ni)
+	nominated := t.nominated(pod, node.Name)
+	status := t.filterWithNominated(base.pod, mt.state, ni, nominated)
 	overridden := false
 	if !status.IsSuccess() && c.draOverrides && status.Plugin() == dynamicresources.Name {
 		// A dry run with victims: DynamicResources cannot see their
@@ -319,12 +328,19 @@ func (t *filterTrial) Fits(m *gang.Member, node *v1.Node) bool {
 		// skipped), then the per-trial view, which sees them free.
 		withoutDRA := mt.state.Clone()
 		withoutDRA.SetSkipFilterPlugins(withoutDRA.GetSkipFilterPlugins().Clone().Insert(dynamicresources.Name))
-		status, overridden = t.filterWithNominated(pod, withoutDRA, ni), true
+		status, overridden = t.filterWithNominated(base.pod, withoutDRA, ni, nominated), true
 	}
 	if !status.IsSuccess() {
 		c.refusedNodes[node.Name] = true
 		c.refuse(node.Name, status.Plugin())
 		c.reject(pod, node.Name, status.Message())
+		return false
+	}
+	if why, plugin := base.screen(ni, nominated); why != "" {
+		c.screened++
+		c.refusedNodes[node.Name] = true
+		c.refuse(node.Name, plugin)
+		c.reject(pod, node.Name, why)
 		return false
 	}
 	needed, err := t.draFits(member, ni)
@@ -387,13 +403,13 @@ type draChoice struct {
 	results []resourceapi.AllocationResult // claims[i]'s is results[i]
 }
 
-// filterWithNominated is RunFilterPluginsWithNominatedPods without the
-// gang's own members among the nominated pods: with the nominated pods of
-// equal or higher priority added, and, when any were, without them.
-func (t *filterTrial) filterWithNominated(pod *v1.Pod, state fwk.CycleState, ni fwk.NodeInfo) *fwk.Status {
+// nominated are the pods nominated to node that count as placed for pod,
+// as in RunFilterPluginsWithNominatedPods: those of equal or higher
+// priority, but not the gang's own members.
+func (t *filterTrial) nominated(pod *v1.Pod, node string) []fwk.PodInfo {
 	c := t.c
 	var nominated []fwk.PodInfo
-	for _, pi := range c.fw.NominatedPodsForNode(ni.Node().Name) {
+	for _, pi := range c.fw.NominatedPodsForNode(node) {
 		other := pi.GetPod()
 		if k, ok := gang.KeyOf(other); ok && k == c.key {
 			continue
@@ -402,6 +418,13 @@ func (t *filterTrial) filterWithNominated(pod *v1.Pod, state fwk.CycleState, ni 
 			nominated = append(nominated, pi)
 		}
 	}
+	return nominated
+}
+
+// filterWithNominated is RunFilterPluginsWithNominatedPods with nominated
+// (see nominated): with them added, and, when there are any, without them.
+func (t *filterTrial) filterWithNominated(pod *v1.Pod, state fwk.CycleState, ni fwk.NodeInfo, nominated []fwk.PodInfo) *fwk.Status {
+	c := t.c
 	if len(nominated) > 0 {
 		withState, withNode := state.Clone(), ni.Snapshot()
 		for _, pi := range nominated {
