@@ -167,6 +167,8 @@ type Effects struct {
 	// StopDeadline is a plan whose deadline timer is no longer needed (0:
 	// none).
 	StopDeadline int64
+	// Installed is the plan Install made active (0: none).
+	Installed int64
 	// Dropped is the plan a drop released.
 	Dropped *Drop
 	// Reject turns members waiting at Permit away.

@@ -118,6 +118,7 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	for uid := range s.plan.Victims {
 		m.victimOf[uid] = victimRef{key: key, profile: plan.Profile}
 	}
+	e.Installed = plan.ID
 	e.Timers = []Timer{{Key: key, Kind: TimerPlanDeadline, After: plan.Deadline.Sub(plan.Created), PlanID: plan.ID, Due: plan.Deadline}}
 	e.Displaced = m.displace(key, plan.Priority, sets.New(slices.Collect(maps.Values(plan.Slots))...), plan.Created)
 	outcome, reason := OutcomePlanned, WakePlanMade

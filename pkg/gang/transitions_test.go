@@ -73,6 +73,7 @@ func TestInstall(t *testing.T) {
 			require.NotNil(t, e.Notice)
 			assert.Equal(t, Notice{Key: jobA, Outcome: tc.outcome, Message: "message"}, *e.Notice)
 			assert.Equal(t, []Timer{{Key: jobA, Kind: TimerPlanDeadline, After: time.Minute, PlanID: plan.ID, Due: plan.Deadline}}, e.Timers)
+			assert.Equal(t, plan.ID, e.Installed, "the installed plan is not reported (muster_gang_plans_total)")
 			if tc.wake {
 				require.Len(t, e.Wake, 1)
 				assert.Equal(t, WakePlanMade, e.Wake[0].Reason)

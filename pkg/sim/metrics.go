@@ -128,6 +128,7 @@ func (m *schedMetrics) counterValues() map[string]float64 {
 	if isMuster(m.scheduler) {
 		out["muster_gangs_scheduled"] = counterTotal("muster_gangs_scheduled_total")
 		out["muster_plans_unplaceable"] = counterTotal("muster_gang_unplaceable_total")
+		out["muster_plans_installed"] = counterTotal("muster_gang_plans_total")
 		for cause, v := range countersBy("muster_gang_rejections_total", "cause", nil) {
 			out["muster_plans_dropped_"+cause] = v
 		}

@@ -18,6 +18,9 @@ func (p *Plugin) carryOut(ctx context.Context, e gang.Effects, owner *v1.ObjectR
 	if e.StopDeadline != 0 {
 		p.timers.cancel(planDeadline(e.StopDeadline))
 	}
+	if e.Installed != 0 {
+		plansInstalled.Inc()
+	}
 	if d := e.Dropped; d != nil {
 		rejections.WithLabelValues(d.Cause.String()).Inc()
 		logger.V(2).Info("Gang plan dropped", "gang", d.Key, "cause", d.Cause.String(), "reason", d.Reason, "backoff", d.Backoff)

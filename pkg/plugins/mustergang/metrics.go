@@ -18,6 +18,8 @@ var (
 	planDuration = newHistogram("gang_plan_duration_seconds",
 		"Time to compute one whole-gang placement plan.",
 		metrics.ExponentialBuckets(0.0001, 2, 16))
+	plansInstalled = newCounter("gang_plans_total",
+		"Gang plans installed (each holds its slots until its members are reserved or it is dropped). Beside gang_rejections_total{cause=\"plan_broken\"} and {cause=\"rejected\"}, it says how often a member's own scheduling cycle refused what the plan's dry run accepted.")
 	unplaceable = newCounter("gang_unplaceable_total",
 		"Planning attempts that found no placement for the whole gang.")
 	rejections = newCounterVec("gang_rejections_total",
@@ -60,6 +62,6 @@ func newHistogram(name, help string, buckets []float64) *metrics.Histogram {
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(gangsScheduled, gangLatency, planDuration, unplaceable, rejections, wakes, preemptions, preemptedGPUs, preemptionChecks, evictionErrors)
+		legacyregistry.MustRegister(gangsScheduled, gangLatency, planDuration, plansInstalled, unplaceable, rejections, wakes, preemptions, preemptedGPUs, preemptionChecks, evictionErrors)
 	})
 }

@@ -47,6 +47,12 @@ var detailRows = []struct {
 		return fmt.Sprintf("%.2f / %.2f / %.2f", a.Scheduled, a.Unschedulable, a.Error)
 	}},
 	{"ms of busy time per attempt", func(d measure.Details) string { return fmt.Sprintf("%.2f", MsPerAttempt(d)) }},
+	{"plans refused by a member's own cycle, per 100 plans (muster)", func(d measure.Details) string {
+		if per100, ok := PlansRefusedPer100(d); ok {
+			return fmt.Sprintf("%.2f (%.0f of %.0f)", per100, PlansRefused(d), d.Extra["muster_plans_installed"])
+		}
+		return "–"
+	}},
 	{"real time busy (s)", func(d measure.Details) string { return fmt.Sprintf("%.2f", d.BusySeconds) }},
 	{"first release → last binding (s)", func(d measure.Details) string { return fmt.Sprintf("%.2f", d.SpanSeconds) }},
 	{"step loop: real time / process CPU (s)", func(d measure.Details) string {
@@ -293,4 +299,22 @@ func MsPerAttempt(d measure.Details) float64 {
 		return 0
 	}
 	return 1000 * d.BusySeconds / d.Extra["schedule_attempts"]
+}
+
+// PlansRefused counts muster's plans that a member's own scheduling cycle
+// refused: a member that could not go to its planned node (plan_broken) or
+// was rejected at Reserve or Permit (rejected). The plan's dry run screens
+// some filters with muster's own model; these count where it was wrong.
+func PlansRefused(d measure.Details) float64 {
+	return d.Extra["muster_plans_dropped_plan_broken"] + d.Extra["muster_plans_dropped_rejected"]
+}
+
+// PlansRefusedPer100 is PlansRefused per 100 plans installed; false when
+// the run counted no plans (not muster, or no plan made).
+func PlansRefusedPer100(d measure.Details) (float64, bool) {
+	plans := d.Extra["muster_plans_installed"]
+	if plans == 0 {
+		return 0, false
+	}
+	return 100 * PlansRefused(d) / plans, true
 }

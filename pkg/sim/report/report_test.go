@@ -246,3 +246,14 @@ func TestBusyEqualWorkTable(t *testing.T) {
 	assert.Contains(t, out, "- equal-burst-g8-n5000 (8-worker gangs, 5000 nodes), target ≥ 2.0×")
 	assert.NotContains(t, out, "- equal-burst-g8x8-n5000-busy (", "no issue-15 target for a busy scenario")
 }
+
+func TestPlansRefusedPer100(t *testing.T) {
+	d := measure.Details{Extra: map[string]float64{"muster_plans_installed": 200, "muster_plans_dropped_plan_broken": 1, "muster_plans_dropped_rejected": 2, "muster_plans_dropped_timeout": 5}}
+	got, ok := PlansRefusedPer100(d)
+	if !ok || got != 1.5 {
+		t.Errorf("PlansRefusedPer100 = %v, %v; want 1.5 (3 refused of 200, timeouts not counted)", got, ok)
+	}
+	if _, ok := PlansRefusedPer100(measure.Details{Extra: map[string]float64{"schedule_attempts": 9}}); ok {
+		t.Error("a run without plans reports a share of refused plans")
+	}
+}

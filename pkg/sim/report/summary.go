@@ -206,6 +206,7 @@ func Summary(dirs []string, o SummaryOptions) (string, error) {
 		contendedTables(&b, contended)
 		preemptionTable(&b, contended)
 	}
+	refusedPlansTable(&b, groups)
 	if o.Planner != "" {
 		plannerTable(&b, o.Planner)
 	}
@@ -426,6 +427,33 @@ func contendedTables(b *strings.Builder, groups []*group) {
 				g.over(s, func(r seedRun) float64 { return MsPerAttempt(r.d) }).Format("%.2f"),
 				g.over(s, func(r seedRun) float64 { return r.d.BusySeconds }).Format("%.1f"),
 				podGroups)
+		}
+	}
+}
+
+// refusedPlansTable adds, for every scenario muster ran, the plans a
+// member's own cycle refused per 100 plans (PlansRefusedPer100).
+func refusedPlansTable(b *strings.Builder, groups []*group) {
+	started := false
+	for _, g := range groups {
+		for _, s := range g.schedulers {
+			rs := g.runs(s)
+			if len(rs) == 0 {
+				continue
+			}
+			if _, ok := PlansRefusedPer100(rs[0].d); !ok {
+				continue
+			}
+			if !started {
+				b.WriteString("\n### Plans a member's own cycle refused\n\n")
+				b.WriteString("muster's plans that a member's own scheduling cycle refused (`muster_gang_rejections_total` causes plan_broken and rejected) per 100 plans installed (`muster_gang_plans_total`). " +
+					"The plan's dry run screens hostname anti-affinity and DRA devices with muster's own model; each refusal is one the model or a race got wrong. Target: at most 1.\n\n")
+				b.WriteString("| scenario | scheduler | refused per 100 plans | plans |\n|---|---|--:|--:|\n")
+				started = true
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", g.scenario, s,
+				g.over(s, func(r seedRun) float64 { v, _ := PlansRefusedPer100(r.d); return v }).Format("%.2f"),
+				g.over(s, func(r seedRun) float64 { return r.d.Extra["muster_plans_installed"] }).Format("%.0f"))
 		}
 	}
 }
