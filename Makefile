@@ -136,7 +136,7 @@ bench-perf: ## upstream's scheduler_perf workloads for the default profile (nati
 	rm -rf $(PERF_OUT) && mkdir -p $(PERF_OUT) out && \
 	PATH="$$etcd_dir:$$PATH" bin/perf.test -test.run '^$$' -test.bench '^BenchmarkPerf$$' -test.benchtime 1x -test.timeout 6h \
 		-perf-runs=$(PERF_RUNS) -perf-schedulers=$(PERF_SCHEDULERS) -perf-workloads=$(PERF_WORKLOADS) \
-		-data-items-dir=$(CURDIR)/$(PERF_OUT) -perf-info-file=$(CURDIR)/$(PERF_OUT)/run-info.json >out/bench-perf.log 2>&1; \
+		-data-items-dir=$(abspath $(PERF_OUT)) -perf-info-file=$(abspath $(PERF_OUT))/run-info.json >out/bench-perf.log 2>&1; \
 	rc=$$?; grep -E '^(Benchmark|--- (FAIL|SKIP)|FAIL|PASS|ok|peak RSS|placement|goos|goarch|cpu)' out/bench-perf.log > $(PERF_OUT)/bench.txt; \
 	cat $(PERF_OUT)/bench.txt | grep -v '^Benchmark'; test $$rc = 0 || { echo "bench-perf failed: see out/bench-perf.log" >&2; exit $$rc; }
 	go run -tags perf ./test/perf/table $(PERF_OUT) | tee $(PERF_OUT)/table.md

@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 
 	"github.com/muster-sched/muster/pkg/demo"
@@ -133,6 +134,7 @@ func runSim(ctx context.Context, args []string) error {
 	scheduler := fs.String("scheduler", "", "internal: the scheduler a child runs")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (on a terminal: redrawn; else a line per 10%), never")
 	cpuProfile := fs.Bool("cpuprofile", false, "write a CPU profile of each scheduler's process to <out>/runs/<scheduler>.pprof")
+	featureGates := fs.String("feature-gates", "", "kube-scheduler feature gates for every scheduler alike (key=true|false,...), set in each scheduler's process before its own (muster's defaults, GenericWorkload for native gangs)")
 	_ = fs.Parse(args)
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -150,6 +152,11 @@ func runSim(ctx context.Context, args []string) error {
 	}
 
 	if *child {
+		if *featureGates != "" {
+			if err := utilfeature.DefaultMutableFeatureGate.Set(*featureGates); err != nil {
+				return fmt.Errorf("--feature-gates: %w", err)
+			}
+		}
 		logFile, err := childLogs(*out, *scheduler, *verbosity)
 		if err != nil {
 			return err
@@ -190,7 +197,8 @@ func runSim(ctx context.Context, args []string) error {
 	err = sim.RunAll(ctx, sim.Invocation{
 		Exe: exe, ScenarioPath: path, Schedulers: names, RunOrder: order, Seed: *seed, Out: *out,
 		SettleQuiet: *quiet, StepTimeout: *stepTimeout, Stderr: os.Stderr,
-		ExtraArgs: []string{fmt.Sprintf("--v=%d", *verbosity), "--progress=" + *progress, fmt.Sprintf("--cpuprofile=%t", *cpuProfile)},
+		ExtraArgs: []string{fmt.Sprintf("--v=%d", *verbosity), "--progress=" + *progress, fmt.Sprintf("--cpuprofile=%t", *cpuProfile),
+			"--feature-gates=" + *featureGates},
 		// The command as run, every flag included (--rotate changes the
 		// order the schedulers run in, so a reproduction needs it).
 		Command:    "muster-sim " + strings.Join(os.Args[1:], " "),

@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	_ "k8s.io/component-base/logs/json/register"
+	"k8s.io/component-base/metrics/legacyregistry"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedperf "k8s.io/kubernetes/test/integration/scheduler_perf"
 	"k8s.io/kubernetes/test/utils/client-go/ktesting"
@@ -327,6 +328,35 @@ func writeRSS(print bool) error {
 // at the end, and (tas) groups whose members span more than one rack.
 type placement struct {
 	Groups, Whole, Partial, Unbound, MultiRack int
+	// Plans are the gang plans muster installed in the workload, Refused
+	// those a member's own cycle refused (muster_gang_plans_total and
+	// muster_gang_rejections_total's plan_broken and rejected); 0 for
+	// the default scheduler.
+	Plans, Refused int
+}
+
+// musterPlans reads muster's plan counters from the process's registry:
+// plans installed and plans a member's own cycle refused.
+func musterPlans() (plans, refused int) {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, 0
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			switch f.GetName() {
+			case "muster_gang_plans_total":
+				plans += int(m.GetCounter().GetValue())
+			case "muster_gang_rejections_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "cause" && (l.GetValue() == "plan_broken" || l.GetValue() == "rejected") {
+						refused += int(m.GetCounter().GetValue())
+					}
+				}
+			}
+		}
+	}
+	return plans, refused
 }
 
 var (
@@ -349,6 +379,7 @@ func checkPlacement(tb testing.TB, rackConstrained bool) schedperf.HookFn {
 		nodes := f.Core().V1().Nodes().Informer()
 		f.Start(ctx.Done())
 		name := tCtx.Name()
+		plansBefore, refusedBefore := musterPlans()
 		tCtx.Cleanup(func() {
 			defer f.Shutdown()
 			defer cancel()
@@ -380,6 +411,8 @@ func checkPlacement(tb testing.TB, rackConstrained bool) schedperf.HookFn {
 				}
 			}
 			var pl placement
+			plans, refused := musterPlans()
+			pl.Plans, pl.Refused = plans-plansBefore, refused-refusedBefore
 			for _, g := range groups {
 				pl.Groups++
 				switch {

@@ -3,6 +3,7 @@ package mustergang
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -36,9 +37,10 @@ import (
 // SharedDRAManager, the state the DynamicResources plugin allocates from
 // (slices, allocated and in-flight devices), never from a second informer.
 //
-// A node's GPUs are then one number for the planner, Filter and the
-// preemption search: the device-plugin GPUs (allocatable minus requested)
-// plus the free DRA devices of the GPU classes. A member's GPUs are its
+// The planner, Filter and the preemption search count a node's GPUs as
+// the device-plugin GPUs (allocatable minus requested) plus the free DRA
+// devices of the GPU classes; on a node with both, the plan's dry run
+// offers each request only the pool that serves it (dryRunMember.screen). A member's GPUs are its
 // extended-resource request (served by either path) plus the devices its
 // unallocated ResourceClaims ask for in GPU classes.
 type draGPUs struct {
@@ -66,6 +68,45 @@ type draGPUs struct {
 	attributes []string
 	domains    map[string]map[string]string
 	version    int64
+	// counted is the GPU devices of the current slices, counted when the
+	// slices are indexed, so that a snapshot subtracts the allocated
+	// devices instead of testing each device of the cluster.
+	counted countedGPUs
+}
+
+// countedGPUs are the GPU devices of the pools the allocator takes from
+// (markCurrentPools): by node those that take one allocation each, and the
+// slices whose devices may take several (tested device by device).
+type countedGPUs struct {
+	perNode     map[string]int64
+	node        map[structured.DeviceID]string
+	total       int64
+	shareable   []*sliceGPUs
+	generations int64 // the slices' generations, for draState.version
+	partitioned bool  // a slice defines or consumes shared counters
+}
+
+// count fills counted from the current slices. d.mu is held.
+func (d *draGPUs) count() {
+	c := countedGPUs{perNode: map[string]int64{}, node: map[structured.DeviceID]string{}}
+	for _, sg := range d.slices {
+		if !sg.current {
+			continue
+		}
+		c.generations += sg.slice.Generation << 20
+		c.partitioned = c.partitioned || sg.counters
+		if len(sg.shareable) > 0 {
+			c.shareable = append(c.shareable, sg)
+			continue
+		}
+		for _, id := range sg.devices {
+			node := sg.nodeOf(id)
+			c.perNode[node]++
+			c.node[id] = node
+			c.total++
+		}
+	}
+	d.counted = c
 }
 
 type sliceGPUs struct {
@@ -140,6 +181,7 @@ func (d *draGPUs) index(ctx context.Context, slices []*resourceapi.ResourceSlice
 		d.domains = d.attributeDomains(byNode)
 		d.version++
 		d.markCurrentPools()
+		d.count()
 	}
 	return len(gpuClasses)
 }
@@ -372,7 +414,7 @@ func (d *draGPUs) gpuClass(name string) bool {
 // draState is one plan's view of the DRA GPUs.
 type draState struct {
 	// free is each node's free devices in GPU classes; nodes without any
-	// are absent.
+	// may be absent.
 	free map[string]int64
 	// version changes whenever free does (a fingerprint, for reusing a
 	// failed plan's answer only while nothing changed).
@@ -408,25 +450,29 @@ func (d *draGPUs) snapshot(ctx context.Context) (*draState, error) {
 	if d.index(ctx, slices) == 0 {
 		return nil, nil // no GPU class
 	}
-	st := &draState{free: make(map[string]int64, len(d.slices))}
-	partitioned := false
-	for _, c := range d.slices {
-		if !c.current {
-			continue
+	counted := d.counted
+	st := &draState{free: maps.Clone(counted.perNode), version: counted.generations + counted.total}
+	freeTotal := counted.total
+	for id := range state.AllocatedDevices {
+		if node, ok := counted.node[id]; ok {
+			st.free[node]--
+			st.version--
+			freeTotal--
 		}
+	}
+	for _, c := range counted.shareable {
 		for _, id := range c.devices {
 			if c.free(id, state) {
 				st.free[c.nodeOf(id)]++
 				st.version++
+				freeTotal++
 			}
 		}
-		st.version += c.slice.Generation << 20
-		partitioned = partitioned || c.counters
 	}
-	if partitioned && d.features.PartitionableDevices {
+	if counted.partitioned && d.features.PartitionableDevices {
 		d.withinCounters(st, state, inUse)
 	}
-	if len(st.free) == 0 && len(inUse) == 0 {
+	if freeTotal == 0 && len(inUse) == 0 {
 		return nil, nil
 	}
 	return st, nil

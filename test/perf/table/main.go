@@ -35,6 +35,7 @@ type samples struct {
 	rss, etcd               int64
 	groups, whole, partial  int // summed over runs
 	multiRack               int
+	plans, refused          int // muster's plans and those a member's own cycle refused, summed over runs
 }
 
 func median(v []float64) float64 {
@@ -115,11 +116,16 @@ func main() {
 	// native pod groups whole, partial, unbound and across racks.
 	var info struct {
 		PeakRSSKiB map[string]int64
-		Placement  map[string]struct{ Groups, Whole, Partial, Unbound, MultiRack int }
+		Placement  map[string]struct{ Groups, Whole, Partial, Unbound, MultiRack, Plans, Refused int }
 	}
 	if data, err := os.ReadFile(filepath.Join(dir, "run-info.json")); err == nil {
 		if err := json.Unmarshal(data, &info); err == nil {
 			for name, pl := range info.Placement {
+				if _, k, ok := parseName(name); ok && pl.Plans > 0 {
+					s := get(k)
+					s.plans += pl.Plans
+					s.refused += pl.Refused
+				}
 				if _, k, ok := parseName(name); ok && pl.Groups > 0 {
 					s := get(k)
 					s.groups += pl.Groups
@@ -158,8 +164,8 @@ func main() {
 	sort.Strings(workloads)
 	scheds := []string{"default", "muster"}
 
-	fmt.Println("| workload | scheduler | runs | pods/s average | p50 (range) | p90 | p99 | scheduling s | peak RSS MiB (etcd) | groups whole / partial / across racks | muster ÷ default, p50 (average) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| workload | scheduler | runs | pods/s average | p50 (range) | p90 | p99 | scheduling s | peak RSS MiB (etcd) | groups whole / partial / across racks | plans refused by a member's own cycle, per 100 plans | muster ÷ default, p50 (average) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, w := range workloads {
 		for _, sc := range scheds {
 			s := all[key{w, sc}]
@@ -195,7 +201,11 @@ func main() {
 			if s.groups > 0 {
 				groups = fmt.Sprintf("%d / %d / %d", s.whole, s.partial, s.multiRack)
 			}
-			fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", w, sc, len(s.runs), tp, p50, p90, p99, dur, mem, groups, ratio)
+			refused := ""
+			if s.plans > 0 {
+				refused = fmt.Sprintf("%.2f (%d of %d)", 100*float64(s.refused)/float64(s.plans), s.refused, s.plans)
+			}
+			fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", w, sc, len(s.runs), tp, p50, p90, p99, dur, mem, groups, refused, ratio)
 		}
 	}
 }
