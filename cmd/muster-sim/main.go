@@ -134,7 +134,7 @@ func runSim(ctx context.Context, args []string) error {
 	scheduler := fs.String("scheduler", "", "internal: the scheduler a child runs")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (on a terminal: redrawn; else a line per 10%), never")
 	cpuProfile := fs.Bool("cpuprofile", false, "write a CPU profile of each scheduler's process to <out>/runs/<scheduler>.pprof")
-	featureGates := fs.String("feature-gates", "", "kube-scheduler feature gates for every scheduler alike (key=true|false,...), set in each scheduler's process before its own (muster's defaults, GenericWorkload for native gangs)")
+	featureGates := fs.String("feature-gates", "", "kube-scheduler feature gates for every scheduler alike (key=true|false,...), set in each scheduler's process over its own (muster's, GenericWorkload for native gangs)")
 	_ = fs.Parse(args)
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -153,9 +153,11 @@ func runSim(ctx context.Context, args []string) error {
 
 	if *child {
 		if *featureGates != "" {
-			if err := utilfeature.DefaultMutableFeatureGate.Set(*featureGates); err != nil {
+			// Checked here, set after the scheduler's own defaults.
+			if err := utilfeature.DefaultMutableFeatureGate.DeepCopy().Set(*featureGates); err != nil {
 				return fmt.Errorf("--feature-gates: %w", err)
 			}
+			sim.FeatureGates = *featureGates
 		}
 		logFile, err := childLogs(*out, *scheduler, *verbosity)
 		if err != nil {

@@ -3,6 +3,8 @@ package schedulercmd
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
@@ -77,4 +79,18 @@ func profileNames(m profile.Map) []string {
 		out = append(out, name)
 	}
 	return out
+}
+
+// Every gate a comparison sets for all schedulers is one muster sets itself,
+// with muster's value: a benchmark never runs the default profile with a gate
+// muster does not run with.
+func TestComparisonFeatureGatesAreMustersOwn(t *testing.T) {
+	gates := ComparisonFeatureGates()
+	require.NotEmpty(t, gates)
+	for name, on := range gates {
+		want, ok := featureDefaults[name]
+		require.True(t, ok, "%s is not one of muster's feature defaults", name)
+		require.Equal(t, want, on, name)
+	}
+	require.True(t, gates["InterPodAffinityHostnameFastPath"], "muster runs with InterPodAffinity's hostname fast path")
 }

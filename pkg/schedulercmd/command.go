@@ -30,8 +30,8 @@ import (
 // `muster-scheduler --config manifests/scheduler/scheduler-config.yaml
 // --kubeconfig ~/.kube/config` runs outside a cluster.
 //
-// It also turns off the feature gates in featureDefaults; --feature-gates
-// turns them back on.
+// It also sets the feature gates in featureDefaults; --feature-gates
+// overrides them.
 func New() *cobra.Command {
 	if err := SetFeatureDefaults(); err != nil {
 		panic(err) // a gate of the linked kube-scheduler: cannot fail
@@ -92,12 +92,42 @@ func Start(ctx context.Context, args []string) (<-chan error, error) {
 // twice as long as a stock kube-scheduler's (docs/scheduling.md,
 // "API calls"). muster's ledger already holds the capacity of waiting
 // members; the nomination added nothing but that call.
-var featureDefaults = map[string]bool{string(features.NominatedNodeNameForExpectation): false}
+//
+// InterPodAffinityHostnameFastPath (alpha, off in 1.37) lets
+// InterPodAffinity decide required terms on kubernetes.io/hostname from the
+// candidate node's own pods instead of counting, in every PreFilter, the
+// pods of the whole cluster that the incoming pod's terms match. Training
+// jobs' workers carry such terms ("one worker per node", "not beside that
+// service"), and every member's own cycle pays that PreFilter: on a busy
+// 5000-node cluster it was 72% of muster's CPU (BENCHMARKS.md, "Paying the
+// dearest PreFilters once"). It assumes what kubelets ensure, one node per
+// hostname label value; the plan's own dry run assumes the same
+// (pkg/plugins/mustergang/dryrun.go). --feature-gates=
+// InterPodAffinityHostnameFastPath=false turns it off.
+var featureDefaults = map[string]bool{
+	string(features.NominatedNodeNameForExpectation):  false,
+	string(features.InterPodAffinityHostnameFastPath): true,
+}
+
+// comparisonGates are the gates of featureDefaults that change how the
+// framework's own plugins decide, not what muster does: a benchmark runs
+// every scheduler it compares with them (ComparisonFeatureGates).
+var comparisonGates = []string{string(features.InterPodAffinityHostnameFastPath)}
 
 // SetFeatureDefaults applies featureDefaults to the process's feature gates.
 // Call it before the command's flags are parsed, so --feature-gates wins.
 func SetFeatureDefaults() error {
 	return utilfeature.DefaultMutableFeatureGate.SetFromMap(featureDefaults)
+}
+
+// ComparisonFeatureGates are the feature gates muster sets that every
+// scheduler in a comparison must run with too (comparisonGates).
+func ComparisonFeatureGates() map[string]bool {
+	out := map[string]bool{}
+	for _, g := range comparisonGates {
+		out[g] = featureDefaults[g]
+	}
+	return out
 }
 
 // applyKubeconfigFlag points --config at a copy of the configuration file

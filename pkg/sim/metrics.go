@@ -111,6 +111,10 @@ func (m *schedMetrics) extra() map[string]float64 {
 	if utilfeature.DefaultFeatureGate.Enabled(features.OpportunisticBatching) {
 		out["gate_opportunistic_batching"] = 1
 	}
+	out["gate_interpod_affinity_hostname_fast_path"] = 0
+	if utilfeature.DefaultFeatureGate.Enabled(features.InterPodAffinityHostnameFastPath) {
+		out["gate_interpod_affinity_hostname_fast_path"] = 1
+	}
 	return out
 }
 

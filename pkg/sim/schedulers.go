@@ -140,9 +140,11 @@ profiles:
           weight: 1
 `
 
-// ensureGate sets the feature gates each scheduler runs with: muster's
-// defaults (schedulercmd.SetFeatureDefaults, as cmd/scheduler sets them) for
-// muster, GenericWorkload for native gang scheduling and
+// ensureGate sets the feature gates each scheduler runs with: the gates
+// muster changes for the framework's own plugins for every scheduler
+// (schedulercmd.ComparisonFeatureGates), muster's defaults
+// (schedulercmd.SetFeatureDefaults, as cmd/scheduler sets them) for
+// muster, FeatureGates last for every one, GenericWorkload for native gang scheduling and
 // TopologyAwareWorkloadScheduling as well for its TAS variant and for
 // muster on native PodGroups (both, and muster's defaults). It refuses to
 // run a scheduler in a process whose gates another one changed: the gates
@@ -165,11 +167,26 @@ func ensureGate(name string) error {
 			return fmt.Errorf("scheduler %s cannot run in a process where %s is on; run it in its own process", name, g.gate)
 		}
 	}
+	// The framework's plugins decide alike for every scheduler compared:
+	// the gates muster changes for them are set for all.
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(schedulercmd.ComparisonFeatureGates()); err != nil {
+		return err
+	}
 	if isMuster(name) {
-		return schedulercmd.SetFeatureDefaults()
+		if err := schedulercmd.SetFeatureDefaults(); err != nil {
+			return err
+		}
+	}
+	if FeatureGates != "" {
+		return utilfeature.DefaultMutableFeatureGate.Set(FeatureGates)
 	}
 	return nil
 }
+
+// FeatureGates are kube-scheduler feature gates (key=value,...) set last,
+// over muster's defaults, for whichever scheduler this process runs
+// (muster-sim --feature-gates).
+var FeatureGates string
 
 // buildScheduler constructs the named scheduler on the simulator's client and
 // informers (schedulercmd.Build, as for every scheduler with muster's

@@ -228,6 +228,15 @@ func Markdown(rep Report, det Details) string {
 	if d, ok := det.Schedulers["default"]; ok {
 		fmt.Fprintf(&b, "Opportunistic batching in the default profile: %s\n\n", Batching(d))
 	}
+	var fastPath []string
+	for _, m := range rep.Results {
+		if v, ok := det.Schedulers[m.Scheduler].Extra["gate_interpod_affinity_hostname_fast_path"]; ok {
+			fastPath = append(fastPath, fmt.Sprintf("%s %s", m.Scheduler, map[bool]string{true: "on", false: "off"}[v == 1]))
+		}
+	}
+	if len(fastPath) > 0 {
+		fmt.Fprintf(&b, "InterPodAffinityHostnameFastPath (feature gate): %s.\n\n", strings.Join(fastPath, ", "))
+	}
 	fmt.Fprintf(&b, "GPU allocation over virtual time: [%s](%s).\n", PlotFile, PlotFile)
 	return b.String()
 }
