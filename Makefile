@@ -126,8 +126,14 @@ bench-api: ## muster and a stock kube-scheduler binding a burst of gangs, create
 # and 24 GiB. PERF_GO_WRAP prefixes the build (e.g. a flock on a shared machine).
 PERF_RUNS ?= 3
 PERF_SCHEDULERS ?= default,muster
-PERF_WORKLOADS ?= misc/SchedulingBasic/5000Nodes,podgroup/gangscheduling/GangScheduling/5000Nodes_1000Gangs_3000Pods,podgroup/basicscheduling/BasicScheduling/5000Nodes_1000Groups_3000Pods,podgroup/tas/TopologyAwareScheduling/5000Nodes_750Gangs_3000Pods
+PERF_WORKLOADS ?= misc/SchedulingBasic/5000Nodes,podgroup/gangscheduling/GangScheduling/5000Nodes_1000Gangs_3000Pods,podgroup/basicscheduling/BasicScheduling/5000Nodes_1000Groups_3000Pods,podgroup/tas/TopologyAwareScheduling/5000Nodes_750Gangs_3000Pods,\
+affinity/SchedulingPodAntiAffinity/5000Nodes_2000Pods,dra/extendedresource/ExtendedResource/Explicit_25classes_5000pods_500nodes,\
+dra/workloadresourceclaims/SharedPodGroupResourceClaimTemplate/100podgroups_5000pods
 PERF_GO_WRAP ?=
+# PERF_FEATURE_GATES are set for every scheduler alike, over the gates muster
+# changes for the framework's own plugins, which both run with
+# (InterPodAffinityHostnameFastPath=true); e.g. ...=false to compare without.
+PERF_FEATURE_GATES ?=
 PERF_OUT ?= bench/results/perf
 .PHONY: bench-perf
 bench-perf: ## upstream's scheduler_perf workloads for the default profile (native gangs) and muster, PERF_RUNS interleaved runs (etcd built once into ~/.cache/muster-perf); DataItems JSON and table.md in bench/results/perf.
@@ -135,7 +141,7 @@ bench-perf: ## upstream's scheduler_perf workloads for the default profile (nati
 	$(PERF_GO_WRAP) go test -tags perf -c -o bin/perf.test ./test/perf/ && \
 	rm -rf $(PERF_OUT) && mkdir -p $(PERF_OUT) out && \
 	PATH="$$etcd_dir:$$PATH" bin/perf.test -test.run '^$$' -test.bench '^BenchmarkPerf$$' -test.benchtime 1x -test.timeout 6h \
-		-perf-runs=$(PERF_RUNS) -perf-schedulers=$(PERF_SCHEDULERS) -perf-workloads=$(PERF_WORKLOADS) \
+		-perf-runs=$(PERF_RUNS) -perf-schedulers=$(PERF_SCHEDULERS) -perf-workloads=$(PERF_WORKLOADS) -perf-feature-gates=$(PERF_FEATURE_GATES) \
 		-data-items-dir=$(abspath $(PERF_OUT)) -perf-info-file=$(abspath $(PERF_OUT))/run-info.json >out/bench-perf.log 2>&1; \
 	rc=$$?; grep -E '^(Benchmark|--- (FAIL|SKIP)|FAIL|PASS|ok|peak RSS|placement|goos|goarch|cpu)' out/bench-perf.log > $(PERF_OUT)/bench.txt; \
 	cat $(PERF_OUT)/bench.txt | grep -v '^Benchmark'; test $$rc = 0 || { echo "bench-perf failed: see out/bench-perf.log" >&2; exit $$rc; }

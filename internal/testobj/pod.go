@@ -45,8 +45,17 @@ func (p *PodWrapper) JobMember(job *batchv1.Job, index int) *PodWrapper {
 		Annotation(batchv1.JobCompletionIndexAnnotation, strconv.Itoa(index))
 }
 
-// PodSpec replaces the spec.
-func (p *PodWrapper) PodSpec(spec corev1.PodSpec) *PodWrapper { p.Spec = spec; return p }
+// PodSpec replaces the spec, but for a node set earlier by Node that spec
+// leaves empty: MakePod(...).Node(n).PodSpec(s) is a pod bound to n. (It
+// was not, and every "background" of the integration tests stayed pending
+// and unscheduled until 2026-12-07.)
+func (p *PodWrapper) PodSpec(spec corev1.PodSpec) *PodWrapper {
+	if spec.NodeName == "" {
+		spec.NodeName = p.Spec.NodeName
+	}
+	p.Spec = spec
+	return p
+}
 
 // SchedulerName sets the scheduler that places the pod.
 func (p *PodWrapper) SchedulerName(s string) *PodWrapper { p.Spec.SchedulerName = s; return p }

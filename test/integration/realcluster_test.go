@@ -52,8 +52,12 @@ func (c *cluster) addBackground(perNode int, nodes ...*corev1.Node) {
 				w.Label(serviceLabel, "true")
 				service++
 			}
-			if _, err := c.Client.CoreV1().Pods(c.backgroundNS).Create(c.ctx, w.Obj(), metav1.CreateOptions{}); err != nil {
+			created, err := c.Client.CoreV1().Pods(c.backgroundNS).Create(c.ctx, w.Obj(), metav1.CreateOptions{})
+			if err != nil {
 				c.t.Fatal(err)
+			}
+			if created.Spec.NodeName != node.Name {
+				c.t.Fatalf("background pod %s is not bound to %s", created.Name, node.Name)
 			}
 		}
 	}

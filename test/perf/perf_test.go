@@ -35,16 +35,19 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/kubernetes/pkg/features"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedperf "k8s.io/kubernetes/test/integration/scheduler_perf"
 	"k8s.io/kubernetes/test/utils/client-go/ktesting"
 	"sigs.k8s.io/yaml"
 
 	"github.com/muster-sched/muster/pkg/plugins"
+	"github.com/muster-sched/muster/pkg/schedulercmd"
 )
 
 var (
@@ -55,6 +58,7 @@ var (
 	runsFlag       = flag.Int("perf-runs", 1, "how many times to run the whole set (schedulers interleaved within each run)")
 	upstreamFlag   = flag.String("perf-upstream-dir", "", "k8s.io/kubernetes module directory (default: go list -m)")
 	infoFileFlag   = flag.String("perf-info-file", "", "write the peak RSS of each run (process and etcd) and the placement check of each workload to this JSON file")
+	gatesFlag      = flag.String("perf-feature-gates", "", "feature gates (key=true|false,...) for every scheduler alike, set over the gates muster changes for the framework's own plugins (schedulercmd.ComparisonFeatureGates), which every scheduler runs with too; a test case's own gates still apply to it")
 )
 
 func TestMain(m *testing.M) {
@@ -333,6 +337,57 @@ type placement struct {
 	// muster_gang_rejections_total's plan_broken and rejected); 0 for
 	// the default scheduler.
 	Plans, Refused int
+	// Pace of the harness against the scheduler, as this informer saw the
+	// pods (every namespace): pods created, over how many seconds from the
+	// first creation to the last, and seconds from the last creation to the
+	// last binding. Bindings that end a moment after the last creation say
+	// the harness's creations paced the run, not the scheduler.
+	Created                    int
+	CreateSeconds, BindTailSec float64
+}
+
+// pace records when pods were created and bound, as an informer sees them.
+type pace struct {
+	mu                                 sync.Mutex
+	created                            int
+	firstCreate, lastCreate, lastBound time.Time
+}
+
+func (p *pace) handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			now := time.Now()
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.firstCreate.IsZero() {
+				p.firstCreate = now
+			}
+			p.lastCreate = now
+			p.created++
+			if pod, ok := obj.(*v1.Pod); ok && pod.Spec.NodeName != "" {
+				p.lastBound = now
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*v1.Pod)
+			n, ok2 := newObj.(*v1.Pod)
+			if ok1 && ok2 && o.Spec.NodeName == "" && n.Spec.NodeName != "" {
+				p.mu.Lock()
+				p.lastBound = time.Now()
+				p.mu.Unlock()
+			}
+		},
+	}
+}
+
+func (p *pace) fill(pl *placement) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl.Created = p.created
+	if p.created > 0 {
+		pl.CreateSeconds = p.lastCreate.Sub(p.firstCreate).Seconds()
+		pl.BindTailSec = p.lastBound.Sub(p.lastCreate).Seconds()
+	}
 }
 
 // musterPlans reads muster's plan counters from the process's registry:
@@ -377,6 +432,11 @@ func checkPlacement(tb testing.TB, rackConstrained bool) schedperf.HookFn {
 		f := informers.NewSharedInformerFactory(tCtx.Client(), 0)
 		pods := f.Core().V1().Pods().Informer()
 		nodes := f.Core().V1().Nodes().Informer()
+		var pc pace
+		if _, err := pods.AddEventHandler(pc.handler()); err != nil {
+			cancel()
+			return err
+		}
 		f.Start(ctx.Done())
 		name := tCtx.Name()
 		plansBefore, refusedBefore := musterPlans()
@@ -413,6 +473,7 @@ func checkPlacement(tb testing.TB, rackConstrained bool) schedperf.HookFn {
 			var pl placement
 			plans, refused := musterPlans()
 			pl.Plans, pl.Refused = plans-plansBefore, refused-refusedBefore
+			pc.fill(&pl)
 			for _, g := range groups {
 				pl.Groups++
 				switch {
@@ -451,6 +512,18 @@ func BenchmarkPerf(b *testing.B) {
 		b.Fatal(err)
 	}
 	upstream := upstreamDir(b)
+	// The framework's plugins decide alike for every scheduler compared, as
+	// in the simulator: muster's gates for them (InterPodAffinity's
+	// hostname fast path), then -perf-feature-gates.
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(schedulercmd.ComparisonFeatureGates()); err != nil {
+		b.Fatal(err)
+	}
+	if *gatesFlag != "" {
+		if err := utilfeature.DefaultMutableFeatureGate.Set(*gatesFlag); err != nil {
+			b.Fatalf("-perf-feature-gates: %v", err)
+		}
+	}
+	b.Logf("InterPodAffinityHostnameFastPath: %v", utilfeature.DefaultFeatureGate.Enabled(features.InterPodAffinityHostnameFastPath))
 	scheds := strings.Split(*schedulersFlag, ",")
 	root := b.TempDir()
 	for _, sched := range scheds {

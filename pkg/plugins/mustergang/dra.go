@@ -40,9 +40,10 @@ import (
 // The planner, Filter and the preemption search count a node's GPUs as
 // the device-plugin GPUs (allocatable minus requested) plus the free DRA
 // devices of the GPU classes; on a node with both, the plan's dry run
-// offers each request only the pool that serves it (dryRunMember.screen). A member's GPUs are its
-// extended-resource request (served by either path) plus the devices its
-// unallocated ResourceClaims ask for in GPU classes.
+// offers each request only the pool that serves it (dryRunMember.screen).
+// A member's GPUs are its extended-resource request (served by either
+// path) plus the devices its unallocated ResourceClaims ask for in GPU
+// classes.
 type draGPUs struct {
 	manager fwk.SharedDRAManager // nil: DRA is off in this scheduler
 	gpu     v1.ResourceName

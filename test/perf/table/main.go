@@ -35,7 +35,8 @@ type samples struct {
 	rss, etcd               int64
 	groups, whole, partial  int // summed over runs
 	multiRack               int
-	plans, refused          int // muster's plans and those a member's own cycle refused, summed over runs
+	plans, refused          int       // muster's plans and those a member's own cycle refused, summed over runs
+	createRate, bindTail    []float64 // per run: pods created per second by the harness, seconds from the last creation to the last binding
 }
 
 func median(v []float64) float64 {
@@ -116,11 +117,19 @@ func main() {
 	// native pod groups whole, partial, unbound and across racks.
 	var info struct {
 		PeakRSSKiB map[string]int64
-		Placement  map[string]struct{ Groups, Whole, Partial, Unbound, MultiRack, Plans, Refused int }
+		Placement  map[string]struct {
+			Groups, Whole, Partial, Unbound, MultiRack, Plans, Refused, Created int
+			CreateSeconds, BindTailSec                                          float64
+		}
 	}
 	if data, err := os.ReadFile(filepath.Join(dir, "run-info.json")); err == nil {
 		if err := json.Unmarshal(data, &info); err == nil {
 			for name, pl := range info.Placement {
+				if _, k, ok := parseName(name); ok && pl.Created > 0 && pl.CreateSeconds > 0 {
+					s := get(k)
+					s.createRate = append(s.createRate, float64(pl.Created)/pl.CreateSeconds)
+					s.bindTail = append(s.bindTail, pl.BindTailSec)
+				}
 				if _, k, ok := parseName(name); ok && pl.Plans > 0 {
 					s := get(k)
 					s.plans += pl.Plans
@@ -164,8 +173,8 @@ func main() {
 	sort.Strings(workloads)
 	scheds := []string{"default", "muster"}
 
-	fmt.Println("| workload | scheduler | runs | pods/s average | p50 (range) | p90 | p99 | scheduling s | peak RSS MiB (etcd) | groups whole / partial / across racks | plans refused by a member's own cycle, per 100 plans | muster ÷ default, p50 (average) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| workload | scheduler | runs | pods/s average | p50 (range) | p90 | p99 | scheduling s | peak RSS MiB (etcd) | groups whole / partial / across racks | plans refused by a member's own cycle, per 100 plans | harness creates pods/s; last binding s after the last creation | muster ÷ default, p50 (average) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, w := range workloads {
 		for _, sc := range scheds {
 			s := all[key{w, sc}]
@@ -205,7 +214,11 @@ func main() {
 			if s.plans > 0 {
 				refused = fmt.Sprintf("%.2f (%d of %d)", 100*float64(s.refused)/float64(s.plans), s.refused, s.plans)
 			}
-			fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", w, sc, len(s.runs), tp, p50, p90, p99, dur, mem, groups, refused, ratio)
+			pace := ""
+			if len(s.createRate) > 0 {
+				pace = fmt.Sprintf("%.0f; %.2f", median(s.createRate), median(s.bindTail))
+			}
+			fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", w, sc, len(s.runs), tp, p50, p90, p99, dur, mem, groups, refused, pace, ratio)
 		}
 	}
 }
