@@ -338,7 +338,7 @@ func TestRestartFinishesAHalfDonePreemption(t *testing.T) {
 	victims := c.jobPods("victim")
 	for _, p := range victims {
 		condition := applyv1.PodCondition().WithType(corev1.DisruptionTarget).WithStatus(corev1.ConditionTrue).
-			WithReason(corev1.PodReasonPreemptionByScheduler).WithMessage(schedulerName + ": preempting to accommodate Job " + c.ns + "/high").
+			WithReason(corev1.PodReasonPreemptionByScheduler).WithMessage(schedulerName + ": muster gang preemption, to accommodate Job " + c.ns + "/high").
 			WithLastTransitionTime(metav1.Now())
 		apply := applyv1.Pod(p.Name, p.Namespace).WithStatus(applyv1.PodStatus().WithConditions(condition))
 		if _, err := c.Client.CoreV1().Pods(c.ns).ApplyStatus(c.ctx, apply, metav1.ApplyOptions{FieldManager: "muster-scheduler", Force: true}); err != nil {

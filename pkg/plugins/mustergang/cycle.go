@@ -193,10 +193,15 @@ func (c *cycle) Preemption() (bool, time.Duration) {
 func (c *cycle) StillTerminating(key gang.Key) (int, error) { return c.p.stillTerminating(c.ctx, key) }
 
 // SearchVictims finishes the evictions an earlier run began
-// (evictor.resume) before it looks for victims of its own.
+// (evictor.resume) and waits for them before it looks for victims of its
+// own: the capacity they free is counted, not evicted for a second time.
 func (c *cycle) SearchVictims() (*gang.Victims, error) {
 	p := c.p
-	p.evictions.resume(p.handlerCtx())
+	select {
+	case <-p.evictions.resume(p.handlerCtx()):
+	case <-c.ctx.Done():
+		return nil, c.ctx.Err()
+	}
 	found, err := p.searchVictims(c.ctx, c.gr, c.gr.Priority, c.gr.Info.Constraints.Policy)
 	if err != nil {
 		return nil, err

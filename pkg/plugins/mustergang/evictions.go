@@ -37,8 +37,10 @@ type evictor struct {
 	source *gangSource
 	// clock paces the retries of a failed deletion.
 	clock clock.WithDelayedExecution
-	// resumed runs resume once, before this scheduler evicts.
-	resumed sync.Once
+	// resumed runs resume once, before this scheduler evicts;
+	// resumeDone is closed when the deletions it started are done.
+	resumed    sync.Once
+	resumeDone chan struct{}
 }
 
 // EvictionOperation is the operation label of scheduler_goroutines while
@@ -64,7 +66,7 @@ func (e *evictor) evict(ctx context.Context, units [][]*v1.Pod, preemptor *v1.Po
 		plan := e.gangs.Plan(key)
 		return plan != nil && plan.ID == planID
 	}
-	message := fmt.Sprintf("%s: preempting to accommodate %s", preemptor.Spec.SchedulerName, key.Subject())
+	message := preemptionMarker(preemptor.Spec.SchedulerName) + key.Subject()
 	for u, unit := range units {
 		if !planActive() {
 			logger.V(2).Info("The plan waiting for the victims is gone; the victims left are not preempted", "unitsLeft", len(units)-u)
@@ -169,15 +171,14 @@ func deleteVictim(ctx context.Context, client kubernetes.Interface, v *v1.Pod) e
 // deleted is broken, its other pods would hold their GPUs for nothing.
 //
 // It runs once, when the scheduler's informers have synced, and before
-// this scheduler's first victim search (SearchVictims calls it too), so the marks
-// it acts on are all another run's. The deletions go on in the
-// background; finished is closed when they are done (at once for a
-// caller after the first).
+// this scheduler's first victim search (SearchVictims calls it too and
+// waits for finished), so the marks it acts on are all another run's. The
+// deletions go on in the background; finished, the same channel for every
+// caller, is closed when they are done.
 func (e *evictor) resume(ctx context.Context) (finished <-chan struct{}) {
-	done := make(chan struct{})
-	first := false
 	e.resumed.Do(func() {
-		first = true
+		done := make(chan struct{})
+		e.resumeDone = done
 		units := e.begun(ctx)
 		if len(units) == 0 {
 			close(done)
@@ -193,10 +194,7 @@ func (e *evictor) resume(ctx context.Context) (finished <-chan struct{}) {
 			}
 		}()
 	})
-	if !first {
-		close(done)
-	}
-	return done
+	return e.resumeDone
 }
 
 // begun lists the victim units another run of this profile began
@@ -214,7 +212,7 @@ func (e *evictor) begun(ctx context.Context) [][]*v1.Pod {
 		}
 		return gang.LoneKey(pod)
 	}
-	marker := e.handle.ProfileName() + ": preempting to accommodate "
+	marker := preemptionMarker(e.handle.ProfileName())
 	marked := map[gang.Key]bool{}
 	for _, pod := range pods {
 		if holdsItsNode(pod) && markedForPreemption(pod, marker) {
@@ -254,6 +252,16 @@ func holdsItsNode(pod *v1.Pod) bool {
 
 // markedForPreemption reports whether pod carries the DisruptionTarget
 // condition evict gives a victim, with a message that starts with marker.
+// preemptionMarker begins the DisruptionTarget message muster writes on the
+// victims of a gang's preemption (the subject follows), so that a
+// scheduler that restarts finds the preemptions its profile began. Upstream's
+// DefaultPreemption writes "<profile>: preempting to accommodate a higher
+// priority pod" on its own single victims: a profile with it enabled must
+// not have them taken for muster's, whose whole unit resume would delete.
+func preemptionMarker(profile string) string {
+	return profile + ": muster gang preemption, to accommodate "
+}
+
 func markedForPreemption(pod *v1.Pod, marker string) bool {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue && c.Reason == v1.PodReasonPreemptionByScheduler &&

@@ -194,7 +194,7 @@ func TestEvictionLeavesThePodThatReplacedTheVictim(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	markVictim(context.Background(), client, victim, v1.ConditionTrue, "muster: preempting to accommodate Job ns/high")
+	markVictim(context.Background(), client, victim, v1.ConditionTrue, preemptionMarker("muster")+"Job ns/high")
 	require.NoError(t, deleteVictim(context.Background(), client, victim))
 
 	got, err := client.CoreV1().Pods(victim.Namespace).Get(context.Background(), victim.Name, metav1.GetOptions{})
@@ -240,14 +240,18 @@ func TestEvictionMarksTheWholeUnitBeforeDeletingAny(t *testing.T) {
 // or whose mark the disruption controller cleared are left, and so are
 // unmarked units and members not placed.
 func TestStartFinishesThePreemptionsBegunBefore(t *testing.T) {
-	mark := func(p *v1.Pod, by string, status v1.ConditionStatus) *v1.Pod {
+	markWith := func(p *v1.Pod, message string, status v1.ConditionStatus) *v1.Pod {
 		p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: v1.DisruptionTarget, Status: status,
-			Reason: v1.PodReasonPreemptionByScheduler, Message: by + ": preempting to accommodate Job ns/high"})
+			Reason: v1.PodReasonPreemptionByScheduler, Message: message})
 		return p
+	}
+	mark := func(p *v1.Pod, by string, status v1.ConditionStatus) *v1.Pod {
+		return markWith(p, preemptionMarker(by)+"Job ns/high", status)
 	}
 	a := lowGang("a", "n1", "n2")
 	mark(a[0], "muster", v1.ConditionTrue)
 	pendingOfA := worker("a", 2, 8, "")
+	g := lowGang("g", "n4", "n3")
 	lone := func(name string) *v1.Pod {
 		return testobj.MakePod("ns", name).UID(name).Node("n3").Priority(1).Obj()
 	}
@@ -255,7 +259,10 @@ func TestStartFinishesThePreemptionsBegunBefore(t *testing.T) {
 		lowGang("c", "n3")[0],
 		mark(lone("d"), "default-scheduler", v1.ConditionTrue),
 		mark(lone("e"), "muster", v1.ConditionTrue),
-		mark(lowGang("f", "n4")[0], "muster", v1.ConditionFalse))
+		mark(lowGang("f", "n4")[0], "muster", v1.ConditionFalse),
+		// upstream's DefaultPreemption, enabled in muster's profile, marked
+		// one pod of gang g: not muster's preemption, g is left whole.
+		markWith(g[0], "muster: preempting to accommodate a higher priority pod", v1.ConditionTrue), g[1])
 	// Started by hand, not by the plugin (it runs once the informers have
 	// synced; TestRestartFinishesAHalfDonePreemption starts it so), to see
 	// what it leaves once it returns.
@@ -273,7 +280,7 @@ func TestStartFinishesThePreemptionsBegunBefore(t *testing.T) {
 		}
 		return names
 	}
-	assert.ElementsMatch(t, []string{"a-2", "c-0", "d", "f-0"}, left())
+	assert.ElementsMatch(t, []string{"a-2", "c-0", "d", "f-0", "g-0", "g-1"}, left())
 	var finished []string
 	for _, e := range f.takeEvents() {
 		if strings.Contains(e, "finishing the preemption") {
@@ -305,7 +312,7 @@ func TestEvictionCalledOffUnmarksTheUnit(t *testing.T) {
 			}
 		}
 		assert.Equal(t, v1.ConditionFalse, status, "%s's DisruptionTarget condition", p.Name)
-		assert.False(t, markedForPreemption(got, "muster: preempting to accommodate "), "%s is still marked", p.Name)
+		assert.False(t, markedForPreemption(got, preemptionMarker("muster")), "%s is still marked", p.Name)
 	}
 }
 
@@ -321,4 +328,39 @@ func stepClockUntil(f *testFramework, done <-chan struct{}) error {
 			return false, nil
 		}
 	})
+}
+
+// Every caller of resume waits for the deletions the first call started:
+// a victim search that called it second used to get a closed channel while
+// the resumed unit was still being deleted, and could evict more pods for
+// capacity already coming free.
+func TestResumeIsFinishedForEveryCallerOnlyWhenItsDeletionsAre(t *testing.T) {
+	a := lowGang("a", "n1", "n2")
+	for _, p := range a {
+		p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
+			Reason: v1.PodReasonPreemptionByScheduler, Message: preemptionMarker("muster") + "Job ns/high"})
+	}
+	args := defaultArgs(t)
+	args.GangPreemption = false // resume is called by hand below
+	f := newTestFrameworkWith(t, 2, []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8)}, a, args)
+	release := make(chan struct{})
+	f.plugin.handle.ClientSet().(*fake.Clientset).PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-release
+		return false, nil, nil
+	})
+	first := f.plugin.evictions.resume(context.Background())
+	second := f.plugin.evictions.resume(context.Background())
+	for name, ch := range map[string]<-chan struct{}{"first": first, "second": second} {
+		select {
+		case <-ch:
+			t.Fatalf("the %s caller was told the resumed deletions are done while they are held", name)
+		default:
+		}
+	}
+	close(release)
+	<-first
+	<-second
+	list, err := f.plugin.handle.ClientSet().CoreV1().Pods("ns").List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, list.Items, "the resumed unit deleted whole")
 }

@@ -110,7 +110,11 @@ func (w *failedPlanWriter) sync(ctx context.Context, key gang.Key) error {
 		klog.FromContext(ctx).V(2).Info("Failed plan not recorded: the gang's object was replaced", "gang", key, "uid", f.uid, "err", err)
 		err = nil
 	}
-	if err == nil {
+	// Written, or refused for the last time (runGangQueue gives up after
+	// maxFailedPlanRetries: an admission webhook that denies the patch, an
+	// object near its size limit): the record is dropped either way, and a
+	// newer failed plan of the gang queues it again.
+	if err == nil || w.queue.NumRequeues(key) >= maxFailedPlanRetries {
 		w.mu.Lock()
 		if w.latest[key] == f {
 			delete(w.latest, key)

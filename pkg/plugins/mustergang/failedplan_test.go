@@ -2,6 +2,7 @@ package mustergang
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -125,4 +126,27 @@ func TestFailedPlanOfAReplacedObjectIsNotWrittenOnItsSuccessor(t *testing.T) {
 	record, err := gang.DecodeFailedPlan(annotation())
 	require.NoError(t, err)
 	assert.Equal(t, "second Job's plan", record.Message)
+}
+
+// A patch the API server refuses every time (an admission webhook denying
+// Job updates, say) is retried maxFailedPlanRetries times, and then its
+// record is dropped, not kept for the life of the scheduler.
+func TestFailedPlanRefusedForGoodIsDropped(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(testobj.MakeJob("ns", "j").UID("uid").Obj())
+	client.PrependReactor("patch", "jobs", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(batchv1.Resource("jobs"), action.(k8stesting.PatchAction).GetName(), fmt.Errorf("denied by policy"))
+	})
+	w := newFailedPlanWriter(func() kubernetes.Interface { return client }, &gangSource{})
+	defer w.queue.ShutDown()
+	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
+	w.record(key, "uid", &gang.FailedPlan{Time: time.Unix(1, 0).UTC(), Message: "plan"})
+	// As runGangQueue retries: each failure is requeued until the last.
+	for retry := 0; retry < maxFailedPlanRetries; retry++ {
+		require.Error(t, w.sync(ctx, key))
+		require.Len(t, w.latest, 1, "dropped after %d of %d retries", retry, maxFailedPlanRetries)
+		w.queue.AddRateLimited(key)
+	}
+	require.Error(t, w.sync(ctx, key))
+	assert.Empty(t, w.latest, "a record refused for good is kept")
 }

@@ -539,8 +539,13 @@ func (p *Plugin) budgets(units []*victimUnit, candidates []gang.VictimUnit) []in
 				byNamespace[pod.Namespace] = pdbs
 			}
 			for _, pdb := range pdbs {
+				// policy/v1: an empty selector covers every pod of the
+				// namespace, a nil one none (LabelSelectorAsSelector gives
+				// Everything and Nothing). DefaultPreemption still counts
+				// an empty one as none, as policy/v1beta1 did; the eviction
+				// API and the disruption controller do not.
 				selector, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-				if err != nil || selector.Empty() || !selector.Matches(labels.Set(pod.Labels)) {
+				if err != nil || !selector.Matches(labels.Set(pod.Labels)) {
 					continue
 				}
 				if _, disrupted := pdb.Status.DisruptedPods[pod.Name]; disrupted {

@@ -125,6 +125,38 @@ func TestPreemptionKeepsBudgetsAsASet(t *testing.T) {
 	}
 }
 
+// A budget with an empty selector covers every pod of its namespace under
+// policy/v1 (a nil selector covers none): the two database pods of
+// namespace db are budgeted by it as by a selector naming them, and the low
+// gang goes instead.
+func TestPreemptionCountsABudgetWithAnEmptySelector(t *testing.T) {
+	var pods []*v1.Pod
+	for i, n := range []string{"n1", "n2"} {
+		name := fmt.Sprintf("db-%d", i)
+		pods = append(pods, testobj.MakePod("db", name).UID(name).Label("app", "db").Created(t0).Node(n).Priority(1).
+			Container(testobj.MakeContainer("db").GPUs(8).Obj()).Obj())
+	}
+	pods = append(pods, lowGang("low", "n3", "n4", "n5")...)
+	high := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+	for _, p := range high {
+		p.Spec.Priority = ptr.To[int32](100)
+	}
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "everything"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{}},
+		Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1},
+	}
+	nodes := []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8), gpuNode("n5", 8)}
+	f := newTestFrameworkWith(t, 2, nodes, append(pods, high...), pdb)
+	plan := f.preemptFor(t, high[0])
+	if plan == nil {
+		t.Fatal("no preemption")
+	}
+	if got, want := victimNames(plan, pods), sets.New("low-0", "low-1", "low-2"); !got.Equal(want) {
+		t.Errorf("victims %v, want %v (the empty selector budgets db-0 and db-1, one disruption allowed)", sets.List(got), sets.List(want))
+	}
+}
+
 // TestGangPreemptsWithItsLowestMember: a gang whose members have
 // priorities 100 and 5 may not evict a gang of priority 10, whichever
 // member's cycle asks.
