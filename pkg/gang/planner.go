@@ -577,7 +577,7 @@ func domainsAt(req Request, li int, sc *scan, minGPU int64, slots []int, minMemb
 	}
 	bound := int32(0)
 	if boundValue != "" {
-		if bound = sc.topo.domainID(li, boundValue); bound < 0 {
+		if bound = domainIn(sc.names[li], boundValue); bound < 0 {
 			return req.Levels[li].Name, none // no eligible node is in it
 		}
 	}

@@ -171,9 +171,12 @@ func (t *TopologyIndex) domainsOf(nodes []*NodeView) (perLevel [][]int32, groups
 			return a.perLevel, a.groups, names, nameRanks
 		}
 	}
-	// Forget objects of nodes that changed or left once they dominate.
+	// Forget objects of nodes that changed or left once they dominate,
+	// and the domains only they were in: a fleet that replaces its nodes
+	// (spot, autoscaling) brings new hostnames every day.
 	if len(t.nodes) > 2*len(nodes)+1024 {
 		t.nodes = make(map[*v1.Node][]int32, len(nodes))
+		t.renumberLocked()
 	}
 	perLevel = make([][]int32, len(t.levels))
 	for l := range perLevel {
@@ -249,13 +252,23 @@ func sameNodes(known []*v1.Node, nodes []*NodeView) bool {
 	return true
 }
 
-// domainID returns the number of value at level l, or -1 when no node seen
-// so far is in that domain.
-func (t *TopologyIndex) domainID(l int, value string) int32 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if id, ok := t.ids[l][value]; ok {
-		return id
+// renumberLocked forgets every domain number; the nodes seen next are
+// numbered afresh. A plan under way keeps the names and numbers domainsOf
+// gave it (new slices replace these, none is changed in place), and the
+// recent answers, numbered the old way, go.
+func (t *TopologyIndex) renumberLocked() {
+	for l := range t.levels {
+		t.ids[l] = map[string]int32{}
+		t.names[l] = []string{""}
+	}
+	t.nameRanks, t.recent = nil, nil
+}
+
+// domainIn returns the number of value among a plan's domain names (from
+// domainsOf), or -1 when no node of the plan is in that domain.
+func domainIn(names []string, value string) int32 {
+	if i := slices.Index(names, value); i > 0 {
+		return int32(i)
 	}
 	return -1
 }

@@ -60,6 +60,13 @@ func draNodes(n int) []*corev1.Node {
 // find the DRA objects from the start.
 func startDRACluster(t *testing.T, dra []*corev1.Node, gpus int, other ...*corev1.Node) *cluster {
 	t.Helper()
+	return startDRAClusterWith(t, "", dra, gpus, other...)
+}
+
+// startDRAClusterWith is startDRACluster with extra top-level configuration
+// appended to the shipped scheduler configuration (an extender, say).
+func startDRAClusterWith(t *testing.T, extraConfig string, dra []*corev1.Node, gpus int, other ...*corev1.Node) *cluster {
+	t.Helper()
 	nodes := append(slices.Clone(dra), other...)
 	c := startClusterWithoutScheduler(t, nodes...)
 	c.requireServesDRA()
@@ -70,7 +77,7 @@ func startDRACluster(t *testing.T, dra []*corev1.Node, gpus int, other ...*corev
 	}
 	c.addBackground(draBackgroundPerNode, nodes...)
 	t.Cleanup(c.logDRAStateOnFailure)
-	c.startScheduler()
+	c.startScheduler(extraConfig)
 	return c
 }
 
@@ -681,4 +688,72 @@ func TestDRAEarlierAllocationOnACordonedNodeIsReleased(t *testing.T) {
 		list, func(p *corev1.Pod) error { return c.podClaimAllocated(p, 1) })
 	c.requireNoDeviceTwice()
 	obs.check(t, 10*time.Second)
+}
+
+// A member waits at Permit on its planned DRA node while its sibling's
+// cycle is held; then the planned nodes' drivers take a device out of
+// their ResourceSlices (an unhealthy GPU), or the slices are deleted. No
+// Node changes, yet the plan is dropped at once, the waiting member
+// released, and the gang placed on the other nodes, never on the changed
+// ones, each member's devices allocated exactly.
+func TestPlannedDRANodeLosesDevicesWhileMemberWaits(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(c *cluster, node string)
+	}{
+		{"a device taken out", func(c *cluster, node string) {
+			published, err := c.Client.ResourceV1().ResourceSlices().List(c.ctx, metav1.ListOptions{})
+			require.NoError(c.t, err)
+			for _, s := range published.Items {
+				if s.Spec.NodeName != nil && *s.Spec.NodeName == node {
+					s.Spec.Devices = s.Spec.Devices[:len(s.Spec.Devices)-1]
+					_, err := c.Client.ResourceV1().ResourceSlices().Update(c.ctx, &s, metav1.UpdateOptions{})
+					require.NoError(c.t, err)
+				}
+			}
+		}},
+		{"slice deleted", func(c *cluster, node string) {
+			published, err := c.Client.ResourceV1().ResourceSlices().List(c.ctx, metav1.ListOptions{})
+			require.NoError(c.t, err)
+			for _, s := range published.Items {
+				if s.Spec.NodeName != nil && *s.Spec.NodeName == node {
+					require.NoError(c.t, c.Client.ResourceV1().ResourceSlices().Delete(c.ctx, s.Name, metav1.DeleteOptions{}))
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ext := startHoldingExtender(t, 1) // the second member to come is held
+			c := startDRAClusterWith(t, ext.Config(), draNodes(4), 8)
+			c.createPodGroup("pair", 2, ptr.To[int32](600))
+			c.createGroupPod("pair", "pair-0", 8, held)
+			c.createGroupPod("pair", "pair-1", 8, held)
+			var waiting string
+			c.waitFor("a member waiting at Permit, the other held", 30*time.Second, func() (bool, error) {
+				passed, held := ext.membersAtPermit()
+				if len(passed) == 1 && held {
+					waiting = passed[0]
+				}
+				return waiting != "", nil
+			})
+			// Empty equal nodes tie: the plan takes the first two by name.
+			planned := []string{"node-1", "node-2"}
+			for _, node := range planned {
+				tc.change(c, node)
+			}
+			c.waitForEvent("PodGroup", "pair", "GangRejected", "planned node")
+			c.waitFor(waiting+" released", 30*time.Second, func() (bool, error) {
+				p, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, waiting, metav1.GetOptions{})
+				return err == nil && p.Spec.NodeName == "" && unschedulableWith(p, "lost DRA devices"), err
+			})
+			ext.Release()
+			list := func() []corev1.Pod { return c.groupPods("pair") }
+			for _, p := range c.waitAllBound("members of pair", 2, list) {
+				assert.NotContains(t, planned, p.Spec.NodeName, "pod %s bound to a node that lost devices under its plan", p.Name)
+			}
+			c.eachClaimAllocated("each member's extended resource allocated 8 devices of its node", list,
+				func(p *corev1.Pod) error { return c.extendedClaimAllocated(p, 8) })
+			c.requireNoDeviceTwice()
+		})
+	}
 }

@@ -170,9 +170,9 @@ func TestDRABurstAndNodeLossKeepEveryAllocationExact(t *testing.T) {
 	}
 	require.NotEmpty(t, lost)
 	require.NoError(t, c.Client.CoreV1().Nodes().Delete(c.ctx, lost, metav1.DeleteOptions{}))
-	slices, err := c.Client.ResourceV1().ResourceSlices().List(c.ctx, metav1.ListOptions{})
+	published, err := c.Client.ResourceV1().ResourceSlices().List(c.ctx, metav1.ListOptions{})
 	require.NoError(t, err)
-	for _, s := range slices.Items {
+	for _, s := range published.Items {
 		if s.Spec.Pool.Name == lost {
 			require.NoError(t, c.Client.ResourceV1().ResourceSlices().Delete(c.ctx, s.Name, metav1.DeleteOptions{}))
 		}

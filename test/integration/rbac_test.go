@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -351,15 +352,24 @@ func TestLeastPrivilege(t *testing.T) {
 	// Services. RBAC cannot narrow update or delete by label, so its ClusterRole lets the controller
 	// update and delete any Service; the shipped admission policy is what keeps it to its own
 	// (labelled, headless) ones, and each of these must be refused by that policy, not by RBAC.
-	createService := func(name string, labels map[string]string, clusterIP string) func() error {
+	mnistJob, err := admin.Client.BatchV1().Jobs(c.ns).Get(ctx, "mnist", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnistOwner := []metav1.OwnerReference{*metav1.NewControllerRef(mnistJob, batchv1.SchemeGroupVersion.WithKind("Job"))}
+	mnistPods := map[string]string{batchv1.JobNameLabel: "mnist"}
+	createOwnedService := func(name string, labels map[string]string, clusterIP string, owners []metav1.OwnerReference, selector map[string]string) func() error {
 		return func() error {
 			_, err := ctrl.Client.CoreV1().Services(c.ns).Create(ctx, &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-				Spec: corev1.ServiceSpec{ClusterIP: clusterIP, Selector: map[string]string{"app": "frontend"},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, OwnerReferences: owners},
+				Spec: corev1.ServiceSpec{ClusterIP: clusterIP, Selector: selector,
 					Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
 			}, metav1.CreateOptions{})
 			return err
 		}
+	}
+	createService := func(name string, labels map[string]string, clusterIP string) func() error {
+		return createOwnedService(name, labels, clusterIP, mnistOwner, mnistPods)
 	}
 	ownLabel := map[string]string{tfconfig.JobLabel: "mnist"}
 	for _, d := range []struct {
@@ -391,6 +401,17 @@ func TestLeastPrivilege(t *testing.T) {
 		{"take its label off its own Service", func() error {
 			return changeService("mnist", false, func(s *corev1.Service) { delete(s.Labels, tfconfig.JobLabel) })
 		}},
+		{"point its own Service at another job's pods", func() error {
+			return changeService("mnist", false, func(s *corev1.Service) {
+				s.Spec.Selector = map[string]string{batchv1.JobNameLabel: "frontend-job"}
+			})
+		}},
+		{"widen its own Service to every pod", func() error {
+			return changeService("mnist", false, func(s *corev1.Service) { s.Spec.Selector = nil })
+		}},
+		{"create a labelled headless Service no workload controls", createOwnedService("orphan", ownLabel, corev1.ClusterIPNone, nil, mnistPods)},
+		{"create a Service labelled for one job selecting another's pods", createOwnedService("redirect", ownLabel, corev1.ClusterIPNone,
+			mnistOwner, map[string]string{batchv1.JobNameLabel: "frontend-job"})},
 	} {
 		if err := d.do(); !byServicePolicy(err) {
 			t.Errorf("controller could %s (error %v), want Forbidden by %s", d.what, err, servicePolicy)

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
+	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
@@ -276,6 +279,101 @@ func (p *Plugin) nodeHandler() cache.ResourceEventHandler {
 			}
 		},
 	}
+}
+
+// sliceHandler drops the plans that a ResourceSlice change breaks: a
+// node's slice that lost devices (the driver took an unhealthy GPU out of
+// it, or the slice was deleted) changes no Node, and a member planned on
+// that node's DRA devices would otherwise stay reserved, bind when its
+// siblings come and find its devices gone.
+func (p *Plugin) sliceHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, obj interface{}) {
+			old, ok1 := oldObj.(*resourceapi.ResourceSlice)
+			slice, ok2 := obj.(*resourceapi.ResourceSlice)
+			if ok1 && ok2 {
+				if lost := lostDevices(old, slice); lost != "" {
+					p.onDevicesLost(slice, lost)
+				}
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if slice, ok := obj.(*resourceapi.ResourceSlice); ok && len(slice.Spec.Devices) > 0 {
+				p.onDevicesLost(slice, fmt.Sprintf("ResourceSlice %s was deleted", slice.Name))
+			}
+		},
+	}
+}
+
+// lostDevices says which devices of old slice are gone from slice ("" for
+// none).
+func lostDevices(old, slice *resourceapi.ResourceSlice) string {
+	kept := make(map[string]bool, len(slice.Spec.Devices))
+	for _, d := range slice.Spec.Devices {
+		kept[d.Name] = true
+	}
+	var gone []string
+	for _, d := range old.Spec.Devices {
+		if !kept[d.Name] {
+			gone = append(gone, d.Name)
+		}
+	}
+	if len(gone) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("ResourceSlice %s lost devices %s", slice.Name, strings.Join(gone, ", "))
+}
+
+// onDevicesLost drops the plans with a member on the slice's node that
+// takes DRA devices there: one with ResourceClaims, or an extended resource
+// the node's allocatable does not serve (a DeviceClass does). Whether the
+// devices left still hold it cannot be told here, as for a device-plugin
+// GPU lost from allocatable: the plan is made again at once.
+func (p *Plugin) onDevicesLost(slice *resourceapi.ResourceSlice, lost string) {
+	if slice.Spec.NodeName == nil || *slice.Spec.NodeName == "" {
+		return // not a node's own devices: no plan counts them
+	}
+	nodeName := *slice.Spec.NodeName
+	node, err := p.handle.SharedInformerFactory().Core().V1().Nodes().Lister().Get(nodeName)
+	if err != nil {
+		return // the node is gone: its deletion dropped the plans
+	}
+	for _, np := range p.gangs.PlansOn(nodeName) {
+		if np.Profile != p.handle.ProfileName() {
+			continue
+		}
+		planned := map[types.UID]bool{}
+		for _, uid := range np.Members {
+			planned[uid] = true
+		}
+		for _, m := range p.source.members(np.Key).pending {
+			if !planned[m.UID] || !takesDRADevices(m, node) {
+				continue
+			}
+			why := fmt.Sprintf("lost DRA devices, which member %s takes (%s)", m.Name, lost)
+			now := p.now()
+			p.carryOut(p.handlerCtx(), p.gangs.NodeChanged(np.Key, np.PlanID, nodeName, why, now, now.Add(gang.AvoidFor)), nil)
+			break
+		}
+	}
+}
+
+// takesDRADevices reports whether pod would take DRA devices on node: it
+// has ResourceClaims, or asks for an extended resource that node's
+// allocatable does not list (so only a DeviceClass can serve it).
+func takesDRADevices(pod *v1.Pod, node *v1.Node) bool {
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return true
+	}
+	for name := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+		if _, served := node.Status.Allocatable[name]; !served && schedutil.IsDRAExtendedResourceName(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // watchPodGroups watches PodGroups when discovery shows the CRD, so the

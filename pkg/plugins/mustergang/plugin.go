@@ -160,6 +160,12 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	if _, err := factory.Core().V1().Nodes().Informer().AddEventHandler(p.nodeHandler()); err != nil {
 		return nil, err
 	}
+	if p.dra.enabled() {
+		// The same informer DynamicResources allocates from.
+		if _, err := factory.Resource().V1().ResourceSlices().Informer().AddEventHandler(p.sliceHandler()); err != nil {
+			return nil, err
+		}
+	}
 	if args.GangPreemption {
 		// Registered before the informers start, as DefaultPreemption does.
 		p.pdbs = factory.Policy().V1().PodDisruptionBudgets().Lister()
