@@ -123,7 +123,10 @@ bench-api: ## muster and a stock kube-scheduler binding a burst of gangs, create
 # default profile and muster side by side: test/perf (build tag perf, so CI never
 # compiles it). PERF_WORKLOADS are <config dir>/<test case>/<workload> of
 # upstream's configs; the default set is the 5000-node sizes that fit 2 cores
-# and 24 GiB. PERF_GO_WRAP prefixes the build (e.g. a flock on a shared machine).
+# and 24 GiB (plain pods, gangs, topology, anti-affinity) and upstream's DRA
+# cases for extended resources and PodGroup-level claims (about 30 minutes a
+# run on 2 cores). PERF_GO_WRAP prefixes the build (e.g. a flock on a shared
+# machine).
 PERF_RUNS ?= 3
 PERF_SCHEDULERS ?= default,muster
 PERF_WORKLOADS ?= misc/SchedulingBasic/5000Nodes,podgroup/gangscheduling/GangScheduling/5000Nodes_1000Gangs_3000Pods,podgroup/basicscheduling/BasicScheduling/5000Nodes_1000Groups_3000Pods,podgroup/tas/TopologyAwareScheduling/5000Nodes_750Gangs_3000Pods,\

@@ -728,14 +728,7 @@ func TestPlannedDRANodeLosesDevicesWhileMemberWaits(t *testing.T) {
 			c.createPodGroup("pair", 2, ptr.To[int32](600))
 			c.createGroupPod("pair", "pair-0", 8, held)
 			c.createGroupPod("pair", "pair-1", 8, held)
-			var waiting string
-			c.waitFor("a member waiting at Permit, the other held", 30*time.Second, func() (bool, error) {
-				passed, held := ext.membersAtPermit()
-				if len(passed) == 1 && held {
-					waiting = passed[0]
-				}
-				return waiting != "", nil
-			})
+			waiting := c.waitOneAtPermit(ext)
 			// Empty equal nodes tie: the plan takes the first two by name.
 			planned := []string{"node-1", "node-2"}
 			for _, node := range planned {

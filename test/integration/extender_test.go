@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -110,4 +111,19 @@ func held(p *corev1.Pod) {
 		p.Labels = map[string]string{}
 	}
 	p.Labels[holdLabel] = "true"
+}
+
+// waitOneAtPermit waits until one member passed the extender and waits at
+// Permit while the next is held, and returns the waiting member's name.
+func (c *cluster) waitOneAtPermit(ext *holdingExtender) string {
+	c.t.Helper()
+	var waiting string
+	c.waitFor("a member waiting at Permit, the other held", 30*time.Second, func() (bool, error) {
+		passed, held := ext.membersAtPermit()
+		if len(passed) == 1 && held {
+			waiting = passed[0]
+		}
+		return waiting != "", nil
+	})
+	return waiting
 }

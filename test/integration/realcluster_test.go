@@ -268,14 +268,7 @@ func TestPlannedNodeChangesWhileMemberWaits(t *testing.T) {
 					}
 				}
 			}()
-			var waiting string
-			c.waitFor("a member waiting at Permit, the other held", 30*time.Second, func() (bool, error) {
-				passed, held := ext.membersAtPermit()
-				if len(passed) == 1 && held {
-					waiting = passed[0]
-				}
-				return waiting != "", nil
-			})
+			waiting := c.waitOneAtPermit(ext)
 			// Empty equal nodes tie: the plan takes the first two by name.
 			planned := []string{"node-1", "node-2"}
 			start := time.Now()

@@ -97,63 +97,44 @@ func TestPreemptionLooksOnlyAtUnitsThatFreeGPUs(t *testing.T) {
 // TestPreemptionKeepsBudgetsAsASet: a budget allows one disruption over two
 // 8-GPU pods; a 3x8 low gang no budget covers runs elsewhere. Evicting both
 // budget pods (16 GPUs, two disruptions) breaks the budget: the gang goes.
+// The budget names the pods by a selector, or, in a namespace of their own,
+// by an empty selector: under policy/v1 that covers every pod of the
+// namespace (a nil one covers none).
 func TestPreemptionKeepsBudgetsAsASet(t *testing.T) {
-	var pods []*v1.Pod
-	for i, n := range []string{"n1", "n2"} {
-		name := fmt.Sprintf("db-%d", i)
-		pods = append(pods, testobj.MakePod("ns", name).UID(name).Label("app", "db").Created(t0).Node(n).Priority(1).
-			Container(testobj.MakeContainer("db").GPUs(8).Obj()).Obj())
-	}
-	pods = append(pods, lowGang("low", "n3", "n4", "n5")...)
-	high := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
-	for _, p := range high {
-		p.Spec.Priority = ptr.To[int32](100)
-	}
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
-		Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1},
-	}
-	nodes := []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8), gpuNode("n5", 8)}
-	f := newTestFrameworkWith(t, 2, nodes, append(pods, high...), pdb)
-	plan := f.preemptFor(t, high[0])
-	if plan == nil {
-		t.Fatal("no preemption")
-	}
-	if got, want := victimNames(plan, pods), sets.New("low-0", "low-1", "low-2"); !got.Equal(want) {
-		t.Errorf("victims %v, want %v (the budget allows one of db-0, db-1)", sets.List(got), sets.List(want))
-	}
-}
-
-// A budget with an empty selector covers every pod of its namespace under
-// policy/v1 (a nil selector covers none): the two database pods of
-// namespace db are budgeted by it as by a selector naming them, and the low
-// gang goes instead.
-func TestPreemptionCountsABudgetWithAnEmptySelector(t *testing.T) {
-	var pods []*v1.Pod
-	for i, n := range []string{"n1", "n2"} {
-		name := fmt.Sprintf("db-%d", i)
-		pods = append(pods, testobj.MakePod("db", name).UID(name).Label("app", "db").Created(t0).Node(n).Priority(1).
-			Container(testobj.MakeContainer("db").GPUs(8).Obj()).Obj())
-	}
-	pods = append(pods, lowGang("low", "n3", "n4", "n5")...)
-	high := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
-	for _, p := range high {
-		p.Spec.Priority = ptr.To[int32](100)
-	}
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "everything"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{}},
-		Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1},
-	}
-	nodes := []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8), gpuNode("n5", 8)}
-	f := newTestFrameworkWith(t, 2, nodes, append(pods, high...), pdb)
-	plan := f.preemptFor(t, high[0])
-	if plan == nil {
-		t.Fatal("no preemption")
-	}
-	if got, want := victimNames(plan, pods), sets.New("low-0", "low-1", "low-2"); !got.Equal(want) {
-		t.Errorf("victims %v, want %v (the empty selector budgets db-0 and db-1, one disruption allowed)", sets.List(got), sets.List(want))
+	for _, tc := range []struct {
+		name, namespace string
+		selector        *metav1.LabelSelector
+	}{
+		{"selector naming the pods", "ns", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+		{"empty selector over their namespace", "db", &metav1.LabelSelector{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pods []*v1.Pod
+			for i, n := range []string{"n1", "n2"} {
+				name := fmt.Sprintf("db-%d", i)
+				pods = append(pods, testobj.MakePod(tc.namespace, name).UID(name).Label("app", "db").Created(t0).Node(n).Priority(1).
+					Container(testobj.MakeContainer("db").GPUs(8).Obj()).Obj())
+			}
+			pods = append(pods, lowGang("low", "n3", "n4", "n5")...)
+			high := []*v1.Pod{worker("j", 0, 8, ""), worker("j", 1, 8, "")}
+			for _, p := range high {
+				p.Spec.Priority = ptr.To[int32](100)
+			}
+			pdb := &policyv1.PodDisruptionBudget{
+				ObjectMeta: metav1.ObjectMeta{Namespace: tc.namespace, Name: "db"},
+				Spec:       policyv1.PodDisruptionBudgetSpec{Selector: tc.selector},
+				Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1},
+			}
+			nodes := []*v1.Node{gpuNode("n1", 8), gpuNode("n2", 8), gpuNode("n3", 8), gpuNode("n4", 8), gpuNode("n5", 8)}
+			f := newTestFrameworkWith(t, 2, nodes, append(pods, high...), pdb)
+			plan := f.preemptFor(t, high[0])
+			if plan == nil {
+				t.Fatal("no preemption")
+			}
+			if got, want := victimNames(plan, pods), sets.New("low-0", "low-1", "low-2"); !got.Equal(want) {
+				t.Errorf("victims %v, want %v (the budget allows one of db-0, db-1)", sets.List(got), sets.List(want))
+			}
+		})
 	}
 }
 
