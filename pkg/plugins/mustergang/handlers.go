@@ -216,16 +216,9 @@ func (p *Plugin) brokenPlacement(old, node *v1.Node, deleted bool, np gang.NodeP
 	if domain, ok := p.nodes.topology.LabelDomain(np.Level, node); ok && domain != np.Domain {
 		return fmt.Sprintf("left %s %s (it is now in %s %q)", np.Level, np.Domain, np.Level, domain)
 	}
-	planned := map[types.UID]bool{}
-	for _, uid := range np.Members {
-		planned[uid] = true
-	}
 	logger := p.logger()
 	preemptible := p.nodes.preemptible(node)
-	for _, m := range p.source.members(np.Key).pending {
-		if !planned[m.UID] {
-			continue
-		}
+	for _, m := range p.plannedPending(np) {
 		if !gang.ConstraintsOf(logger, m).Match(node) {
 			return fmt.Sprintf("no longer fits member %s (a taint it does not tolerate, or its node selector or affinity)", m.Name)
 		}
@@ -239,6 +232,21 @@ func (p *Plugin) brokenPlacement(old, node *v1.Node, deleted bool, np gang.NodeP
 		}
 	}
 	return ""
+}
+
+// plannedPending are the gang's pending members that np planned on its node.
+func (p *Plugin) plannedPending(np gang.NodePlan) []*v1.Pod {
+	planned := make(map[types.UID]bool, len(np.Members))
+	for _, uid := range np.Members {
+		planned[uid] = true
+	}
+	var out []*v1.Pod
+	for _, m := range p.source.members(np.Key).pending {
+		if planned[m.UID] {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // lostAllocatable names a resource pod asks for of which node has less
@@ -345,12 +353,8 @@ func (p *Plugin) onDevicesLost(slice *resourceapi.ResourceSlice, lost string) {
 		if np.Profile != p.handle.ProfileName() {
 			continue
 		}
-		planned := map[types.UID]bool{}
-		for _, uid := range np.Members {
-			planned[uid] = true
-		}
-		for _, m := range p.source.members(np.Key).pending {
-			if !planned[m.UID] || !takesDRADevices(m, node) {
+		for _, m := range p.plannedPending(np) {
+			if !takesDRADevices(m, node) {
 				continue
 			}
 			why := fmt.Sprintf("lost DRA devices, which member %s takes (%s)", m.Name, lost)
