@@ -19,7 +19,9 @@ type fakeCycle struct {
 	// gather refuses when set; otherwise a0 and a1 are pending.
 	refusal *Refusal
 	// plan is what Compute finds (nil: no room, screened).
-	plan      *Plan
+	plan *Plan
+	// searchErr is SearchVictims' error.
+	searchErr error
 	lingering string
 	held      bool
 	// terminating counts pods terminating for the member on its nominated
@@ -80,7 +82,7 @@ func (c *fakeCycle) InSnapshot(string) bool                   { return c.inSnaps
 func (c *fakeCycle) RefusedAt(*v1.Pod, string) (string, bool) { return c.refusedAt, c.avoid }
 func (c *fakeCycle) Preemption() (bool, time.Duration)        { return c.preemption, time.Second }
 func (c *fakeCycle) StillTerminating(Key) (int, error)        { return 0, nil }
-func (c *fakeCycle) SearchVictims() (*Victims, error)         { return c.victims, nil }
+func (c *fakeCycle) SearchVictims() (*Victims, error)         { return c.victims, c.searchErr }
 
 // member is gang a's member uid.
 func member(uid types.UID) *v1.Pod {

@@ -1,6 +1,7 @@
 package gang
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -45,6 +46,9 @@ type RecourseCycle interface {
 	StillTerminating(key Key) (int, error)
 	// SearchVictims finds what to evict so that the gathered gang fits
 	// (nil when nothing would make room), changing nothing.
+	// SearchVictims returns ErrEarlierEvictionsUnfinished, without
+	// searching, while evictions an earlier run of the scheduler began are
+	// still being finished.
 	SearchVictims() (*Victims, error)
 }
 
@@ -78,6 +82,12 @@ type Recourse struct {
 	Evict     int64
 	Preempted int64
 }
+
+// ErrEarlierEvictionsUnfinished is SearchVictims' answer while the
+// evictions an earlier run of the scheduler began (it stopped, or lost its
+// lease, halfway) are still being finished: the capacity they free is not
+// searched for a second time.
+var ErrEarlierEvictionsUnfinished = errors.New("the preemptions begun before this scheduler started are still being finished")
 
 // AvoidFor is how long a (member, node) pair the framework rejected in a
 // real cycle is kept out of new plans.
@@ -192,6 +202,12 @@ func (m *Manager) Preempt(c RecourseCycle, pod *v1.Pod) (r Recourse) {
 		return r
 	}
 	found, err := c.SearchVictims()
+	if errors.Is(err, ErrEarlierEvictionsUnfinished) {
+		// Their capacity is coming free, as for StillTerminating; the
+		// gang tries again after its preemption interval.
+		r.Message = fmt.Sprintf("%s: %v", key.Subject(), err)
+		return r
+	}
 	if err != nil {
 		r.Err = err
 		return r

@@ -86,3 +86,19 @@ func TestPreemptOnlyForAGangWaitingForCapacity(t *testing.T) {
 	assert.Zero(t, r.Evict)
 	assert.Equal(t, 0, c.gathered)
 }
+
+// While a restarted scheduler still finishes the evictions its earlier run
+// began, a gang waiting for capacity does not search for victims of its
+// own: it is told so, and no plan, eviction or error comes of it.
+func TestPreemptWaitsForEarlierEvictions(t *testing.T) {
+	m := NewManager()
+	m.Refused(jobA, Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, t0)
+	c := &fakeCycle{now: t0, inGang: true, preemption: true, searchErr: ErrEarlierEvictionsUnfinished,
+		victims: &Victims{Plan: twoSlots, Units: []VictimUnit{{Name: "ns/low", GPUs: 8, Pods: 1}}}}
+	r := m.Unplaced(c, member("a0"))
+	require.NoError(t, r.Err)
+	assert.Zero(t, r.Evict)
+	assert.Empty(t, r.Nominate)
+	assert.Equal(t, "gang ns/a: the preemptions begun before this scheduler started are still being finished", r.Message)
+	assert.Nil(t, m.Plan(jobA), "no plan installed")
+}

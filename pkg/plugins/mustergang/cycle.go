@@ -193,14 +193,16 @@ func (c *cycle) Preemption() (bool, time.Duration) {
 func (c *cycle) StillTerminating(key gang.Key) (int, error) { return c.p.stillTerminating(c.ctx, key) }
 
 // SearchVictims finishes the evictions an earlier run began
-// (evictor.resume) and waits for them before it looks for victims of its
-// own: the capacity they free is counted, not evicted for a second time.
+// (evictor.resume) before it looks for victims of its own: while they are
+// still being deleted it answers gang.ErrEarlierEvictionsUnfinished at
+// once, so the capacity they free is not evicted a second time and no
+// scheduling cycle waits on their API calls.
 func (c *cycle) SearchVictims() (*gang.Victims, error) {
 	p := c.p
 	select {
 	case <-p.evictions.resume(p.handlerCtx()):
-	case <-c.ctx.Done():
-		return nil, c.ctx.Err()
+	default:
+		return nil, gang.ErrEarlierEvictionsUnfinished
 	}
 	found, err := p.searchVictims(c.ctx, c.gr, c.gr.Priority, c.gr.Info.Constraints.Policy)
 	if err != nil {
