@@ -101,8 +101,9 @@ const (
 	// WakePlanMade: a plan was installed in one member's cycle; its other
 	// planned members are sent to their slots now.
 	WakePlanMade WakeReason = iota
-	// WakeMemberWaiting: a member reached Permit and waits there; the
-	// planned members not reserved yet are hurried so the wait is short.
+	// WakeMemberWaiting: the plan's first member reached Permit and waits
+	// there; the planned members not reserved yet are hurried so the wait
+	// is short.
 	WakeMemberWaiting
 	// WakeVictimsGone: the last pod preempted for the gang's plan is gone;
 	// its planned members go ahead.

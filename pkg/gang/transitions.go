@@ -252,6 +252,12 @@ func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, ba
 	s.plan.Reserved.Insert(uid)
 	c := s.plan.copy()
 	if s.plan.Reserved.Len() < len(s.plan.Slots) {
+		if s.plan.Reserved.Len() > 1 {
+			// Only the first member to wait hurries the others: from
+			// every member it is a wake of the whole gang per member,
+			// which a gang of 1000 pays for with a million activations.
+			return ArrivalWait, c, Effects{}
+		}
 		return ArrivalWait, c, Effects{Wake: []Wake{{Key: key, Reason: WakeMemberWaiting, Plan: c, Except: uid}}}
 	}
 	if live != nil {

@@ -146,6 +146,23 @@ func TestHeldOutLonePodsAreWokenByADrop(t *testing.T) {
 	assert.Equal(t, []Wake{{Key: held, Reason: WakeCapacityFreed, AllProfiles: true}}, e.Wake)
 }
 
+// Only the plan's first member to wait at Permit wakes the others: a wake
+// of the whole gang per member costs a gang of 1000 a million activations.
+func TestOnlyTheFirstArrivalWakes(t *testing.T) {
+	plan := twoMembers()
+	plan.Slots["a2"] = "n3"
+	m := installed(t, jobA, plan)
+
+	_, _, e := m.Arrive(jobA, plan.ID, "a1", t0, time.Second, nil)
+	require.Len(t, e.Wake, 1, "the first member to wait")
+	assert.Equal(t, WakeMemberWaiting, e.Wake[0].Reason)
+	arrival, _, e := m.Arrive(jobA, plan.ID, "a2", t0, time.Second, nil)
+	assert.Equal(t, ArrivalWait, arrival)
+	assert.Empty(t, e.Wake, "the second member to wait")
+	arrival, _, _ = m.Arrive(jobA, plan.ID, "a0", t0, time.Second, nil)
+	assert.Equal(t, ArrivalComplete, arrival)
+}
+
 func TestArriveCompletesThePlanOnce(t *testing.T) {
 	plan := twoMembers()
 	m := installed(t, jobA, plan)

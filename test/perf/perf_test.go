@@ -25,6 +25,8 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,6 +61,7 @@ var (
 	runsFlag       = flag.Int("perf-runs", 1, "how many times to run the whole set (schedulers interleaved within each run)")
 	upstreamFlag   = flag.String("perf-upstream-dir", "", "k8s.io/kubernetes module directory (default: go list -m)")
 	infoFileFlag   = flag.String("perf-info-file", "", "write the peak RSS of each run (process and etcd) and the placement check of each workload to this JSON file")
+	pprofFlag      = flag.String("perf-pprof", "", "serve net/http/pprof on this address (e.g. localhost:6060) while the run lasts: a profile of a workload that never ends")
 	gatesFlag      = flag.String("perf-feature-gates", "", "feature gates (key=true|false,...) for every scheduler alike, set over the gates muster changes for the framework's own plugins (schedulercmd.ComparisonFeatureGates), which every scheduler runs with too; a test case's own gates still apply to it")
 )
 
@@ -519,6 +522,9 @@ func BenchmarkPerf(b *testing.B) {
 		b.Fatal(err)
 	}
 	upstream := upstreamDir(b)
+	if *pprofFlag != "" {
+		go func() { b.Log(http.ListenAndServe(*pprofFlag, nil)) }()
+	}
 	// The framework's plugins decide alike for every scheduler compared, as
 	// in the simulator: muster's gates for them (InterPodAffinity's
 	// hostname fast path), then -perf-feature-gates.

@@ -232,3 +232,24 @@ func TestMemberWithAnInvalidAnnotationWaitsForItsGang(t *testing.T) {
 	require.Equal(t, fwk.UnschedulableAndUnresolvable, st.Code(), "PreEnqueue: %v", st)
 	assert.Contains(t, st.Message(), "has 2 of 3 members")
 }
+
+// PreEnqueue keeps its count of a gang's pods only until the plugin's
+// next pod event: a member added or deleted is counted at once.
+func TestPreEnqueueCountsAgainAfterAPodEvent(t *testing.T) {
+	a, b, c := worker("g", 0, 1, ""), worker("g", 1, 1, ""), worker("g", 2, 1, "")
+	f := newQuietFramework(t, 3, []*v1.Node{gpuNode("n1", 8)}, nil, []*v1.Pod{a, b})
+	for range 2 {
+		st := f.plugin.PreEnqueue(t.Context(), a)
+		require.Equal(t, fwk.UnschedulableAndUnresolvable, st.Code(), "PreEnqueue: %v", st)
+		assert.Contains(t, st.Message(), "has 2 of 3 members")
+	}
+	require.NoError(t, f.plugin.source.pods.Add(c))
+	f.plugin.onPodAdd(c)
+	assert.True(t, f.plugin.PreEnqueue(t.Context(), a).IsSuccess(), "the third member was added")
+
+	require.NoError(t, f.plugin.source.pods.Delete(b))
+	f.plugin.onPodDelete(b)
+	st := f.plugin.PreEnqueue(t.Context(), a)
+	require.Equal(t, fwk.UnschedulableAndUnresolvable, st.Code(), "PreEnqueue after a member left: %v", st)
+	assert.Contains(t, st.Message(), "has 2 of 3 members")
+}

@@ -465,3 +465,57 @@ func TestDisplacedGangOfAnotherProfileIsWoken(t *testing.T) {
 	assert.ElementsMatch(t, []string{"ns/o-0", "ns/o-1"}, f.takeActivated(), "the displaced gang's members try again")
 	assert.Equal(t, 1.0, wakesSince(t, before)[gang.WakeBackoffEnded])
 }
+
+// A gang created or ungated pod by pod wakes its held members once, when
+// enough of them are there to reach the quorum, not at every sibling: for
+// a gang of 1000 that is the difference between a thousand PreEnqueue calls
+// and half a million.
+func TestSiblingsWakeTheGangOnlyAtTheQuorum(t *testing.T) {
+	t.Run("added", func(t *testing.T) {
+		g0, g1, g2 := worker("g", 0, 1, ""), worker("g", 1, 1, ""), worker("g", 2, 1, "")
+		f := newQuietFramework(t, 3, []*v1.Node{gpuNode("n1", 8)}, nil, []*v1.Pod{g0, g1})
+		hint, err := f.plugin.sameGangPod(klog.Background(), g0, nil, g1)
+		require.NoError(t, err)
+		assert.Equal(t, fwk.QueueSkip, hint, "2 of 3 members: the held member would only be held again")
+
+		require.NoError(t, f.plugin.source.pods.Add(g2))
+		f.plugin.onPodAdd(g2)
+		assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1", "ns/g-2"}, f.takeActivated(), "the quorum reached")
+		hint, err = f.plugin.sameGangPod(klog.Background(), g0, nil, g2)
+		require.NoError(t, err)
+		assert.Equal(t, fwk.Queue, hint, "the third member completes the quorum")
+
+		other := worker("o", 0, 1, "")
+		hint, err = f.plugin.sameGangPod(klog.Background(), g0, nil, other)
+		require.NoError(t, err)
+		assert.Equal(t, fwk.QueueSkip, hint, "another gang's member")
+
+		bound := g1.DeepCopy()
+		bound.Spec.NodeName = "n1"
+		bound.ResourceVersion = "2"
+		hint, err = f.plugin.sameGangPod(klog.Background(), g0, nil, bound)
+		require.NoError(t, err)
+		assert.Equal(t, fwk.Queue, hint, "a sibling bound")
+	})
+	t.Run("ungated", func(t *testing.T) {
+		var gated []*v1.Pod
+		for i := range 3 {
+			p := worker("g", i, 1, "")
+			p.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: "example.com/wait"}}
+			gated = append(gated, p)
+		}
+		f := newQuietFramework(t, 3, []*v1.Node{gpuNode("n1", 8)}, nil, gated)
+		before := wakeCounts(t)
+		for i, p := range gated {
+			ungated := p.DeepCopy()
+			ungated.Spec.SchedulingGates = nil
+			require.NoError(t, f.plugin.source.pods.Update(ungated))
+			f.plugin.onPodUpdate(p, ungated)
+			if i < 2 {
+				assert.Empty(t, f.takeActivated(), "%d of 3 members ungated", i+1)
+			}
+		}
+		assert.ElementsMatch(t, []string{"ns/g-0", "ns/g-1", "ns/g-2"}, f.takeActivated(), "the last ungating reaches the quorum")
+		assert.Equal(t, map[gang.WakeReason]float64{gang.WakeMemberUngated: 1}, wakesSince(t, before))
+	})
+}
