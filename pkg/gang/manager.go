@@ -448,3 +448,26 @@ func (m *Manager) LastNotice(key Key) (outcome Outcome, message string) {
 	}
 	return "", ""
 }
+
+// Sizes counts what the manager keeps, by structure: the gangs it knows,
+// those planned and unplaceable, the victims plans wait for, and over every
+// gang the members in flight, the members that finished, the (member,
+// node) pairs to avoid and the pods its last preemption evicted. A gang
+// whose pods are all gone is forgotten (Forget), so on a cluster whose
+// gangs come and go each count returns to what the gangs present need.
+func (m *Manager) Sizes() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{"gangs": len(m.gangs), "gangs planned": len(m.planned), "gangs unplaceable": m.unplaceable.Len(),
+		"victims awaited": len(m.victimOf), "members in flight": 0, "members succeeded": 0, "gangs' preempted pods": 0,
+		"avoided (member, node) pairs": 0}
+	for _, s := range m.gangs {
+		out["members in flight"] += len(s.inFlight)
+		out["members succeeded"] += s.succeeded.Len()
+		out["gangs' preempted pods"] += s.preempted.Len()
+		for _, nodes := range s.avoid {
+			out["avoided (member, node) pairs"] += len(nodes)
+		}
+	}
+	return out
+}

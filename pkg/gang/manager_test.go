@@ -1,6 +1,7 @@
 package gang
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -218,4 +219,46 @@ func TestLookupsSeeOnlyActivePlans(t *testing.T) {
 	_, ok := m.Install(job("a"), plan("a0", "n-a"), "", "planned again", now, nil, 0)
 	require.True(t, ok)
 	active(t, "a")
+}
+
+// Gangs that come and go leave nothing behind in the manager: a gang bound
+// after preempting, one whose plan was dropped and then found no room, and
+// one forgotten with its plan still waiting for victims are each dropped
+// from every structure once Forget is told their pods are gone.
+func TestManagerForgetsEveryKeyedEntry(t *testing.T) {
+	m := NewManager()
+	var keys []Key
+	for i := range 99 {
+		key := Key{Kind: KindJob, Namespace: "ns", Name: fmt.Sprintf("g%d", i)}
+		keys = append(keys, key)
+		m0, m1, victim := types.UID(fmt.Sprintf("g%d-0", i)), types.UID(fmt.Sprintf("g%d-1", i)), types.UID(fmt.Sprintf("v%d", i))
+		plan := &ActivePlan{Plan: Plan{Slots: map[types.UID]string{m0: "n1", m1: "n2"}}, Reserved: sets.New[types.UID](),
+			Victims: sets.New(victim), Evicted: sets.New(victim), Profile: "muster", Created: t0, Deadline: t0.Add(time.Minute)}
+		_, ok := m.Install(key, plan, m0, "preempting", t0, nil, 0)
+		require.True(t, ok)
+		avoidFor(m, key, "n3", t0, t0.Add(time.Hour), m0)
+		switch i % 3 {
+		case 0:
+			m.VictimGone(victim, "muster")
+			m.Arrive(key, plan.ID, m0, t0, time.Second, nil)
+			arrival, _, _ := m.Arrive(key, plan.ID, m1, t0, time.Second, nil)
+			require.Equal(t, ArrivalComplete, arrival)
+			m.MemberBound(key, m0, t0)
+			m.Succeed(key, m1)
+		case 1:
+			m.Drop(key, plan.ID, DropRejected, "rejected", t0, time.Second)
+			m.Refused(key, Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, t0)
+		}
+	}
+	before := m.Sizes()
+	for _, name := range []string{"gangs", "gangs planned", "gangs unplaceable", "victims awaited", "members in flight",
+		"members succeeded", "gangs' preempted pods", "avoided (member, node) pairs"} {
+		assert.Positive(t, before[name], "%s before the gangs left: the test drives no key into it", name)
+	}
+	for _, key := range keys {
+		m.Forget(key, t0)
+	}
+	for name, n := range m.Sizes() {
+		assert.Zero(t, n, "%s after every gang left", name)
+	}
 }

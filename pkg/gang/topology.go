@@ -285,3 +285,17 @@ func (t *TopologyIndex) idLocked(l int, value string) int32 {
 	}
 	return id
 }
+
+// Sizes counts what the index keeps: node objects with their domain
+// numbers, domain names over every level, and remembered answers. Both
+// are bounded by the nodes of the last lists (domainsOf renumbers when
+// nodes that left dominate), not by every node ever seen.
+func (t *TopologyIndex) Sizes() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]int{"topology nodes": len(t.nodes), "topology answers": len(t.recent), "topology domains": 0}
+	for _, ids := range t.ids {
+		out["topology domains"] += len(ids)
+	}
+	return out
+}

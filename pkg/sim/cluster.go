@@ -43,6 +43,10 @@ type cluster struct {
 	bg *background
 	// dra is the DRA cluster's record (dra.go), nil without DRA.
 	dra *draCluster
+	// refusedPatches counts the Job patches refused for good
+	// (soak.refuseJobPatches); nodesReplaced the spot nodes replaced.
+	refusedPatches atomic.Int64
+	nodesReplaced  int
 }
 
 // nodeSet is the cluster's nodes as the simulator knows them.
@@ -62,8 +66,13 @@ type nodeSet struct {
 
 // workload is the plan's jobs as gangs, and who owns which pod.
 type workload struct {
-	gangs   []*gangState
-	podGang map[string]*gangState
+	gangs []*gangState
+	// live are the gangs that arrived and are not done, in arrival order
+	// (liveGangs drops the done ones): what each step's sample reads, so a
+	// step costs the gangs in the cluster, not every job of a month.
+	live     []*gangState
+	finished int
+	podGang  map[string]*gangState
 	// lowestPriority is the plan's lowest job priority.
 	lowestPriority int32
 	// bindsApplied counts the bindings applied to the gangs (collectBinds).
@@ -117,6 +126,9 @@ func newCluster(opts Options, eng *engine, rec *measure.Recorder) (*cluster, err
 	c.cs = fake.NewSimpleClientset()
 	c.cs.PrependReactor("create", "pods", c.bindReactor(opts.BindFault))
 	c.cs.PrependReactor("delete", "pods", c.deleteReactor)
+	if so := plan.Scenario.Soak; so != nil && so.RefuseJobPatches > 0 {
+		c.cs.PrependReactor("patch", "jobs", refuseJobPatches(so.RefuseJobPatches, plan.Seed, &c.refusedPatches))
+	}
 	for _, n := range plan.Nodes {
 		spec := &nodeSpec{name: n.Name, rack: n.Rack, zone: n.Zone, gpus: n.GPUs, spot: n.Spot, dra: n.DRA, slot: n.Slot}
 		c.nodes.add(spec)
@@ -217,6 +229,31 @@ type gangState struct {
 	cpuOnly map[string]bool
 	running bool
 	done    bool
+	// listed: in workload.live.
+	listed bool
+}
+
+// arrived lists g among the live gangs (once, however often it restarts).
+func (w *workload) arrived(g *gangState) {
+	if !g.listed && !g.done {
+		g.listed = true
+		w.live = append(w.live, g)
+	}
+}
+
+// liveGangs are the gangs that arrived and are not done.
+func (w *workload) liveGangs() []*gangState {
+	kept := w.live[:0]
+	for _, g := range w.live {
+		if g.done {
+			g.listed = false
+			continue
+		}
+		kept = append(kept, g)
+	}
+	clear(w.live[len(kept):])
+	w.live = kept
+	return kept
 }
 
 // heldGPUs are the GPUs of the gang's bound members: every bound member's
@@ -249,7 +286,7 @@ func (c *cluster) placement(g *gangState) measure.Placement {
 
 func (c *cluster) partialGangs() []string {
 	var out []string
-	for _, g := range c.work.gangs {
+	for _, g := range c.work.liveGangs() {
 		if n := len(g.bound); n > 0 && n < g.job.Members() {
 			out = append(out, g.job.Name)
 		}
@@ -259,7 +296,7 @@ func (c *cluster) partialGangs() []string {
 
 func (c *cluster) sample() measure.Sample {
 	s := measure.Sample{T: c.eng.now.Seconds(), CapacityGPUs: c.nodes.capacityGPUs}
-	for _, g := range c.work.gangs {
+	for _, g := range c.work.liveGangs() {
 		held := g.heldGPUs()
 		s.HeldGPUs += held
 		if g.running {
@@ -270,12 +307,9 @@ func (c *cluster) sample() measure.Sample {
 }
 
 func (c *cluster) progressState() ProgressState {
-	st := ProgressState{Virtual: c.eng.now, Total: len(c.work.gangs)}
-	for _, g := range c.work.gangs {
-		switch {
-		case g.done:
-			st.Done++
-		case g.running:
+	st := ProgressState{Virtual: c.eng.now, Total: len(c.work.gangs), Done: c.work.finished}
+	for _, g := range c.work.liveGangs() {
+		if g.running {
 			st.Running++
 		}
 	}

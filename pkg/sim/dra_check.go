@@ -61,7 +61,7 @@ func (c *cluster) checkDRA() {
 		}
 	}
 	var held int64
-	for _, g := range c.work.gangs {
+	for _, g := range c.work.liveGangs() {
 		for pod, node := range g.bound {
 			if spec := c.nodes.byName[node]; spec != nil && spec.dra {
 				held += g.podGPUs(pod)

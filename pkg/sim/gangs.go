@@ -28,6 +28,7 @@ func (c *cluster) complete(ctx context.Context, e event) error {
 		return err
 	}
 	g.running, g.done = false, true
+	c.work.finished++
 	c.rec.Completed(g.job.Name, c.eng.now)
 	c.counts.want(kindJobDelete)
 	if err := c.cs.BatchV1().Jobs(namespace).Delete(ctx, g.job.Name, metav1.DeleteOptions{}); err != nil {

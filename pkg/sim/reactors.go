@@ -2,10 +2,13 @@ package sim
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -153,4 +156,25 @@ func (d *deletions) take() []string {
 	out := d.evicted
 	d.evicted = nil
 	return out
+}
+
+// refuseJobPatches returns the reactor that refuses, for good, every patch
+// of the Jobs it picks: a seeded share of them, chosen by name, as an
+// admission webhook that denies updates of some Jobs would (scenario
+// soak.refuseJobPatches). refused counts the patches it refused.
+func refuseJobPatches(share float64, seed uint64, refused *atomic.Int64) k8stesting.ReactionFunc {
+	return func(action k8stesting.Action) (bool, runtime.Object, error) {
+		patch, ok := action.(k8stesting.PatchAction)
+		if !ok {
+			return false, nil, nil
+		}
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%d/%s/%s", seed, patch.GetNamespace(), patch.GetName())
+		if float64(h.Sum64()%1_000_000) >= share*1_000_000 {
+			return false, nil, nil
+		}
+		refused.Add(1)
+		return true, nil, apierrors.NewForbidden(batchv1.Resource("jobs"), patch.GetName(),
+			fmt.Errorf("admission webhook %q denied the request: updates of this Job are not allowed", "deny.sim.muster.dev"))
+	}
 }

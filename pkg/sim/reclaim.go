@@ -94,6 +94,7 @@ func (c *cluster) replaceNode(ctx context.Context, e event) error {
 	spec := &nodeSpec{name: fmt.Sprintf("%s-g%d", orig.Name, e.generation), rack: orig.Rack, zone: orig.Zone, gpus: orig.GPUs,
 		spot: true, dra: orig.DRA, slot: e.slot, generation: e.generation}
 	c.counts.want(kindNodeAdd)
+	c.nodesReplaced++
 	nodeCPU, nodeMemory := c.nodeResources(spec.gpus)
 	if _, err := c.cs.CoreV1().Nodes().Create(ctx, versioned(c.resourceVersion, nodeObject(*spec, nodeCPU, nodeMemory)), metav1.CreateOptions{}); err != nil {
 		return err

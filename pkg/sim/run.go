@@ -95,6 +95,11 @@ func Run(ctx context.Context, opts Options) (*measure.Run, error) {
 	d.ClockMovesPodBackoff, d.ClockMovesGangBackoff = st.podBackoffMoves, st.gangBackoffMoves
 	d.EndReason = h.endReason
 	d.Extra = h.driver.metrics.extra()
+	if h.soak != nil {
+		h.soak.take(h, h.engine.now) // at the end, every job done
+		d.Soak = h.soak.samples
+	}
+	d.RefusedJobPatches = h.cluster.refusedPatches.Load()
 	if d.DRA = h.cluster.draResult(); d.DRA != nil && d.DRA.ViolationCount > 0 {
 		return nil, fmt.Errorf("%s on %s seed %d broke %d DRA checks, first: %s", opts.Scheduler, opts.Plan.Scenario.Name, opts.Plan.Seed,
 			d.DRA.ViolationCount, strings.Join(d.DRA.Violations, "; "))
@@ -125,6 +130,8 @@ type harness struct {
 	// firstRelease is when the first step that created pods resumed the
 	// scheduler; lastBind is the latest binding so far.
 	firstRelease, lastBind time.Time
+	// soak samples what the scheduler keeps (nil without a soak block).
+	soak *soakSampler
 }
 
 func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, error) {
@@ -138,6 +145,7 @@ func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, err
 		return nil, err
 	}
 	h.driver.start(ctx)
+	h.soak = newSoakSampler(h)
 	h.setup, h.setupCPU = time.Since(setupStart), processCPU()-setupCPUStart
 	return h, nil
 }
@@ -281,6 +289,7 @@ func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 		return 0, err
 	}
 	c.checkDRA()
+	h.soak.maybe(h, t)
 	h.opts.Progress.Update(c.progressState())
 	return binds, nil
 }
@@ -297,6 +306,9 @@ func (h *harness) submit(ctx context.Context, arriving []*gangState) error {
 		return nil
 	}
 	c, d := h.cluster, h.driver
+	for _, g := range arriving {
+		c.work.arrived(g)
+	}
 	if c.b.podGroups {
 		if err := c.createPodGroups(ctx, arriving); err != nil {
 			return err

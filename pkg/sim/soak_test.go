@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -101,5 +103,41 @@ func TestBindFailuresAreRetried(t *testing.T) {
 		if g.Submitted == 0 && g.Placed != 0 {
 			t.Errorf("gang %s (submitted at 0) was placed at %.0fs, not in its own step", g.Name, g.Placed)
 		}
+	}
+}
+
+// A day of a churning cluster (bench/scenarios/soak-day.yaml: spot nodes
+// replaced under new names, jobs of two priorities arriving and finishing,
+// a tenth of the Jobs refusing every patch) leaves nothing behind in
+// muster: once every job is done, each structure keyed by gang, pod or
+// victim is empty, and those keyed by node or domain hold no more than the
+// nodes present (the topology index forgets replaced nodes once they
+// dominate, so it may keep up to twice the fleet plus 1024).
+func TestSoakLeavesNothingBehind(t *testing.T) {
+	r := run(t, benchPlan(t, "soak-day.yaml", 1), Muster)
+	d := r.Details
+	require.NotEmpty(t, d.Soak)
+	last := d.Soak[len(d.Soak)-1]
+	require.Equal(t, last.JobsSubmitted, last.JobsFinished, "the run ends with every job done: %s", d.EndReason)
+	assert.Positive(t, last.NodesReplaced, "no spot node was replaced")
+	assert.Positive(t, d.RefusedJobPatches, "no failed-plan record was refused")
+	peak := map[string]int{}
+	for _, s := range d.Soak {
+		for k, n := range s.Structures {
+			peak[k] = max(peak[k], n)
+		}
+	}
+	assert.Positive(t, peak["gangs"], "no gang was ever known")
+	for _, k := range []string{"gangs", "gangs planned", "gangs unplaceable", "victims awaited", "members in flight", "members succeeded",
+		"gangs' preempted pods", "avoided (member, node) pairs", "failed-plan records", "failed-plan queue", "status queue", "timers named", "timers live"} {
+		n, ok := last.Structures[k]
+		require.True(t, ok, "muster reports no %q", k)
+		assert.Zero(t, n, "%s once every job is done (peak %d)", k, peak[k])
+	}
+	for _, k := range []string{"node views", "node classes", "DRA nodes", "DRA slices"} {
+		assert.LessOrEqual(t, last.Structures[k], last.Nodes, "%s: more than the nodes present", k)
+	}
+	for _, k := range []string{"topology nodes", "topology domains"} {
+		assert.LessOrEqual(t, last.Structures[k], 3*last.Nodes+1024, "%s", k)
 	}
 }

@@ -69,11 +69,15 @@ type nodeClass struct {
 	reclaiming  bool
 }
 
-// forget drops what is known of a deleted node.
+// forget drops what is known of a deleted node: its class and its kept
+// view (a snapshot that still lists it computes the view again).
 func (n *nodeViews) forget(name string) {
 	n.classes.mu.Lock()
 	delete(n.classes.byName, name)
 	n.classes.mu.Unlock()
+	n.mu.Lock()
+	delete(n.kept, name)
+	n.mu.Unlock()
 }
 
 // classOf is node's class, computed once per node object.

@@ -100,6 +100,30 @@ type Details struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	// RunOrder is the position in which this scheduler ran (1: first).
 	RunOrder int `json:"run_order,omitempty"`
+	// Soak is sampled every scenario soak.sampleEvery of virtual time
+	// (scenarios with a soak block).
+	Soak []SoakSample `json:"soak,omitempty"`
+	// RefusedJobPatches counts the Job patches the simulated API refused
+	// for good (soak.refuseJobPatches).
+	RefusedJobPatches int64 `json:"refused_job_patches,omitempty"`
+}
+
+// SoakSample is what a scheduler keeps at one moment of a soak: the live
+// heap of the whole process after a full garbage collection (the
+// scheduler's, and the simulator's own records of every job so far), the
+// size of each structure muster keys by gang, pod, node, domain or slice
+// (Structures, empty for other schedulers), and what the cluster held then.
+type SoakSample struct {
+	VirtualHours float64        `json:"virtual_hours"`
+	HeapMiB      float64        `json:"heap_mib"`
+	Structures   map[string]int `json:"structures,omitempty"`
+	// Nodes and Pods are the cluster's at the sample; JobsSubmitted,
+	// JobsFinished and NodesReplaced count from the start.
+	Nodes         int `json:"nodes"`
+	Pods          int `json:"pods"`
+	JobsSubmitted int `json:"jobs_submitted"`
+	JobsFinished  int `json:"jobs_finished"`
+	NodesReplaced int `json:"nodes_replaced"`
 }
 
 // DRA is what the simulator checked of dynamic resource allocation after

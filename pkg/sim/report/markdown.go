@@ -237,7 +237,47 @@ func Markdown(rep Report, det Details) string {
 	if len(fastPath) > 0 {
 		fmt.Fprintf(&b, "InterPodAffinityHostnameFastPath (feature gate): %s.\n\n", strings.Join(fastPath, ", "))
 	}
+	for _, m := range rep.Results {
+		if d := det.Schedulers[m.Scheduler]; len(d.Soak) > 0 {
+			b.WriteString(SoakTable(m.Scheduler, d))
+		}
+	}
 	fmt.Fprintf(&b, "GPU allocation over virtual time: [%s](%s).\n", PlotFile, PlotFile)
+	return b.String()
+}
+
+// SoakTable renders a soak's samples (measure.SoakSample): one row per
+// sample, the heap and the cluster's size, then every structure the
+// scheduler keeps.
+func SoakTable(scheduler string, d measure.Details) string {
+	var b strings.Builder
+	names := map[string]bool{}
+	for _, s := range d.Soak {
+		for k := range s.Structures {
+			names[k] = true
+		}
+	}
+	structures := sortedSet(names)
+	fmt.Fprintf(&b, "## What %s keeps over the soak\n\n", scheduler)
+	b.WriteString("Sampled every soak.sampleEvery of virtual time and once at the end; heap: live heap of the whole process after a full GC (the scheduler's and the simulator's own records of every job so far).")
+	if d.RefusedJobPatches > 0 {
+		fmt.Fprintf(&b, " Job patches refused for good by the simulated API (soak.refuseJobPatches): %d.", d.RefusedJobPatches)
+	}
+	b.WriteString("\n\n| virtual day | heap MiB | nodes | job pods | jobs submitted | jobs finished | nodes replaced |")
+	for _, k := range structures {
+		fmt.Fprintf(&b, " %s |", k)
+	}
+	b.WriteString("\n|--:|--:|--:|--:|--:|--:|--:|")
+	b.WriteString(strings.Repeat("--:|", len(structures)))
+	b.WriteString("\n")
+	for _, s := range d.Soak {
+		fmt.Fprintf(&b, "| %.1f | %.0f | %d | %d | %d | %d | %d |", s.VirtualHours/24, s.HeapMiB, s.Nodes, s.Pods, s.JobsSubmitted, s.JobsFinished, s.NodesReplaced)
+		for _, k := range structures {
+			fmt.Fprintf(&b, " %d |", s.Structures[k])
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 

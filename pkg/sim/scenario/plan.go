@@ -212,7 +212,7 @@ func (s *Scenario) jobs(seed uint64) ([]Job, error) {
 	}
 	if p := s.Workload.Poisson; p != nil {
 		rng := rand.New(rand.NewPCG(seed, streamPoisson))
-		workers, gpus, policies := sortedKeys(p.Workers), sortedKeys(p.GPUsPerWorker), sortedKeys(p.Policies)
+		workers, gpus, policies, priorities := sortedKeys(p.Workers), sortedKeys(p.GPUsPerWorker), sortedKeys(p.Policies), sortedKeys(p.Priorities)
 		at := float64(p.Start.Duration)
 		for i := 0; i < p.Jobs; i++ {
 			at += rng.ExpFloat64() * float64(p.MeanInterarrival.Duration)
@@ -232,6 +232,9 @@ func (s *Scenario) jobs(seed uint64) ([]Job, error) {
 			}
 			if len(policies) > 0 {
 				job.Policy = weighted(rng, policies, p.Policies)
+			}
+			if len(priorities) > 0 { // drawn only when asked: other scenarios keep their jobs
+				job.Priority = int32(weighted(rng, priorities, p.Priorities))
 			}
 			jobs = append(jobs, job)
 		}

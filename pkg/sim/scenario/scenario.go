@@ -49,6 +49,21 @@ type Scenario struct {
 	// Background adds what a real cluster has beside the jobs (see
 	// Background); absent, the cluster is clean.
 	Background *Background `json:"background,omitempty"`
+	// Soak samples what the scheduler keeps as the run goes (see Soak);
+	// absent, nothing is sampled.
+	Soak *Soak `json:"soak,omitempty"`
+}
+
+// Soak makes a run a test of a scheduler's life of months: every
+// SampleEvery of virtual time the run records the live heap after a full
+// garbage collection and, for muster, the size of every structure it keys
+// by gang, pod, node, domain or slice (mustergang.Plugin.Sizes).
+type Soak struct {
+	SampleEvery Duration `json:"sampleEvery"`
+	// RefuseJobPatches is the share of Jobs (seeded) whose patches the API
+	// refuses for good (403, as an admission webhook denying updates
+	// would): muster's failed-plan records for them can never be written.
+	RefuseJobPatches float64 `json:"refuseJobPatches,omitempty"`
 }
 
 // Cluster is the shape of the simulated cluster.
@@ -113,6 +128,9 @@ type Poisson struct {
 	// Policies is a weighted choice of the muster.dev/preemptible annotation
 	// (empty: every job "avoid").
 	Policies map[string]float64 `json:"policies,omitempty"`
+	// Priorities is a weighted choice of the jobs' pod priority (empty:
+	// every job 0); jobs of a higher priority preempt lower ones.
+	Priorities map[int]float64 `json:"priorities,omitempty"`
 }
 
 // LogNormal is a log-normal distribution of durations, clamped to [Min, Max].
@@ -288,6 +306,19 @@ func (s *Scenario) Validate() error {
 			if err := validPolicy(pol); err != nil || w < 0 {
 				return fmt.Errorf("workload.poisson.policies: %q: invalid policy or negative weight", pol)
 			}
+		}
+		for prio, w := range p.Priorities {
+			if prio < 0 || prio > maxUserPriority || w < 0 {
+				return fmt.Errorf("workload.poisson.priorities: %d: a priority must be in [0, %d], its weight not negative", prio, maxUserPriority)
+			}
+		}
+	}
+	if so := s.Soak; so != nil {
+		switch {
+		case so.SampleEvery.Duration <= 0:
+			return fmt.Errorf("soak.sampleEvery must be positive")
+		case so.RefuseJobPatches < 0 || so.RefuseJobPatches > 1:
+			return fmt.Errorf("soak.refuseJobPatches must be in [0, 1]")
 		}
 	}
 	if ch := s.Churn; ch != nil {

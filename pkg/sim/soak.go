@@ -1,0 +1,66 @@
+package sim
+
+import (
+	"maps"
+	"runtime"
+	"time"
+
+	"github.com/muster-sched/muster/pkg/sim/measure"
+)
+
+// A soak (scenario soak block) samples, every soak.sampleEvery of virtual
+// time, what the scheduler keeps: the live heap after a full garbage
+// collection and, for muster, the size of every keyed structure of its
+// plugin. A scheduler that runs for months must keep each of them bounded
+// by what the cluster holds at the time, not by everything it has seen.
+
+// sizer is what muster's plugin answers (mustergang.Plugin.Sizes); asked
+// through an interface so the simulator does not reach into the plugin.
+type sizer interface{ Sizes() map[string]int }
+
+// soakSampler takes the samples of one run.
+type soakSampler struct {
+	every   time.Duration
+	next    time.Duration
+	samples []measure.SoakSample
+}
+
+func newSoakSampler(h *harness) *soakSampler {
+	so := h.opts.Plan.Scenario.Soak
+	if so == nil {
+		return nil
+	}
+	return &soakSampler{every: so.SampleEvery.Duration}
+}
+
+// maybe samples when virtual time t reached the next sample's time.
+func (s *soakSampler) maybe(h *harness, t time.Duration) {
+	if s == nil || t < s.next {
+		return
+	}
+	for s.next <= t {
+		s.next += s.every
+	}
+	s.take(h, t)
+}
+
+// take samples now (virtual time t).
+func (s *soakSampler) take(h *harness, t time.Duration) {
+	c := h.cluster
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	live := c.work.liveGangs()
+	sample := measure.SoakSample{VirtualHours: t.Hours(), HeapMiB: float64(m.HeapAlloc) / (1 << 20),
+		Nodes: len(c.nodes.byName), Pods: len(c.work.podGang), JobsSubmitted: c.work.finished + len(live),
+		JobsFinished: c.work.finished, NodesReplaced: c.nodesReplaced}
+	for _, fw := range h.driver.sched.Profiles {
+		for _, pl := range fw.PreEnqueuePlugins() {
+			if sz, ok := pl.(sizer); ok && sample.Structures == nil {
+				// One manager serves every profile; the first says it.
+				sample.Structures = maps.Clone(sz.Sizes())
+			}
+		}
+	}
+	s.samples = append(s.samples, sample)
+}
