@@ -69,22 +69,28 @@ const (
 	// DropDisplaced: a gang of higher priority was planned on a node the
 	// plan held capacity on (Install displaced it).
 	DropDisplaced
+	// DropQuorumRaised: the gang's quorum rose above what the plan places
+	// while its members were being reserved (a PodGroup's minCount raised).
+	DropQuorumRaised
 )
 
 var dropCauseNames = [...]string{
-	DropTimeout:     "timeout",
-	DropRejected:    "rejected",
-	DropMemberGone:  "member_deleted",
-	DropPlanBroken:  "plan_broken",
-	DropNodeChanged: "node_changed",
-	DropDisplaced:   "displaced",
+	DropTimeout:      "timeout",
+	DropRejected:     "rejected",
+	DropMemberGone:   "member_deleted",
+	DropPlanBroken:   "plan_broken",
+	DropNodeChanged:  "node_changed",
+	DropDisplaced:    "displaced",
+	DropQuorumRaised: "quorum_raised",
 }
 
 func (c DropCause) String() string { return dropCauseNames[c] }
 
 // backsOff reports whether the gang waits before it is planned again: not
 // when the cluster changed under a plan that was fine.
-func (c DropCause) backsOff() bool { return c != DropNodeChanged && c != DropDisplaced }
+func (c DropCause) backsOff() bool {
+	return c != DropNodeChanged && c != DropDisplaced && c != DropQuorumRaised
+}
 
 // Outcome is what the drop is announced as.
 func (c DropCause) Outcome() Outcome {

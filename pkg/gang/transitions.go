@@ -228,7 +228,9 @@ const (
 // deadline, before the deadline's timer fired, expires the plan itself (as
 // Expire would, backing off from base). It returns a copy of the plan.
 //
-// live, when set, says whether a member's pod still stands (not deleted,
+// check (nil: none) is asked before the plan is released.
+//
+// check.Live, when set, says whether a member's pod still stands (not deleted,
 // not terminating) and, for the others, still waits at Permit: the
 // framework rejects a deleted member waiting at Permit at once, and another
 // profile's preemption turns a waiting member away in memory; muster
@@ -236,7 +238,14 @@ const (
 // A plan this member would complete while a reserved member, this one
 // included (deleted during its own cycle, its binding would fail), is no
 // longer live is dropped instead, so the others do not bind without it.
-func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, base time.Duration, live func(types.UID) bool) (Arrival, *ActivePlan, Effects) {
+//
+// check.Quorum, when set, is the gang's quorum read by the caller just
+// before (not under the manager's lock: reading it asks the manager for
+// the gang's finished members): one raised above
+// what the plan places and counts on (a PodGroup's minCount changed while
+// its members were reserved) drops the plan, to be made again at once for
+// the new quorum, instead of binding the gang below it.
+func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, base time.Duration, check *ReleaseCheck) (Arrival, *ActivePlan, Effects) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.gangs[key]
@@ -260,15 +269,21 @@ func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, ba
 		}
 		return ArrivalWait, c, Effects{Wake: []Wake{{Key: key, Reason: WakeMemberWaiting, Plan: c, Except: uid}}}
 	}
-	if live != nil {
+	if check != nil && check.Live != nil {
 		for _, member := range sets.List(s.plan.Reserved) {
-			if !live(member) {
+			if !check.Live(member) {
 				reason := fmt.Sprintf("member %s is no longer waiting at Permit (deleted, or turned away)", member)
 				if member == uid {
 					reason = fmt.Sprintf("member %s was deleted during its own scheduling cycle", member)
 				}
 				return ArrivalDropped, nil, m.drop(key, planID, DropMemberGone, reason, now, base)
 			}
+		}
+	}
+	if check != nil && check.Quorum > 0 {
+		if quorum, places := check.Quorum, len(s.plan.Slots)+s.plan.CountsOn.Len(); quorum > places {
+			reason := fmt.Sprintf("the gang's quorum rose to %d while its plan for %d members was being reserved", quorum, places)
+			return ArrivalDropped, nil, m.drop(key, planID, DropQuorumRaised, reason, now, base)
 		}
 	}
 	m.setPlan(key, s, nil)
@@ -287,6 +302,13 @@ func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, ba
 	e.Notice = s.notice(key, OutcomeScheduled, fmt.Sprintf("%s: all %d planned members reserved on %d nodes in %s %s; binding",
 		key.Subject(), len(c.Slots), c.Nodes, c.Level, c.Domain))
 	return ArrivalComplete, c, e
+}
+
+// ReleaseCheck is what Arrive asks, under its lock, before it releases a
+// plan (see Arrive).
+type ReleaseCheck struct {
+	Live   func(types.UID) bool
+	Quorum int // 0: not known
 }
 
 // Drop drops the gang's plan planID (0: whatever plan it has): its

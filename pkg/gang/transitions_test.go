@@ -209,9 +209,9 @@ func TestArriveDoesNotCompleteWithoutADeletedMember(t *testing.T) {
 			plan := twoMembers()
 			m := installed(t, jobA, plan)
 			live := func(uid types.UID) bool { return uid != tc.deleted }
-			arrival, _, _ := m.Arrive(jobA, plan.ID, "a1", t0, time.Second, live)
+			arrival, _, _ := m.Arrive(jobA, plan.ID, "a1", t0, time.Second, &ReleaseCheck{Live: live})
 			require.Equal(t, ArrivalWait, arrival)
-			arrival, _, e := m.Arrive(jobA, plan.ID, "a0", t0, time.Second, live)
+			arrival, _, e := m.Arrive(jobA, plan.ID, "a0", t0, time.Second, &ReleaseCheck{Live: live})
 			assert.Equal(t, ArrivalDropped, arrival)
 			require.NotNil(t, e.Dropped)
 			assert.Equal(t, DropMemberGone, e.Dropped.Cause)
@@ -220,6 +220,35 @@ func TestArriveDoesNotCompleteWithoutADeletedMember(t *testing.T) {
 			require.NotNil(t, e.Reject)
 			assert.Nil(t, m.Plan(jobA))
 		})
+	}
+}
+
+// A plan is not released below a quorum raised while its members were
+// reserved (a PodGroup's minCount changed): it is dropped, to be made
+// again at once for the new quorum; a quorum the plan still meets releases
+// it.
+func TestArriveDoesNotReleaseBelowARaisedQuorum(t *testing.T) {
+	for _, tc := range []struct {
+		quorum   int
+		released bool
+	}{{3, true}, {4, false}} { // two slots, one member counted on as bound
+		plan := twoMembers()
+		m := installed(t, jobA, plan)
+		check := &ReleaseCheck{Quorum: tc.quorum}
+		arrival, _, _ := m.Arrive(jobA, plan.ID, "a1", t0, time.Second, check)
+		require.Equal(t, ArrivalWait, arrival)
+		arrival, _, e := m.Arrive(jobA, plan.ID, "a0", t0, time.Second, check)
+		if tc.released {
+			assert.Equal(t, ArrivalComplete, arrival, "quorum %d", tc.quorum)
+			continue
+		}
+		assert.Equal(t, ArrivalDropped, arrival, "quorum %d", tc.quorum)
+		require.NotNil(t, e.Dropped)
+		assert.Equal(t, DropQuorumRaised, e.Dropped.Cause)
+		assert.Equal(t, "the gang's quorum rose to 4 while its plan for 3 members was being reserved", e.Dropped.Reason)
+		assert.Zero(t, e.Dropped.Backoff, "planned again at once")
+		assert.Empty(t, e.Allow)
+		assert.Nil(t, m.Plan(jobA))
 	}
 }
 

@@ -721,6 +721,29 @@ func TestPlannedDRANodeLosesDevicesWhileMemberWaits(t *testing.T) {
 				}
 			}
 		}},
+		{"devices tainted NoExecute by their driver", func(c *cluster, node string) {
+			published, err := c.Client.ResourceV1().ResourceSlices().List(c.ctx, metav1.ListOptions{})
+			require.NoError(c.t, err)
+			for _, s := range published.Items {
+				if s.Spec.NodeName != nil && *s.Spec.NodeName == node {
+					for i := range s.Spec.Devices {
+						s.Spec.Devices[i].Taints = append(s.Spec.Devices[i].Taints, resourcev1.DeviceTaint{
+							Key: "example.com/ecc", Value: "uncorrectable", Effect: resourcev1.DeviceTaintEffectNoExecute})
+					}
+					_, err := c.Client.ResourceV1().ResourceSlices().Update(c.ctx, &s, metav1.UpdateOptions{})
+					require.NoError(c.t, err)
+				}
+			}
+		}},
+		{"devices tainted by a DeviceTaintRule", func(c *cluster, node string) {
+			_, err := c.Client.ResourceV1().DeviceTaintRules().Create(c.ctx, &resourcev1.DeviceTaintRule{
+				ObjectMeta: metav1.ObjectMeta{Name: "maintenance-" + node},
+				Spec: resourcev1.DeviceTaintRuleSpec{
+					DeviceSelector: &resourcev1.DeviceTaintSelector{Driver: ptr.To(testobj.GPUDriver), Pool: ptr.To(node)},
+					Taint:          resourcev1.DeviceTaint{Key: "example.com/maintenance", Effect: resourcev1.DeviceTaintEffectNoSchedule},
+				}}, metav1.CreateOptions{})
+			require.NoError(c.t, err)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ext := startHoldingExtender(t, 1) // the second member to come is held

@@ -25,17 +25,23 @@ import (
 // plansBroken is muster_gang_rejections_total{cause="plan_broken"} of the
 // scheduler running in this process: the plans a member's own cycle refused.
 func plansBroken(t *testing.T) float64 {
+	return counterOf(t, "muster_gang_rejections_total", "cause", "plan_broken")
+}
+
+// counterOf is the counter name{label="value"} of the scheduler running in
+// this process (0 until it is first counted).
+func counterOf(t *testing.T, name, label, value string) float64 {
 	t.Helper()
 	families, err := legacyregistry.DefaultGatherer.Gather()
 	require.NoError(t, err)
 	total := 0.0
 	for _, f := range families {
-		if f.GetName() != "muster_gang_rejections_total" {
-			continue // absent until a first rejection
+		if f.GetName() != name {
+			continue
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "cause" && l.GetValue() == "plan_broken" {
+				if l.GetName() == label && l.GetValue() == value {
 					total += m.GetCounter().GetValue()
 				}
 			}

@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
@@ -250,5 +252,39 @@ func TestMemberDeletedReleasesGang(t *testing.T) {
 	c.waitFor(waiting+" released", 30*time.Second, func() (bool, error) {
 		p, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, waiting, metav1.GetOptions{})
 		return err == nil && p.Spec.NodeName == "" && unschedulableWith(p, "gang "+c.ns+"/podgroup/pair"), err
+	})
+}
+
+// A PodGroup's minMember raised while its plan's members are being
+// reserved is read again before the gang is released: the plan is dropped
+// (cause quorum_raised) instead of binding the gang below its new quorum,
+// nothing is held while the gang waits for the member it now lacks, and
+// the gang binds whole once that member exists.
+func TestPodGroupMinMemberRaisedWhilePlanned(t *testing.T) {
+	ext := startHoldingExtender(t, 1) // the second member to come is held
+	nodes := gpuNodes(3, 8)
+	c := startClusterWith(t, ext.Config(), nodes...)
+	c.addBackground(2, nodes...)
+	c.createPodGroup("pair", 2, ptr.To[int32](600))
+	c.createGroupPod("pair", "pair-0", 8, held)
+	c.createGroupPod("pair", "pair-1", 8, held)
+	c.waitOneAtPermit(ext)
+
+	woken := counterOf(t, "muster_gang_wakes_total", "reason", "owner_changed")
+	require.NoError(t, c.podGroups().Patch(c.ctx, c.ns, "pair", types.MergePatchType, []byte(`{"spec":{"minMember":3}}`), metav1.PatchOptions{}))
+	// The scheduler's informer has the new quorum once its owner handler
+	// woke the gang for it.
+	c.waitFor("the scheduler saw minMember 3", 30*time.Second, func() (bool, error) {
+		return counterOf(t, "muster_gang_wakes_total", "reason", "owner_changed") > woken, nil
+	})
+	ext.Release() // the held member reaches Permit: the plan would be complete
+	c.waitForEvent("PodGroup", "pair", "GangRejected", "the gang's quorum rose to 3 while its plan for 2 members was being reserved")
+	c.waitPodGroupCondition("pair", "GangWaitingForMembers", "has 2 of 3 members")
+	require.Empty(t, c.holdingPods(), "pods of a gang short of its new quorum hold nodes")
+	require.Zero(t, countBound(c.groupPods("pair")))
+
+	c.createGroupPod("pair", "pair-2", 8)
+	c.waitFor("PodGroup pair bound", 60*time.Second, func() (bool, error) {
+		return countBound(c.groupPods("pair")) == 3, nil
 	})
 }

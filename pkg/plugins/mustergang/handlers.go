@@ -15,10 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
@@ -338,12 +340,25 @@ func (p *Plugin) sliceHandler() cache.ResourceEventHandler {
 	}
 }
 
-// lostDevices says which devices of old slice are gone from slice ("" for
-// none).
+// lostDevices says which devices of old slice are gone from slice, or newly
+// tainted there so that no new pod gets them (NoSchedule) or their pods are
+// evicted (NoExecute) ("" for none).
 func lostDevices(old, slice *resourceapi.ResourceSlice) string {
+	was := make(map[string]*resourceapi.Device, len(old.Spec.Devices))
+	for i := range old.Spec.Devices {
+		was[old.Spec.Devices[i].Name] = &old.Spec.Devices[i]
+	}
 	kept := make(map[string]bool, len(slice.Spec.Devices))
+	var tainted []string
 	for _, d := range slice.Spec.Devices {
 		kept[d.Name] = true
+		if before := was[d.Name]; before != nil {
+			for _, t := range d.Taints {
+				if keepsPodsOff(t) && !slices.ContainsFunc(before.Taints, func(o resourceapi.DeviceTaint) bool { return sameTaint(o, t) }) {
+					tainted = append(tainted, fmt.Sprintf("%s (%s=%s:%s)", d.Name, t.Key, t.Value, t.Effect))
+				}
+			}
+		}
 	}
 	var gone []string
 	for _, d := range old.Spec.Devices {
@@ -351,10 +366,81 @@ func lostDevices(old, slice *resourceapi.ResourceSlice) string {
 			gone = append(gone, d.Name)
 		}
 	}
-	if len(gone) == 0 {
+	var lost []string
+	if len(gone) > 0 {
+		lost = append(lost, "lost devices "+strings.Join(gone, ", "))
+	}
+	if len(tainted) > 0 {
+		lost = append(lost, "tainted devices "+strings.Join(tainted, ", "))
+	}
+	if len(lost) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("ResourceSlice %s lost devices %s", slice.Name, strings.Join(gone, ", "))
+	return fmt.Sprintf("ResourceSlice %s %s", slice.Name, strings.Join(lost, "; "))
+}
+
+// keepsPodsOff reports whether a device taint keeps new pods off the device
+// (NoSchedule) or evicts them (NoExecute): a planned member's device is lost.
+func keepsPodsOff(t resourceapi.DeviceTaint) bool {
+	return t.Effect == resourceapi.DeviceTaintEffectNoSchedule || t.Effect == resourceapi.DeviceTaintEffectNoExecute
+}
+
+func sameTaint(a, b resourceapi.DeviceTaint) bool {
+	return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect
+}
+
+// taintRuleHandler drops the plans whose DRA devices a DeviceTaintRule
+// newly taints NoSchedule or NoExecute: the rule changes no ResourceSlice
+// (the scheduler applies it to its own copy), so the slice handler never
+// sees it, and a member reserved on such a device would bind with its
+// siblings and be evicted by the taint after the gang started.
+func (p *Plugin) taintRuleHandler(sliceLister resourcelisters.ResourceSliceLister) cache.ResourceEventHandler {
+	onRule := func(old, rule *resourceapi.DeviceTaintRule) {
+		if !keepsPodsOff(rule.Spec.Taint) || (old != nil && sameTaint(old.Spec.Taint, rule.Spec.Taint) &&
+			equality.Semantic.DeepEqual(old.Spec.DeviceSelector, rule.Spec.DeviceSelector)) {
+			return
+		}
+		all, err := sliceLister.List(labels.Everything())
+		if err != nil {
+			return
+		}
+		t := rule.Spec.Taint
+		for _, slice := range all {
+			if devices := taintedBy(rule.Spec.DeviceSelector, slice); len(devices) > 0 {
+				p.onDevicesLost(slice, fmt.Sprintf("DeviceTaintRule %s taints devices %s of ResourceSlice %s (%s=%s:%s)",
+					rule.Name, strings.Join(devices, ", "), slice.Name, t.Key, t.Value, t.Effect))
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			if rule, ok := obj.(*resourceapi.DeviceTaintRule); ok {
+				onRule(nil, rule)
+			}
+		},
+		UpdateFunc: func(oldObj, obj interface{}) {
+			old, ok1 := oldObj.(*resourceapi.DeviceTaintRule)
+			rule, ok2 := obj.(*resourceapi.DeviceTaintRule)
+			if ok1 && ok2 {
+				onRule(old, rule)
+			}
+		},
+	}
+}
+
+// taintedBy lists the devices of slice that sel selects (by driver, pool
+// and device name; a nil selector selects every device).
+func taintedBy(sel *resourceapi.DeviceTaintSelector, slice *resourceapi.ResourceSlice) []string {
+	if sel != nil && ((sel.Driver != nil && *sel.Driver != slice.Spec.Driver) || (sel.Pool != nil && *sel.Pool != slice.Spec.Pool.Name)) {
+		return nil
+	}
+	var out []string
+	for _, d := range slice.Spec.Devices {
+		if sel == nil || sel.Device == nil || *sel.Device == d.Name {
+			out = append(out, d.Name)
+		}
+	}
+	return out
 }
 
 // onDevicesLost drops the plans with a member on the slice's node that

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -234,4 +235,41 @@ func TestListedPodGroupsWakeTheirGangs(t *testing.T) {
 	f.takeActivated()
 	f.plugin.wakePodGroupGangs()
 	assert.ElementsMatch(t, []string{"ns/pg-0", "ns/pg-1"}, f.takeActivated())
+}
+
+// A slice's device is lost to a plan when it leaves the slice or gains a
+// taint that keeps new pods off it or evicts them; a DeviceTaintRule
+// selects devices by driver, pool and name.
+func TestDevicesLostAndTainted(t *testing.T) {
+	slice := func(taints ...resourceapi.DeviceTaint) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: resourceapi.ResourceSliceSpec{
+			Driver: "gpu.example.com", Pool: resourceapi.ResourcePool{Name: "n1"},
+			Devices: []resourceapi.Device{{Name: "gpu-0", Taints: taints}, {Name: "gpu-1"}}}}
+	}
+	ecc := resourceapi.DeviceTaint{Key: "ecc", Value: "bad", Effect: resourceapi.DeviceTaintEffectNoExecute}
+	fewer := slice()
+	fewer.Spec.Devices = fewer.Spec.Devices[:1]
+	for _, tc := range []struct {
+		name     string
+		old, new *resourceapi.ResourceSlice
+		want     string
+	}{
+		{"unchanged", slice(), slice(), ""},
+		{"device removed", slice(), fewer, "ResourceSlice s lost devices gpu-1"},
+		{"tainted NoExecute", slice(), slice(ecc), "ResourceSlice s tainted devices gpu-0 (ecc=bad:NoExecute)"},
+		{"tainted NoSchedule", slice(), slice(resourceapi.DeviceTaint{Key: "m", Effect: resourceapi.DeviceTaintEffectNoSchedule}), "ResourceSlice s tainted devices gpu-0 (m=:NoSchedule)"},
+		{"taint with no effect on pods", slice(), slice(resourceapi.DeviceTaint{Key: "m", Effect: resourceapi.DeviceTaintEffectNone}), ""},
+		{"taint already there", slice(ecc), slice(ecc), ""},
+		{"taint removed", slice(ecc), slice(), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, lostDevices(tc.old, tc.new))
+		})
+	}
+	s := slice()
+	assert.Equal(t, []string{"gpu-0", "gpu-1"}, taintedBy(nil, s), "no selector: every device")
+	assert.Equal(t, []string{"gpu-0", "gpu-1"}, taintedBy(&resourceapi.DeviceTaintSelector{Driver: ptr.To("gpu.example.com"), Pool: ptr.To("n1")}, s))
+	assert.Equal(t, []string{"gpu-1"}, taintedBy(&resourceapi.DeviceTaintSelector{Device: ptr.To("gpu-1")}, s))
+	assert.Empty(t, taintedBy(&resourceapi.DeviceTaintSelector{Pool: ptr.To("n2")}, s), "another pool")
+	assert.Empty(t, taintedBy(&resourceapi.DeviceTaintSelector{Driver: ptr.To("other.example.com")}, s), "another driver")
 }

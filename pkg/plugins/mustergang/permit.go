@@ -90,7 +90,13 @@ func (p *Plugin) Permit(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nod
 		// one): one no longer among the waiting pods was turned away.
 		return standing(uid) && (uid == pod.UID || p.handle.GetWaitingPod(uid) != nil)
 	}
-	arrival, plan, effects := p.gangs.Arrive(s.key, s.planID, pod.UID, p.now(), p.backoffBase(), live)
+	// The owner read again: a quorum raised while the members were reserved
+	// must not release the gang below it.
+	quorum := 0
+	if info, inGang, err := p.source.resolve(pod); inGang && err == nil {
+		quorum = info.Quorum
+	}
+	arrival, plan, effects := p.gangs.Arrive(s.key, s.planID, pod.UID, p.now(), p.backoffBase(), &gang.ReleaseCheck{Live: live, Quorum: quorum})
 	switch arrival {
 	case gang.ArrivalDropped:
 		p.carryOut(ctx, effects, nil) // the plan timed out as it arrived, or a reserved member (this one too) was deleted

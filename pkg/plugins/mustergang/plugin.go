@@ -165,6 +165,15 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 		if _, err := factory.Resource().V1().ResourceSlices().Informer().AddEventHandler(p.sliceHandler()); err != nil {
 			return nil, err
 		}
+		// The scheduler applies DeviceTaintRules to its copy of the slices
+		// through this informer, when the gate is on (and only then is the
+		// API sure to be served).
+		if utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules) {
+			if _, err := factory.Resource().V1().DeviceTaintRules().Informer().AddEventHandler(
+				p.taintRuleHandler(factory.Resource().V1().ResourceSlices().Lister())); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if args.GangPreemption {
 		// Registered before the informers start, as DefaultPreemption does.
