@@ -106,9 +106,9 @@ func TestBindFailuresAreRetried(t *testing.T) {
 	}
 }
 
-// A day of a churning cluster (bench/scenarios/soak-day.yaml: spot nodes
-// replaced under new names, jobs of two priorities arriving and finishing,
-// a tenth of the Jobs refusing every patch) leaves nothing behind in
+// A day of a churning, full cluster (bench/scenarios/soak-day.yaml: spot
+// nodes replaced under new names, jobs of two priorities arriving, preempting
+// and finishing, a tenth of the Jobs refusing every patch) leaves nothing behind in
 // muster: once every job is done, each structure keyed by gang, pod or
 // victim is empty, and those keyed by node or domain hold no more than the
 // nodes present (the topology index forgets replaced nodes once they
@@ -121,6 +121,8 @@ func TestSoakLeavesNothingBehind(t *testing.T) {
 	require.Equal(t, last.JobsSubmitted, last.JobsFinished, "the run ends with every job done: %s", d.EndReason)
 	assert.Positive(t, last.NodesReplaced, "no spot node was replaced")
 	assert.Positive(t, d.RefusedJobPatches, "no failed-plan record was refused")
+	require.NotNil(t, d.Preemption)
+	assert.Positive(t, d.Preemption.PodsEvicted, "no gang preempted")
 	peak := map[string]int{}
 	for _, s := range d.Soak {
 		for k, n := range s.Structures {

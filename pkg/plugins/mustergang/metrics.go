@@ -23,7 +23,7 @@ var (
 	unplaceable = newCounter("gang_unplaceable_total",
 		"Planning attempts that found no placement for the whole gang.")
 	rejections = newCounterVec("gang_rejections_total",
-		"Gang plans dropped, by cause (timeout: not every member was reserved before the deadline; rejected, member_deleted, plan_broken, node_changed, displaced).", "cause")
+		"Gang plans dropped, by cause (timeout: not every member was reserved before the deadline; rejected, member_deleted, plan_broken, node_changed, displaced, quorum_raised).", "cause")
 	wakes = newCounterVec("gang_wakes_total",
 		"Times muster moved a gang's pending pods to the active queue itself, outside the framework's queueing hints, by reason.", "reason")
 
