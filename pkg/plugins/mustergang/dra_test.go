@@ -1094,3 +1094,30 @@ func selectingNode(node string) *v1.NodeSelector {
 	return &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{
 		{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{node}}}}}}
 }
+
+// The DRA cache keeps the slices listed last, and the nodes and device
+// domains of those only: a fleet whose nodes (and slices) are replaced
+// every day leaves nothing of the old ones behind.
+func TestDRACacheForgetsSlicesThatWent(t *testing.T) {
+	eight := []string{"a100", "a100", "a100", "a100", "a100", "a100", "a100", "a100"}
+	f := newTestFrameworkWith(t, 1, []*v1.Node{draNode("n1", "r1")}, nil, draObjects(gpuSlice("n1", eight...))...)
+	d := f.plugin.dra
+	for day := range 30 {
+		var listed []*resourceapi.ResourceSlice
+		for i := range 10 {
+			listed = append(listed, gpuSlice(fmt.Sprintf("d%d-n%d", day, i), eight...))
+		}
+		d.mu.Lock()
+		require.Positive(t, d.index(t.Context(), listed), "no GPU class")
+		d.mu.Unlock()
+		sizes := f.plugin.Sizes()
+		assert.Equal(t, 10, sizes["DRA slices"], "day %d", day)
+		assert.Equal(t, 10, sizes["DRA nodes"], "day %d", day)
+	}
+	d.mu.Lock()
+	d.index(t.Context(), nil)
+	d.mu.Unlock()
+	sizes := f.plugin.Sizes()
+	assert.Zero(t, sizes["DRA slices"], "every slice gone")
+	assert.Zero(t, sizes["DRA nodes"]+sizes["DRA node domains"], "every slice gone")
+}
