@@ -258,8 +258,8 @@ func TestMemberDeletedReleasesGang(t *testing.T) {
 // A PodGroup's minMember raised while its plan's members are being
 // reserved is read again before the gang is released: the plan is dropped
 // (cause quorum_raised) instead of binding the gang below its new quorum,
-// nothing is held while the gang lacks a member, and the gang binds whole
-// once that member exists.
+// nothing is held while the gang lacks a member and the PodGroup says so,
+// and the gang binds whole once that member exists.
 func TestPodGroupMinMemberRaisedWhilePlanned(t *testing.T) {
 	ext := startHoldingExtender(t, 1) // the second member to come is held
 	nodes := gpuNodes(3, 8)
@@ -284,6 +284,7 @@ func TestPodGroupMinMemberRaisedWhilePlanned(t *testing.T) {
 	c.waitFor("nothing held by a gang short of its new quorum", 30*time.Second, func() (bool, error) {
 		return len(c.holdingPods()) == 0, nil
 	})
+	c.waitPodGroupCondition("pair", "GangWaitingForMembers", "has 2 of 3 members")
 	require.Zero(t, countBound(c.groupPods("pair")))
 
 	c.createGroupPod("pair", "pair-2", 8)

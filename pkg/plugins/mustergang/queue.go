@@ -261,6 +261,9 @@ func shortMessage(key gang.Key, total, quorum int) string {
 func (p *Plugin) explainShortLater(info *gang.Resolved) {
 	key, quorum, owner, due := info.Key, info.Quorum, info.Ref, p.now().Add(membersGrace)
 	p.timers.once(membersCheck(key), membersGrace, func() {
+		// The quorum is read again: a check armed before the quorum was
+		// raised is the one that fires for the members held after it.
+		quorum := p.source.currentQuorum(key, quorum)
 		if total := p.source.liveCount(key); total < quorum {
 			// At the time the check was due: a timer's callback must not
 			// read a fake clock that is running it.

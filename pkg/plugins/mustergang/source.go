@@ -172,6 +172,19 @@ func (src *gangSource) liveCount(key gang.Key) int {
 	return n
 }
 
+// currentQuorum is the gang's quorum as its owner says now, read through
+// one of its pods; last when the gang has no pod or it cannot be read.
+func (src *gangSource) currentQuorum(key gang.Key, last int) int {
+	pods := src.standingPods(src.gangIndex, key)
+	if len(pods) == 0 {
+		return last
+	}
+	if info, inGang, err := src.resolve(pods[0]); inGang && err == nil {
+		return info.Quorum
+	}
+	return last
+}
+
 // keptLiveCount is liveCount, the same answer again until the pod
 // informer's next event. PreEnqueue asks it for every member of a native
 // PodGroup each time one member is added (the framework queues the group

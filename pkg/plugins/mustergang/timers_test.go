@@ -11,9 +11,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -93,6 +95,34 @@ func TestShortGangExplainedAfterTheGrace(t *testing.T) {
 		outcome, _ := f.plugin.gangs.LastNotice(key)
 		assert.Empty(t, outcome, "a gang that was complete when the grace ended was explained")
 	})
+}
+
+// A check armed while the gang had one quorum fires with the quorum its
+// owner says when it fires: members held after the quorum was raised, while
+// that check was pending (it arms no second one), are explained.
+func TestShortGangExplainedWithTheQuorumOfNow(t *testing.T) {
+	a, b := worker("g", 0, 1, ""), worker("g", 1, 1, "")
+	key, _ := gang.KeyOf(a)
+	f := newQuietFramework(t, 2, []*v1.Node{gpuNode("n1", 8)}, nil, []*v1.Pod{a})
+	require.Equal(t, fwk.UnschedulableAndUnresolvable, f.plugin.PreEnqueue(context.Background(), a).Code(), "1 of 2")
+
+	jobs := f.plugin.handle.SharedInformerFactory().Batch().V1().Jobs().Informer().GetIndexer()
+	obj, ok, err := jobs.GetByKey("ns/g")
+	require.NoError(t, err)
+	require.True(t, ok)
+	raised := obj.(*batchv1.Job).DeepCopy()
+	raised.Spec.Parallelism, raised.Spec.Completions = ptr.To[int32](3), ptr.To[int32](3)
+	require.NoError(t, jobs.Update(raised))
+	require.NoError(t, f.plugin.source.pods.Add(b))
+	f.plugin.onPodAdd(b)
+	st := f.plugin.PreEnqueue(context.Background(), b)
+	require.Equal(t, fwk.UnschedulableAndUnresolvable, st.Code())
+	require.Contains(t, st.Message(), "has 2 of 3 members")
+
+	f.clock.Step(membersGrace)
+	outcome, msg := f.plugin.gangs.LastNotice(key)
+	assert.Equal(t, gang.OutcomeWaitingForMembers, outcome, "not explained after the grace")
+	assert.Contains(t, msg, "has 2 of 3 members")
 }
 
 // firedCounter counts, by name, the callbacks count(name) returns that ran.
