@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/cli"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/controlplane"
@@ -37,8 +39,23 @@ func TestMain(m *testing.M) {
 	case os.Getenv(runAsController) == "1":
 		os.Exit(controllercmd.Main(os.Args[1:]))
 	}
+	if v := os.Getenv(vmoduleEnv); v != "" {
+		// The in-process scheduler logs at verbosity 0 otherwise, and a
+		// failure's cause is often in the queue's or muster's V(4) lines.
+		var fs flag.FlagSet
+		klog.InitFlags(&fs)
+		if err := fs.Set("vmodule", v); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", vmoduleEnv, err)
+			os.Exit(2)
+		}
+	}
 	os.Exit(m.Run())
 }
+
+// vmoduleEnv raises the log verbosity of chosen files of the processes the
+// tests run in this one, as klog's -vmodule does: for example
+// MUSTER_TEST_VMODULE=scheduling_queue=6,wake=4,events=4 make test-integration.
+const vmoduleEnv = "MUSTER_TEST_VMODULE"
 
 // replica is a component process (scheduler or controller) with leader
 // election on.
