@@ -106,7 +106,8 @@ func RunChild(ctx context.Context, c ChildConfig) error {
 	if err != nil {
 		return err
 	}
-	run, err := Run(ctx, Options{Plan: plan, Scheduler: c.Scheduler, Progress: c.Progress, SettleQuiet: c.SettleQuiet, StepTimeout: c.StepTimeout})
+	run, err := Run(ctx, Options{Plan: plan, Scheduler: c.Scheduler, Progress: c.Progress, SettleQuiet: c.SettleQuiet, StepTimeout: c.StepTimeout,
+		HeapProfiles: filepath.Join(c.Out, "runs")})
 	if err != nil {
 		return err
 	}

@@ -53,6 +53,11 @@ type Options struct {
 	// BindFault, when set, is asked before each binding; an error fails that
 	// binding like an API server error would (fault injection in tests).
 	BindFault func(pod *v1.Pod, node string) error
+	// HeapProfiles, when set, is a directory where a soak (scenario soak
+	// block) writes a heap profile at each sample,
+	// <scheduler>.heap-<hours>h.pprof: `go tool pprof -base` of two of
+	// them says which allocation sites the heap grew at.
+	HeapProfiles string
 	// ReserveFault, when set (muster only), is asked at each Reserve after
 	// MusterGang's, with the virtual time; an error fails that reservation
 	// as another plugin's Reserve would, so muster drops the gang's plan

@@ -1,9 +1,15 @@
 package sim
 
 import (
+	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/muster-sched/muster/pkg/sim/measure"
 )
@@ -63,4 +69,23 @@ func (s *soakSampler) take(h *harness, t time.Duration) {
 		}
 	}
 	s.samples = append(s.samples, sample)
+	if dir := h.opts.HeapProfiles; dir != "" {
+		name := filepath.Join(dir, fmt.Sprintf("%s.heap-%04.0fh.pprof", h.opts.Scheduler, t.Hours()))
+		if err := writeHeapProfile(name); err != nil {
+			klog.Background().Error(err, "Soak: heap profile not written", "file", name)
+		}
+	}
+}
+
+// writeHeapProfile writes the heap profile (as of the last GC) to name.
+func writeHeapProfile(name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
