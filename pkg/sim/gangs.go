@@ -28,6 +28,7 @@ func (c *cluster) complete(ctx context.Context, e event) error {
 		return err
 	}
 	g.running, g.done = false, true
+	g.jobObj = nil // a finished gang never runs again: a month keeps 100,000 of them otherwise
 	c.work.finished++
 	c.rec.Completed(g.job.Name, c.eng.now)
 	c.counts.want(kindJobDelete)

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -60,14 +59,7 @@ func (s *soakSampler) take(h *harness, t time.Duration) {
 	sample := measure.SoakSample{VirtualHours: t.Hours(), HeapMiB: float64(m.HeapAlloc) / (1 << 20),
 		Nodes: len(c.nodes.byName), Pods: len(c.work.podGang), JobsSubmitted: c.work.finished + len(live),
 		JobsFinished: c.work.finished, NodesReplaced: c.nodesReplaced}
-	for _, fw := range h.driver.sched.Profiles {
-		for _, pl := range fw.PreEnqueuePlugins() {
-			if sz, ok := pl.(sizer); ok && sample.Structures == nil {
-				// One manager serves every profile; the first says it.
-				sample.Structures = maps.Clone(sz.Sizes())
-			}
-		}
-	}
+	sample.Structures = structureSizes(h)
 	s.samples = append(s.samples, sample)
 	if dir := h.opts.HeapProfiles; dir != "" {
 		name := filepath.Join(dir, fmt.Sprintf("%s.heap-%04.0fh.pprof", h.opts.Scheduler, t.Hours()))
@@ -75,6 +67,19 @@ func (s *soakSampler) take(h *harness, t time.Duration) {
 			klog.Background().Error(err, "Soak: heap profile not written", "file", name)
 		}
 	}
+}
+
+// structureSizes asks the first plugin of the scheduler that keeps sizes
+// (muster's: one gang manager serves every profile); nil for the others.
+func structureSizes(h *harness) map[string]int {
+	for _, fw := range h.driver.sched.Profiles {
+		for _, pl := range fw.PreEnqueuePlugins() {
+			if sz, ok := pl.(sizer); ok {
+				return sz.Sizes()
+			}
+		}
+	}
+	return nil
 }
 
 // writeHeapProfile writes the heap profile (as of the last GC) to name.

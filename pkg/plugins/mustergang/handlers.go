@@ -344,39 +344,40 @@ func (p *Plugin) sliceHandler() cache.ResourceEventHandler {
 // tainted there so that no new pod gets them (NoSchedule) or their pods are
 // evicted (NoExecute) ("" for none).
 func lostDevices(old, slice *resourceapi.ResourceSlice) string {
-	was := make(map[string]*resourceapi.Device, len(old.Spec.Devices))
+	left := make(map[string]*resourceapi.Device, len(old.Spec.Devices)) // old's devices not seen in slice yet
 	for i := range old.Spec.Devices {
-		was[old.Spec.Devices[i].Name] = &old.Spec.Devices[i]
+		left[old.Spec.Devices[i].Name] = &old.Spec.Devices[i]
 	}
-	kept := make(map[string]bool, len(slice.Spec.Devices))
 	var tainted []string
 	for _, d := range slice.Spec.Devices {
-		kept[d.Name] = true
-		if before := was[d.Name]; before != nil {
-			for _, t := range d.Taints {
-				if keepsPodsOff(t) && !slices.ContainsFunc(before.Taints, func(o resourceapi.DeviceTaint) bool { return sameTaint(o, t) }) {
-					tainted = append(tainted, fmt.Sprintf("%s (%s=%s:%s)", d.Name, t.Key, t.Value, t.Effect))
-				}
+		before := left[d.Name]
+		if before == nil {
+			continue // a new device
+		}
+		delete(left, d.Name)
+		for _, t := range d.Taints {
+			if keepsPodsOff(t) && !slices.ContainsFunc(before.Taints, func(o resourceapi.DeviceTaint) bool { return sameTaint(o, t) }) {
+				tainted = append(tainted, fmt.Sprintf("%s (%s=%s:%s)", d.Name, t.Key, t.Value, t.Effect))
 			}
 		}
 	}
 	var gone []string
-	for _, d := range old.Spec.Devices {
-		if !kept[d.Name] {
+	for _, d := range old.Spec.Devices { // in the slice's order
+		if left[d.Name] != nil {
 			gone = append(gone, d.Name)
 		}
 	}
-	var lost []string
+	var parts []string
 	if len(gone) > 0 {
-		lost = append(lost, "lost devices "+strings.Join(gone, ", "))
+		parts = append(parts, "lost devices "+strings.Join(gone, ", "))
 	}
 	if len(tainted) > 0 {
-		lost = append(lost, "tainted devices "+strings.Join(tainted, ", "))
+		parts = append(parts, "tainted devices "+strings.Join(tainted, ", "))
 	}
-	if len(lost) == 0 {
+	if len(parts) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("ResourceSlice %s %s", slice.Name, strings.Join(lost, "; "))
+	return fmt.Sprintf("ResourceSlice %s %s", slice.Name, strings.Join(parts, "; "))
 }
 
 // keepsPodsOff reports whether a device taint keeps new pods off the device

@@ -13,25 +13,41 @@ import "maps"
 func (p *Plugin) Sizes() map[string]int {
 	out := p.gangs.Sizes()
 	maps.Copy(out, p.nodes.topology.Sizes())
-	p.nodes.mu.Lock()
-	out["node views"] = len(p.nodes.kept)
-	p.nodes.mu.Unlock()
-	p.nodes.classes.mu.Lock()
-	out["node classes"] = len(p.nodes.classes.byName)
-	p.nodes.classes.mu.Unlock()
-	p.failedPlans.mu.Lock()
-	out["failed-plan records"] = len(p.failedPlans.latest)
-	p.failedPlans.mu.Unlock()
-	out["failed-plan queue"] = p.failedPlans.queue.Len()
+	p.nodes.sizes(out)
+	p.failedPlans.sizes(out)
 	out["status queue"] = p.status.queue.Len()
-	p.timers.mu.Lock()
-	out["timers named"], out["timers live"] = len(p.timers.named), len(p.timers.live)
-	p.timers.mu.Unlock()
-	p.dra.mu.Lock()
-	out["DRA slices"], out["DRA nodes"], out["DRA node domains"] = len(p.dra.slices), len(p.dra.byNode), 0
-	for _, nodes := range p.dra.domains {
+	p.timers.sizes(out)
+	p.dra.sizes(out)
+	return out
+}
+
+func (n *nodeViews) sizes(out map[string]int) {
+	n.mu.Lock()
+	out["node views"] = len(n.kept)
+	n.mu.Unlock()
+	n.classes.mu.Lock()
+	out["node classes"] = len(n.classes.byName)
+	n.classes.mu.Unlock()
+}
+
+func (w *failedPlanWriter) sizes(out map[string]int) {
+	w.mu.Lock()
+	out["failed-plan records"] = len(w.latest)
+	w.mu.Unlock()
+	out["failed-plan queue"] = w.queue.Len()
+}
+
+func (t *timers) sizes(out map[string]int) {
+	t.mu.Lock()
+	out["timers named"], out["timers live"] = len(t.named), len(t.live)
+	t.mu.Unlock()
+}
+
+func (d *draGPUs) sizes(out map[string]int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out["DRA slices"], out["DRA nodes"], out["DRA node domains"] = len(d.slices), len(d.byNode), 0
+	for _, nodes := range d.domains {
 		out["DRA node domains"] += len(nodes)
 	}
-	p.dra.mu.Unlock()
-	return out
 }
