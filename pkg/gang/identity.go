@@ -102,15 +102,31 @@ func ControllerKey(pod *v1.Pod) (Key, bool) {
 	if ref == nil {
 		return Key{}, false
 	}
-	kind, ok := OwnerKind(ref.APIVersion, ref.Kind)
-	// OwnerKind accepts any version of the group; a pod joins a gang only
-	// through an owner in the version muster reads the workload in, as it
-	// always has (FuzzKeyOf holds KeyOf to that).
-	if !ok || ref.APIVersion != kind.GroupVersionKind().GroupVersion().String() {
-		return Key{}, false
+	// A pod joins a gang only through an owner in the version muster
+	// reads the workload in, as it always has (FuzzKeyOf holds KeyOf to
+	// that); OwnerKind accepts any version of the group. Compared as
+	// strings: the victim search asks this of every pod of the cluster.
+	for _, w := range controllerTypes {
+		if ref.Kind == w.kind && ref.APIVersion == w.apiVersion {
+			return Key{Kind: w.gang, Namespace: pod.Namespace, Name: ref.Name}, true
+		}
 	}
-	return Key{Kind: kind, Namespace: pod.Namespace, Name: ref.Name}, true
+	return Key{}, false
 }
+
+// controllerType is a workload kind as the strings of an owner reference.
+type controllerType struct {
+	gang             Kind
+	apiVersion, kind string
+}
+
+var controllerTypes = func() []controllerType {
+	var out []controllerType
+	for k, gvk := range workloadTypes {
+		out = append(out, controllerType{k, gvk.GroupVersion().String(), gvk.Kind})
+	}
+	return out
+}()
 
 // workloadTypes are the workloads whose pods form a gang through their
 // controller owner reference, as the API types muster reads them as.

@@ -407,9 +407,9 @@ func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gpuUn
 // gang's search never needs them.
 func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemptor gang.Key, prio int32, policy gang.Policy, lone func(node int) bool) []*victimUnit {
 	gpu := v1.ResourceName(p.args.GPUResourceName)
-	byName := map[string]*victimUnit{}
-	useful := map[string]bool{}
-	protected := map[string]bool{}
+	byKey := map[gang.Key]*victimUnit{}
+	useful := map[gang.Key]bool{}
+	protected := map[gang.Key]bool{}
 	claims := p.victimClaims(nodes)
 	for i, ni := range nodes {
 		if ni.Node() == nil {
@@ -417,34 +417,45 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 		}
 		eligible := views[i].Eligible(policy)
 		loneHere := lone(i)
-		for _, pi := range ni.GetPods() {
-			pod := pi.GetPod()
-			k, inGang := p.source.victimKey(pod)
-			var unit *claimUnit
-			if inGang {
-				unit = claims(k)
+		for _, bp := range p.nodes.boundPods(ni) {
+			pod := bp.info.GetPod()
+			k, inGang := p.source.victimKeyIn(pod, bp.gang, bp.inGang)
+			request := bp.request
+			if !bp.final {
+				var unit *claimUnit
+				if inGang {
+					unit = claims(k)
+				}
+				request.Scalars = maps.Clone(request.Scalars) // dra.request writes them
+				request = p.dra.request(request, pod, unit)
 			}
-			request := p.dra.request(podRequest(pi.CalculateResource()), pod, unit)
 			gpus := request.Scalars[gpu]
 			if !inGang && gpus == 0 && !loneHere {
 				continue
 			}
-			name, key := "pod "+pod.Namespace+"/"+pod.Name, gang.LoneKey(pod)
+			key := gang.LoneKey(pod)
 			if inGang {
-				name, key = "gang "+k.String(), k
+				key = k
 			}
 			if key == preemptor {
 				continue
 			}
-			podPrio := p.source.priorityOf(pod)
-			if podPrio >= prio || pod.DeletionTimestamp != nil || p.gangs.IsVictim(pod.UID) || (!inGang && p.beingPlaced(pod)) {
-				protected[name] = true // the whole unit, never a part of it
+			podPrio := p.source.priorityIn(pod, bp.gang)
+			// A lone unit whose pod is a member of a gang being placed (a
+			// PodGroup whose pods may be disrupted one by one) is not
+			// deleted from under its plan.
+			if podPrio >= prio || pod.DeletionTimestamp != nil || p.gangs.IsVictim(pod.UID) || (!inGang && bp.inGang && p.gangs.Plan(bp.gang) != nil) {
+				protected[key] = true // the whole unit, never a part of it
 				continue
 			}
-			u := byName[name]
+			u := byKey[key]
 			if u == nil {
+				name := "pod " + pod.Namespace + "/" + pod.Name
+				if inGang {
+					name = "gang " + k.String()
+				}
 				u = &victimUnit{key: key, VictimUnit: gang.VictimUnit{Name: name, Priority: podPrio}}
-				byName[name] = u
+				byKey[key] = u
 			}
 			u.pods = append(u.pods, pod)
 			u.requests = append(u.requests, request)
@@ -460,33 +471,24 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 				u.Started = started
 			}
 			if eligible {
-				useful[name] = true
+				useful[key] = true
 				u.FreedGPUs += gpus
 			}
 		}
 	}
 	var units []*victimUnit
-	for name, u := range byName {
+	for key, u := range byKey {
 		// A gang with a plan in progress has members waiting at Permit;
 		// it is not a victim while it is being placed. A bound pod alone
 		// has no plan (its plan ends at its Permit), so the thousands of
 		// lone units of a real cluster cost no lookup here.
-		if !useful[name] || protected[name] || (u.key.Kind != gang.KindPod && p.gangs.Plan(u.key) != nil) {
+		if !useful[key] || protected[key] || (u.key.Kind != gang.KindPod && p.gangs.Plan(u.key) != nil) {
 			continue
 		}
 		units = append(units, u)
 	}
 	sort.Slice(units, func(i, j int) bool { return units[i].Name < units[j].Name })
 	return units
-}
-
-// beingPlaced reports whether pod, a unit of its own, is a member of a gang
-// with a plan in progress: a PodGroup whose members may be disrupted one by
-// one (disruptionMode single) is still placed whole, and a member waiting
-// at Permit, or binding, is not deleted from under its plan.
-func (p *Plugin) beingPlaced(pod *v1.Pod) bool {
-	key, ok := gang.KeyOf(pod)
-	return ok && p.gangs.Plan(key) != nil
 }
 
 // victimClaims returns the claim unit of each victim gang among the pods

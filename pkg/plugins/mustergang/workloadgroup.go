@@ -61,7 +61,14 @@ func (src *gangSource) WorkloadPodGroup(namespace, name string) (*schedulingv1be
 // priorityOf is the priority pod schedules and is preempted with: its
 // PodGroup's spec.priority when it joins one that has it, else its own.
 func (src *gangSource) priorityOf(pod *v1.Pod) int32 {
-	if key, ok := gang.KeyOf(pod); ok && key.Kind == gang.KindWorkloadPodGroup {
+	key, _ := gang.KeyOf(pod)
+	return src.priorityIn(pod, key)
+}
+
+// priorityIn is priorityOf for a pod whose gang.KeyOf is key (the zero Key
+// when it has none).
+func (src *gangSource) priorityIn(pod *v1.Pod, key gang.Key) int32 {
+	if key.Kind == gang.KindWorkloadPodGroup {
 		if pg, err := src.WorkloadPodGroup(key.Namespace, key.Name); err == nil && pg.Spec.Priority != nil {
 			return *pg.Spec.Priority
 		}
@@ -76,6 +83,11 @@ func (src *gangSource) priorityOf(pod *v1.Pod) int32 {
 // StatefulSet's gang, as without the PodGroup.
 func (src *gangSource) victimKey(pod *v1.Pod) (gang.Key, bool) {
 	key, ok := gang.KeyOf(pod)
+	return src.victimKeyIn(pod, key, ok)
+}
+
+// victimKeyIn is victimKey for a pod whose gang.KeyOf is key, ok.
+func (src *gangSource) victimKeyIn(pod *v1.Pod, key gang.Key, ok bool) (gang.Key, bool) {
 	if !ok || key.Kind != gang.KindWorkloadPodGroup {
 		return key, ok
 	}
