@@ -135,21 +135,25 @@ const (
 	// WakeMemberUngated: a pending member's last scheduling gate was
 	// removed; siblings refused while it was gated try again.
 	WakeMemberUngated
+	// WakeNodesProvisioned: cluster-autoscaler provisioned the nodes the
+	// gang's ProvisioningRequest asked for.
+	WakeNodesProvisioned
 	numWakeReasons
 )
 
 // wakeReasonNames are the reasons' log values and metric labels.
 var wakeReasonNames = [numWakeReasons]string{
-	WakePlanMade:        "plan_made",
-	WakeMemberWaiting:   "member_waiting",
-	WakeVictimsGone:     "victims_gone",
-	WakeCapacityFreed:   "capacity_freed",
-	WakeBackoffEnded:    "backoff_ended",
-	WakeAvoidEnded:      "avoid_ended",
-	WakeQuorumReached:   "quorum_reached",
-	WakeMemberSucceeded: "member_succeeded",
-	WakeOwnerChanged:    "owner_changed",
-	WakeMemberUngated:   "member_ungated",
+	WakePlanMade:         "plan_made",
+	WakeMemberWaiting:    "member_waiting",
+	WakeVictimsGone:      "victims_gone",
+	WakeCapacityFreed:    "capacity_freed",
+	WakeBackoffEnded:     "backoff_ended",
+	WakeAvoidEnded:       "avoid_ended",
+	WakeQuorumReached:    "quorum_reached",
+	WakeMemberSucceeded:  "member_succeeded",
+	WakeOwnerChanged:     "owner_changed",
+	WakeMemberUngated:    "member_ungated",
+	WakeNodesProvisioned: "nodes_provisioned",
 }
 
 // WakeReasons lists every reason, in order.

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -70,7 +71,6 @@ func startClusterWithFlags(t *testing.T, apiserverFlags []string, nodes ...*core
 // and waits for it to exit.
 func (c *cluster) startScheduler(extraConfig ...string) (stop func()) {
 	c.t.Helper()
-	ctx, cancel := context.WithCancel(c.ctx)
 	config, err := manifests.FS.ReadFile(manifests.SchedulerConfig)
 	if err != nil {
 		c.t.Fatal(err)
@@ -78,6 +78,28 @@ func (c *cluster) startScheduler(extraConfig ...string) (stop func()) {
 	for _, extra := range extraConfig {
 		config = append(config, extra...)
 	}
+	return c.startSchedulerWithConfig(config)
+}
+
+// startSchedulerWithArgs is startScheduler with lines (YAML, indented as
+// MusterGang's args are) added to MusterGang's args in the shipped
+// configuration.
+func (c *cluster) startSchedulerWithArgs(lines string) (stop func()) {
+	c.t.Helper()
+	config, err := manifests.FS.ReadFile(manifests.SchedulerConfig)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	const anchor = "      gangPreemption: true\n"
+	if !bytes.Contains(config, []byte(anchor)) {
+		c.t.Fatalf("the shipped scheduler configuration has no line %q to add MusterGang's args after", anchor)
+	}
+	return c.startSchedulerWithConfig(bytes.Replace(config, []byte(anchor), []byte(anchor+lines), 1))
+}
+
+func (c *cluster) startSchedulerWithConfig(config []byte) (stop func()) {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(c.ctx)
 	done, err := c.StartSchedulerWithConfig(ctx, config, "--v=2")
 	if err != nil {
 		cancel()

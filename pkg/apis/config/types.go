@@ -36,6 +36,10 @@ type MusterGangArgs struct {
 	// GangPreemption lets a gang (or a pod scheduled alone) that cannot be
 	// placed evict whole lower-priority gangs and lone pods.
 	GangPreemption bool
+	// ProvisioningClassName is the class of the ProvisioningRequest a gang
+	// that cannot be placed asks cluster-autoscaler for its nodes with;
+	// empty: none is created.
+	ProvisioningClassName string
 }
 
 // TopologyLevel names one level of the topology hierarchy and the node label

@@ -37,6 +37,12 @@ func ValidateMusterGangArgs(path *field.Path, args *MusterGangArgs) error {
 		}
 	}
 
+	if args.ProvisioningClassName != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(args.ProvisioningClassName) {
+			errs = append(errs, field.Invalid(path.Child("provisioningClassName"), args.ProvisioningClassName, msg))
+		}
+	}
+
 	errs = append(errs, validateTopologyLevels(path.Child("topologyPreset"), path.Child("topologyLevels"), args.TopologyPreset, args.TopologyLevels)...)
 
 	for i, m := range args.PreemptibleNodeMatchers {

@@ -35,6 +35,7 @@ func (p *Plugin) carryOut(ctx context.Context, e gang.Effects, owner *v1.ObjectR
 	}
 	if e.Notice != nil {
 		p.publish(ctx, *e.Notice, owner)
+		p.provisioning.noticed(*e.Notice)
 	}
 	for _, w := range e.Wake {
 		p.wake(logger, w.Key, w.Reason, p.wakeTargets(w))
@@ -56,6 +57,7 @@ func (p *Plugin) follow(ctx context.Context, f gang.Followup, owner *v1.ObjectRe
 	}
 	for _, key := range f.Forgotten {
 		p.timers.forget(key)
+		p.provisioning.forget(key)
 	}
 }
 

@@ -45,6 +45,7 @@ func (p *Plugin) onPodAdd(obj interface{}) {
 	if !ok || info.Quorum == 0 {
 		return // alone, or its gang's owner cannot be read
 	}
+	p.provisioning.podAdded(info.Key)
 	if p.source.liveCount(info.Key) >= info.Quorum {
 		p.wake(p.logger(), info.Key, gang.WakeQuorumReached, p.source.members(info.Key).pending)
 	}
@@ -188,6 +189,7 @@ func (p *Plugin) forget(key gang.Key) {
 	if known {
 		p.timers.forget(key)
 	}
+	p.provisioning.forget(key)
 }
 
 // onNodeChange drops the active plans that a node change breaks: a planned

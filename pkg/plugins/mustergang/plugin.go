@@ -70,6 +70,9 @@ type Plugin struct {
 	timers      *timers
 	// evictions deletes the victims of preemptions.
 	evictions *evictor
+	// provisioning asks cluster-autoscaler for the nodes of gangs that do
+	// not fit (nil when off or the API is not served).
+	provisioning *provisioner
 	// run is the scheduler's context with the plugin's logger, for work
 	// outside a scheduling cycle (informer handlers, timers, evictions):
 	// it ends when the scheduler stops.
@@ -189,6 +192,9 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	}
 
 	if err := p.watchPodGroups(ctx, podInformer.HasSynced); err != nil {
+		return nil, err
+	}
+	if err := p.watchProvisioning(ctx, podInformer.HasSynced); err != nil {
 		return nil, err
 	}
 	if args.GangPreemption {

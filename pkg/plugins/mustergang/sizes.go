@@ -18,6 +18,7 @@ func (p *Plugin) Sizes() map[string]int {
 	out["status queue"] = p.status.queue.Len()
 	p.timers.sizes(out)
 	p.dra.sizes(out)
+	p.provisioning.sizes(out)
 	return out
 }
 

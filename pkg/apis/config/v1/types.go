@@ -46,6 +46,12 @@ type MusterGangArgs struct {
 	// placed evict whole gangs and lone pods of strictly lower priority,
 	// as few GPUs as possible. Default true.
 	GangPreemption *bool `json:"gangPreemption,omitempty"`
+	// ProvisioningClassName, when set, makes a gang that cannot be placed
+	// on the cluster's nodes ask cluster-autoscaler for its nodes as one
+	// ProvisioningRequest (autoscaling.x-k8s.io/v1) of this class, e.g.
+	// best-effort-atomic-scale-up.autoscaling.x-k8s.io; its members consume
+	// the request (docs/autoscaling.md). Default empty: off.
+	ProvisioningClassName *string `json:"provisioningClassName,omitempty"`
 }
 
 // TopologyLevel is one level of the topology hierarchy.

@@ -74,6 +74,9 @@ func autoConvert_v1_MusterGangArgs_To_config_MusterGangArgs(in *MusterGangArgs, 
 	if err := metav1.Convert_Pointer_bool_To_bool(&in.GangPreemption, &out.GangPreemption, s); err != nil {
 		return err
 	}
+	if err := metav1.Convert_Pointer_string_To_string(&in.ProvisioningClassName, &out.ProvisioningClassName, s); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -100,6 +103,9 @@ func autoConvert_config_MusterGangArgs_To_v1_MusterGangArgs(in *config.MusterGan
 	out.PreemptibleNodeMatchers = *(*[]NodeMatcher)(unsafe.Pointer(&in.PreemptibleNodeMatchers))
 	out.ReclaimTaintKeys = *(*[]string)(unsafe.Pointer(&in.ReclaimTaintKeys))
 	if err := metav1.Convert_bool_To_Pointer_bool(&in.GangPreemption, &out.GangPreemption, s); err != nil {
+		return err
+	}
+	if err := metav1.Convert_string_To_Pointer_string(&in.ProvisioningClassName, &out.ProvisioningClassName, s); err != nil {
 		return err
 	}
 	return nil

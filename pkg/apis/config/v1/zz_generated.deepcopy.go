@@ -58,6 +58,11 @@ func (in *MusterGangArgs) DeepCopyInto(out *MusterGangArgs) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.ProvisioningClassName != nil {
+		in, out := &in.ProvisioningClassName, &out.ProvisioningClassName
+		*out = new(string)
+		**out = **in
+	}
 	return
 }
 
