@@ -2,12 +2,21 @@ package mustergang
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
 	"k8s.io/client-go/tools/cache"
@@ -127,4 +136,105 @@ func TestProvisionerForgetsGangsThatLeft(t *testing.T) {
 	require.NoError(t, pv.sync(context.Background(), a))
 	pv.sizes(sizes)
 	assert.Equal(t, 0, sizes["provisioning gangs"])
+}
+
+// provisionerForTest is a provisioner on fake clients whose Events are
+// recorded, with the time at now.
+func provisionerForTest(t *testing.T, now time.Time, pending []*v1.Pod) (*provisioner, *[]string, *k8sfake.Clientset, *dynamicfake.FakeDynamicClient) {
+	scheme := runtime.NewScheme()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{ProvisioningRequests: "ProvisioningRequestList"})
+	core := k8sfake.NewClientset()
+	for _, p := range pending {
+		_, err := core.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	var events []string
+	pv := newProvisioner(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, dyn, core,
+		func(gang.Key) memberSet { return memberSet{pending: pending, total: len(pending)} }, nil)
+	t.Cleanup(pv.queue.ShutDown)
+	pv.store = cache.NewStore(cache.MetaNamespaceKeyFunc)
+	pv.hasPlan = func(gang.Key) bool { return false }
+	pv.event = func(_ gang.Key, eventType, reason, message string) { events = append(events, eventType+" "+reason+": "+message) }
+	pv.nodesArrived = func(gang.Key) {}
+	pv.now = func() time.Time { return now }
+	return pv, &events, core, dyn
+}
+
+// A request the autoscaler never answers is announced once, after 5
+// minutes, and kept; a failed one is announced, deleted, and asked again
+// only after the backoff.
+func TestProvisionerFollowsTheAutoscaler(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "mnist"}
+	pending := []*v1.Pod{testobj.MakePod("ns", "mnist-0").PodSpec(testobj.WorkerPodSpec("muster", 8)).Obj()}
+	pv, events, core, dyn := provisionerForTest(t, now, pending)
+	ctx := context.Background()
+	pv.noticed(gang.Notice{Key: key, Outcome: gang.OutcomeUnschedulable})
+
+	require.NoError(t, pv.sync(ctx, key))
+	req, err := dyn.Resource(ProvisioningRequests).Namespace("ns").Get(ctx, requestName(key), metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, *events, 1)
+	assert.Contains(t, (*events)[0], ReasonProvisioningRequested)
+	tmpls, err := core.CoreV1().PodTemplates("ns").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Len(t, tmpls.Items, 1, "one pod set, one template")
+
+	// The informer brings the request; the member consumes it.
+	req.SetCreationTimestamp(metav1.NewTime(now))
+	require.NoError(t, pv.store.Add(req))
+	require.NoError(t, pv.sync(ctx, key))
+	pod, err := core.CoreV1().Pods("ns").Get(ctx, "mnist-0", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, req.GetName(), pod.Annotations[ConsumeProvisioningRequestAnnotation])
+	assert.Len(t, *events, 1, "nothing to say before 5 minutes without an answer")
+
+	pv.now = func() time.Time { return now.Add(provisioningNotAcceptedAfter + time.Second) }
+	require.NoError(t, pv.sync(ctx, key))
+	require.NoError(t, pv.sync(ctx, key))
+	require.Len(t, *events, 2, "said once")
+	assert.Contains(t, (*events)[1], ReasonProvisioningNotAccepted)
+
+	require.NoError(t, unstructured.SetNestedSlice(req.Object, []any{
+		map[string]any{"type": "Accepted", "status": "True"},
+		map[string]any{"type": "Failed", "status": "True", "reason": "NotProvisioned", "message": "node group at its maximum"}}, "status", "conditions"))
+	require.NoError(t, pv.store.Update(req))
+	require.NoError(t, pv.sync(ctx, key))
+	require.Len(t, *events, 3)
+	assert.Contains(t, (*events)[2], "node group at its maximum")
+	_, err = dyn.Resource(ProvisioningRequests).Namespace("ns").Get(ctx, req.GetName(), metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "a failed request is deleted: %v", err)
+	tmpls, err = core.CoreV1().PodTemplates("ns").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, tmpls.Items, "with its templates")
+
+	// Gone from the informer: not asked again before the backoff ends.
+	require.NoError(t, pv.store.Delete(req))
+	require.NoError(t, pv.sync(ctx, key))
+	_, err = dyn.Resource(ProvisioningRequests).Namespace("ns").Get(ctx, req.GetName(), metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "asked again during the backoff")
+	pv.now = func() time.Time { return now.Add(provisioningNotAcceptedAfter + retryAfter(1) + 2*time.Second) }
+	require.NoError(t, pv.sync(ctx, key))
+	_, err = dyn.Resource(ProvisioningRequests).Namespace("ns").Get(ctx, req.GetName(), metav1.GetOptions{})
+	assert.NoError(t, err, "asked again after the backoff")
+}
+
+// A request the API server refuses (a webhook, a quota) is announced with
+// the API's error, and asked again only after the backoff.
+func TestProvisionerRefusedByTheAPI(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "mnist"}
+	pending := []*v1.Pod{testobj.MakePod("ns", "mnist-0").PodSpec(testobj.WorkerPodSpec("muster", 8)).Obj()}
+	pv, events, _, dyn := provisionerForTest(t, now, pending)
+	dyn.PrependReactor("create", "provisioningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(ProvisioningRequests.GroupResource(), requestName(key), errors.New("denied by policy no-provreqs"))
+	})
+	pv.noticed(gang.Notice{Key: key, Outcome: gang.OutcomeNotPossible})
+	require.NoError(t, pv.sync(context.Background(), key))
+	require.Len(t, *events, 1)
+	assert.Contains(t, (*events)[0], ReasonProvisioningFailed)
+	assert.Contains(t, (*events)[0], "denied by policy no-provreqs")
+	assert.Equal(t, now.Add(retryAfter(1)), pv.gangs[key].retryAt)
+	require.NoError(t, pv.sync(context.Background(), key))
+	assert.Len(t, *events, 1, "not asked again during the backoff")
 }
