@@ -12,13 +12,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -154,7 +154,9 @@ func provisionerForTest(t *testing.T, now time.Time, pending []*v1.Pod) (*provis
 	t.Cleanup(pv.queue.ShutDown)
 	pv.store = cache.NewStore(cache.MetaNamespaceKeyFunc)
 	pv.hasPlan = func(gang.Key) bool { return false }
-	pv.event = func(_ gang.Key, eventType, reason, message string) { events = append(events, eventType+" "+reason+": "+message) }
+	pv.event = func(_ gang.Key, eventType, reason, message string) {
+		events = append(events, eventType+" "+reason+": "+message)
+	}
 	pv.nodesArrived = func(gang.Key) {}
 	pv.now = func() time.Time { return now }
 	return pv, &events, core, dyn
