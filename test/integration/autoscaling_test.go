@@ -54,6 +54,18 @@ func (c *cluster) installProvisioningCRD() {
 	}
 }
 
+// startProvisioningCluster starts a control plane with nodes that run
+// background CPU pods under a budget, the ProvisioningRequest CRD, a
+// silent stand-in provisioner and muster asking for gangs' nodes.
+func startProvisioningCluster(t *testing.T, nodes ...*corev1.Node) (*cluster, *standInProvisioner, func()) {
+	t.Helper()
+	c := startClusterWithoutScheduler(t, nodes...)
+	c.installProvisioningCRD()
+	c.addBackground(2, nodes...)
+	provisioner := c.startStandInProvisioner()
+	return c, provisioner, c.startSchedulerWithArgs(provisioningArgs)
+}
+
 // provisionerMode is how the stand-in answers a new request.
 type provisionerMode int
 
@@ -300,12 +312,8 @@ func (c *cluster) waitConsumers(request string, want int, list func() []corev1.P
 // it, and nothing is bound until the nodes come. The stand-in provisions;
 // the gang binds whole; the request and its PodTemplates are deleted.
 func TestGangAsksTheAutoscalerForItsNodes(t *testing.T) {
-	nodes := []*corev1.Node{gpuNode("node-1", 8).Rack("r1").Obj(), gpuNode("node-2", 8).Rack("r1").Obj(), gpuNode("small-1", 4).Rack("r1").Obj()}
-	c := startClusterWithoutScheduler(t, nodes...)
-	c.installProvisioningCRD()
-	c.addBackground(2, nodes...)
-	provisioner := c.startStandInProvisioner()
-	c.startSchedulerWithArgs(provisioningArgs)
+	c, provisioner, _ := startProvisioningCluster(t, gpuNode("node-1", 8).Rack("r1").Obj(), gpuNode("node-2", 8).Rack("r1").Obj(),
+		gpuNode("small-1", 4).Rack("r1").Obj())
 
 	c.createPodGroup("tf", 5, nil)
 	for i := range 4 {
@@ -363,13 +371,8 @@ func TestGangAsksTheAutoscalerForItsNodes(t *testing.T) {
 // second gang's request is pending when its Job is deleted: the request and
 // its PodTemplates go with it.
 func TestProvisioningFailsAndTheGangSaysSo(t *testing.T) {
-	nodes := gpuNodes(2, 8)
-	c := startClusterWithoutScheduler(t, nodes...)
-	c.installProvisioningCRD()
-	c.addBackground(2, nodes...)
-	provisioner := c.startStandInProvisioner()
+	c, provisioner, _ := startProvisioningCluster(t, gpuNodes(2, 8)...)
 	provisioner.setMode(modeFail)
-	c.startSchedulerWithArgs(provisioningArgs)
 
 	c.createJob(jobSpec{name: "big", workers: 3, gpus: 8})
 	req := c.waitRequest()
@@ -400,12 +403,7 @@ func TestProvisioningFailsAndTheGangSaysSo(t *testing.T) {
 // adopts the request (no second one, no orphan), and the gang binds when
 // the nodes come.
 func TestProvisioningSurvivesARestart(t *testing.T) {
-	nodes := gpuNodes(1, 8)
-	c := startClusterWithoutScheduler(t, nodes...)
-	c.installProvisioningCRD()
-	c.addBackground(2, nodes...)
-	provisioner := c.startStandInProvisioner()
-	stop := c.startSchedulerWithArgs(provisioningArgs)
+	c, provisioner, stop := startProvisioningCluster(t, gpuNodes(1, 8)...)
 
 	c.createJob(jobSpec{name: "mnist", workers: 2, gpus: 8})
 	req := c.waitRequest()

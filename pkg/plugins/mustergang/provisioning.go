@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -586,20 +587,15 @@ func requestGang(u *unstructured.Unstructured) (gang.Key, bool) {
 
 // requestConditions are a request's status conditions by type.
 func requestConditions(u *unstructured.Unstructured) map[string]metav1.Condition {
-	out := map[string]metav1.Condition{}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		m, ok := c.(map[string]any)
-		if !ok {
-			continue
-		}
-		var cond metav1.Condition
-		cond.Type, _ = m["type"].(string)
-		status, _ := m["status"].(string)
-		cond.Status = metav1.ConditionStatus(status)
-		cond.Reason, _ = m["reason"].(string)
-		cond.Message, _ = m["message"].(string)
-		out[cond.Type] = cond
+	var status struct {
+		Conditions []metav1.Condition `json:"conditions"`
+	}
+	if m, ok := u.Object["status"].(map[string]any); ok {
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(m, &status) // what does not convert is no condition
+	}
+	out := make(map[string]metav1.Condition, len(status.Conditions))
+	for _, c := range status.Conditions {
+		out[c.Type] = c
 	}
 	return out
 }
