@@ -42,3 +42,25 @@ func (o Outcome) EventType() string {
 	}
 	return v1.EventTypeNormal
 }
+
+// The reasons of the Events about a gang's ProvisioningRequest
+// (docs/autoscaling.md). They say what the autoscaler was asked and
+// answered, not where the gang is: they never set the phase kubectl muster
+// shows (IsProvisioningReason).
+const (
+	ReasonProvisioningRequested   = "ProvisioningRequested"
+	ReasonProvisioned             = "Provisioned"
+	ReasonProvisioningFailed      = "ProvisioningFailed"
+	ReasonProvisioningEnded       = "ProvisioningEnded"
+	ReasonProvisioningNotAccepted = "ProvisioningNotAccepted"
+)
+
+// IsProvisioningReason reports whether an Event reason is one of a gang's
+// ProvisioningRequest.
+func IsProvisioningReason(reason string) bool {
+	switch reason {
+	case ReasonProvisioningRequested, ReasonProvisioned, ReasonProvisioningFailed, ReasonProvisioningEnded, ReasonProvisioningNotAccepted:
+		return true
+	}
+	return false
+}

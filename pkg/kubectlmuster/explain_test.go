@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/testobj"
@@ -196,4 +197,24 @@ func TestExplainShowsTheSchedulersLastFailedPlan(t *testing.T) {
 	ex, err = Explain(snapshot(nodes, pending, waiting), testNS, gang.KindJob, "waiting", DefaultOptions())
 	require.NoError(t, err)
 	assert.Nil(t, ex.LastFailedPlan)
+}
+
+// A gang that asked cluster-autoscaler for nodes shows the autoscaler's
+// answer among its Events.
+func TestExplainShowsTheAutoscalersAnswer(t *testing.T) {
+	nodes := rackNodes(1, 2, 8)
+	waiting := job("waiting", 3, 8).Obj()
+	s := snapshot(nodes, unschedulable(members(waiting, 3), "gang team-a/waiting needs 3 members", testNow.Add(-time.Minute)), waiting)
+	s.Events = []eventsv1.Event{
+		gangEvent("waiting", gang.ReasonProvisioningRequested, "muster asked cluster-autoscaler for nodes", testNow.Add(-50*time.Second)),
+		gangEvent("waiting", gang.ReasonProvisioningFailed, "node group gpu-pool is at its maximum size", testNow.Add(-10*time.Second)),
+	}
+	ex, err := Explain(s, testNS, gang.KindJob, "waiting", DefaultOptions())
+	require.NoError(t, err)
+	require.NotEmpty(t, ex.Events)
+	assert.Equal(t, gang.ReasonProvisioningFailed, ex.Events[0].Reason)
+	assert.Contains(t, ex.Events[0].Message, "at its maximum size")
+	var out strings.Builder
+	require.NoError(t, printExplanation(&out, ex, "nvidia.com/gpu", testNow))
+	assert.Contains(t, out.String(), "node group gpu-pool is at its maximum size")
 }

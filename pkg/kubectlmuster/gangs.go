@@ -161,7 +161,7 @@ func newIndex(snap *Snapshot, opts Options) *index {
 	}
 	for i := range snap.Events {
 		e := &snap.Events[i]
-		if !strings.HasPrefix(e.Reason, "Gang") {
+		if !strings.HasPrefix(e.Reason, "Gang") && !gang.IsProvisioningReason(e.Reason) {
 			continue
 		}
 		if key, ok := eventKey(e); ok {
@@ -421,6 +421,9 @@ func latestSignal(st *gangState) *signal {
 		}
 	}
 	for _, e := range st.events {
+		if gang.IsProvisioningReason(e.Reason) {
+			continue // the autoscaler's answer, not the gang's phase
+		}
 		// A series keeps its first note; its first time is when the phase began.
 		consider(signal{at: eventTime(e), since: firstTime(e), phase: phaseOfOutcome(e.Reason), reason: e.Reason, message: e.Note})
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 func TestGangsPhase(t *testing.T) {
@@ -81,6 +82,14 @@ func TestGangsPhase(t *testing.T) {
 			return s
 		}(),
 		gang: "job/big", phase: PhasePreempting, bound: "0/4", gpus: 32, message: "preempts 2 pods",
+	}, {
+		name: "the autoscaler's answer is no phase: the gang stays unschedulable",
+		snap: func() *Snapshot {
+			s := snapshot(nodes, unschedulable(members(bigJob, 4), unschedulableMsg, testNow.Add(-time.Minute)), bigJob)
+			s.Events = []eventsv1.Event{gangEvent("big", gang.ReasonProvisioned, "cluster-autoscaler provisioned the nodes", testNow.Add(-time.Second))}
+			return s
+		}(),
+		gang: "job/big", phase: PhaseUnschedulable, bound: "0/4", gpus: 32, message: unschedulableMsg,
 	}, {
 		name: "backing off, from the pods' message",
 		snap: snapshot(nodes, unschedulable(members(bigJob, 4), "gang team-a/big backs off until 2026-12-02T12:00:05Z after: timed out", testNow), bigJob),

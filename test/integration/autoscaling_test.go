@@ -25,6 +25,7 @@ import (
 	"github.com/muster-sched/muster/internal/testobj"
 	"github.com/muster-sched/muster/manifests"
 	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
+	"github.com/muster-sched/muster/pkg/gang"
 	"github.com/muster-sched/muster/pkg/plugins/mustergang"
 )
 
@@ -345,7 +346,7 @@ func TestGangAsksTheAutoscalerForItsNodes(t *testing.T) {
 		t.Errorf("pod sets %v (GPUs per member: members), want two: 4 workers of 8 GPUs and 1 PS without", counts)
 	}
 	c.waitConsumers(req.GetName(), 5, members)
-	c.waitForEvent("PodGroup", "tf", mustergang.ReasonProvisioningRequested, req.GetName())
+	c.waitForEvent("PodGroup", "tf", gang.ReasonProvisioningRequested, req.GetName())
 	if bound := countBound(members()); bound != 0 {
 		t.Fatalf("%d members bound before the nodes came; a gang that does not fit binds nothing", bound)
 	}
@@ -354,7 +355,7 @@ func TestGangAsksTheAutoscalerForItsNodes(t *testing.T) {
 	}
 
 	provisioner.setMode(modeProvision, holdNodes)
-	c.waitForEvent("PodGroup", "tf", mustergang.ReasonProvisioned, req.GetName())
+	c.waitForEvent("PodGroup", "tf", gang.ReasonProvisioned, req.GetName())
 	if bound := countBound(members()); bound != 0 {
 		t.Fatalf("%d members bound before the provisioned nodes registered", bound)
 	}
@@ -376,7 +377,7 @@ func TestProvisioningFailsAndTheGangSaysSo(t *testing.T) {
 
 	c.createJob(jobSpec{name: "big", workers: 3, gpus: 8})
 	req := c.waitRequest()
-	c.waitForEvent("Job", "big", mustergang.ReasonProvisioningFailed, "node group gpu-pool is at its maximum size")
+	c.waitForEvent("Job", "big", gang.ReasonProvisioningFailed, "node group gpu-pool is at its maximum size")
 	c.waitFor("the failed request deleted", 30*time.Second, func() (bool, error) {
 		return len(c.provisioningRequests()) == 0 && len(c.podTemplates()) == 0, nil
 	})

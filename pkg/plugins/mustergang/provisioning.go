@@ -53,15 +53,6 @@ const (
 // new nodes.
 var ProvisioningRequests = schema.GroupVersionResource{Group: "autoscaling.x-k8s.io", Version: "v1", Resource: "provisioningrequests"}
 
-// The Events about a gang's request, on the gang's object.
-const (
-	ReasonProvisioningRequested   = "ProvisioningRequested"
-	ReasonProvisioned             = "Provisioned"
-	ReasonProvisioningFailed      = "ProvisioningFailed"
-	ReasonProvisioningEnded       = "ProvisioningEnded"
-	ReasonProvisioningNotAccepted = "ProvisioningNotAccepted"
-)
-
 const (
 	// ManagedByLabel marks the ProvisioningRequests and PodTemplates muster
 	// creates (value "muster"); the admission policy lets the scheduler
@@ -149,14 +140,15 @@ func (pv *provisioner) handler() cache.ResourceEventHandler {
 }
 
 // noticed follows what muster said of a gang: a gang with no room asks for
-// nodes, a gang with a plan (or waiting for members, or invalid) needs none.
+// nodes, a gang with a plan (or waiting for members, or invalid, or one
+// that can never form: GangNotPossible) needs none.
 func (pv *provisioner) noticed(n gang.Notice) {
 	if pv == nil {
 		return
 	}
 	want := needNone
 	switch n.Outcome {
-	case gang.OutcomeUnschedulable, gang.OutcomeNotPossible:
+	case gang.OutcomeUnschedulable:
 		want = needNodes
 	case gang.OutcomeRejected, gang.OutcomeTimedOut:
 		return // a plan was dropped; the next one says
@@ -282,17 +274,17 @@ func (pv *provisioner) follow(ctx context.Context, key gang.Key, st *gangProvisi
 	switch {
 	case conds[provisioningFailed].Status == metav1.ConditionTrue:
 		c := conds[provisioningFailed]
-		state, eventType, reason, ended = provisioningFailed, v1.EventTypeWarning, ReasonProvisioningFailed, true
+		state, eventType, reason, ended = provisioningFailed, v1.EventTypeWarning, gang.ReasonProvisioningFailed, true
 		message = fmt.Sprintf("cluster-autoscaler could not provision the nodes of %s (ProvisioningRequest %s, %s): %s", key.Subject(), req.GetName(), c.Reason, c.Message)
 	case conds[provisioningCapacityRevoked].Status == metav1.ConditionTrue, conds[provisioningBookingExpired].Status == metav1.ConditionTrue:
 		c, what := conds[provisioningBookingExpired], "the capacity booked for it expired"
 		if conds[provisioningCapacityRevoked].Status == metav1.ConditionTrue {
 			c, what = conds[provisioningCapacityRevoked], "its capacity was revoked"
 		}
-		state, eventType, reason, ended = c.Type, v1.EventTypeWarning, ReasonProvisioningEnded, true
+		state, eventType, reason, ended = c.Type, v1.EventTypeWarning, gang.ReasonProvisioningEnded, true
 		message = fmt.Sprintf("ProvisioningRequest %s of %s ended: %s (%s: %s); muster asks again if the gang still cannot be placed", req.GetName(), key.Subject(), what, c.Reason, c.Message)
 	case conds[provisioningProvisioned].Status == metav1.ConditionTrue:
-		state, reason = provisioningProvisioned, ReasonProvisioned
+		state, reason = provisioningProvisioned, gang.ReasonProvisioned
 		message = fmt.Sprintf("cluster-autoscaler provisioned the nodes of %s (ProvisioningRequest %s); muster plans the gang on them", key.Subject(), req.GetName())
 	case conds[provisioningAccepted].Status != metav1.ConditionTrue:
 		age := pv.now().Sub(req.GetCreationTimestamp().Time)
@@ -300,7 +292,7 @@ func (pv *provisioner) follow(ctx context.Context, key gang.Key, st *gangProvisi
 			pv.queue.AddAfter(key, provisioningNotAcceptedAfter-age)
 			return nil
 		}
-		state, eventType, reason = "NotAccepted", v1.EventTypeWarning, ReasonProvisioningNotAccepted
+		state, eventType, reason = "NotAccepted", v1.EventTypeWarning, gang.ReasonProvisioningNotAccepted
 		message = fmt.Sprintf("no autoscaler has accepted ProvisioningRequest %s of %s in %s (is cluster-autoscaler run with --enable-provisioning-requests, and does it serve class %s?)",
 			req.GetName(), key.Subject(), provisioningNotAcceptedAfter, pv.class)
 	default:
@@ -337,7 +329,7 @@ func (pv *provisioner) follow(ctx context.Context, key gang.Key, st *gangProvisi
 func (pv *provisioner) createRequest(ctx context.Context, key gang.Key, name string, pending []*v1.Pod) error {
 	sets := podSets(pending)
 	if len(sets) > maxPodSets {
-		pv.event(key, v1.EventTypeWarning, ReasonProvisioningFailed,
+		pv.event(key, v1.EventTypeWarning, gang.ReasonProvisioningFailed,
 			fmt.Sprintf("%s has %d kinds of members; a ProvisioningRequest holds at most %d pod sets, so muster cannot ask for its nodes", key.Subject(), len(sets), maxPodSets))
 		pv.mu.Lock()
 		if st := pv.gangs[key]; st != nil {
@@ -380,7 +372,7 @@ func (pv *provisioner) createRequest(ctx context.Context, key gang.Key, name str
 		n += s.count
 	}
 	klog.FromContext(ctx).V(2).Info("Gang provisioning", "gang", key, "request", name, "state", "Requested", "pods", n)
-	pv.event(key, v1.EventTypeNormal, ReasonProvisioningRequested,
+	pv.event(key, v1.EventTypeNormal, gang.ReasonProvisioningRequested,
 		fmt.Sprintf("%s does not fit on the cluster's nodes; muster asked cluster-autoscaler for nodes for its %d pending members (ProvisioningRequest %s, class %s)",
 			key.Subject(), n, created.GetName(), pv.class))
 	return nil
@@ -397,7 +389,7 @@ func (pv *provisioner) refused(ctx context.Context, key gang.Key, err error) err
 		st.retryAt = pv.now().Add(retryAfter(st.failures))
 	}
 	pv.mu.Unlock()
-	pv.event(key, v1.EventTypeWarning, ReasonProvisioningFailed, fmt.Sprintf("muster could not ask cluster-autoscaler for the nodes of %s: %v", key.Subject(), err))
+	pv.event(key, v1.EventTypeWarning, gang.ReasonProvisioningFailed, fmt.Sprintf("muster could not ask cluster-autoscaler for the nodes of %s: %v", key.Subject(), err))
 	pv.queue.AddAfter(key, provisioningRetryBase)
 	return nil
 }

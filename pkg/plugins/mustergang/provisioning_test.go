@@ -177,7 +177,7 @@ func TestProvisionerFollowsTheAutoscaler(t *testing.T) {
 	req, err := dyn.Resource(ProvisioningRequests).Namespace("ns").Get(ctx, requestName(key), metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Len(t, *events, 1)
-	assert.Contains(t, (*events)[0], ReasonProvisioningRequested)
+	assert.Contains(t, (*events)[0], gang.ReasonProvisioningRequested)
 	tmpls, err := core.CoreV1().PodTemplates("ns").List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	assert.Len(t, tmpls.Items, 1, "one pod set, one template")
@@ -195,7 +195,7 @@ func TestProvisionerFollowsTheAutoscaler(t *testing.T) {
 	require.NoError(t, pv.sync(ctx, key))
 	require.NoError(t, pv.sync(ctx, key))
 	require.Len(t, *events, 2, "said once")
-	assert.Contains(t, (*events)[1], ReasonProvisioningNotAccepted)
+	assert.Contains(t, (*events)[1], gang.ReasonProvisioningNotAccepted)
 
 	require.NoError(t, unstructured.SetNestedSlice(req.Object, []any{
 		map[string]any{"type": "Accepted", "status": "True"},
@@ -231,10 +231,10 @@ func TestProvisionerRefusedByTheAPI(t *testing.T) {
 	dyn.PrependReactor("create", "provisioningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(ProvisioningRequests.GroupResource(), requestName(key), errors.New("denied by policy no-provreqs"))
 	})
-	pv.noticed(gang.Notice{Key: key, Outcome: gang.OutcomeNotPossible})
+	pv.noticed(gang.Notice{Key: key, Outcome: gang.OutcomeUnschedulable})
 	require.NoError(t, pv.sync(context.Background(), key))
 	require.Len(t, *events, 1)
-	assert.Contains(t, (*events)[0], ReasonProvisioningFailed)
+	assert.Contains(t, (*events)[0], gang.ReasonProvisioningFailed)
 	assert.Contains(t, (*events)[0], "denied by policy no-provreqs")
 	assert.Equal(t, now.Add(retryAfter(1)), pv.gangs[key].retryAt)
 	require.NoError(t, pv.sync(context.Background(), key))
