@@ -78,6 +78,9 @@ const (
 	modeProvision
 	// modeFail: Accepted, then Failed (the node group is at its maximum).
 	modeFail
+	// modeExpireOnce: the first request Accepted, Provisioned and its
+	// booking expired before its nodes came; then modeProvision.
+	modeExpireOnce
 )
 
 // standInProvisioner answers ProvisioningRequests as cluster-autoscaler's
@@ -142,9 +145,14 @@ func (s *standInProvisioner) reconcile(ctx context.Context) {
 			continue
 		}
 		conds := []any{condition(autoscalingv1.Accepted, "Accepted", "the stand-in accepted the request")}
-		if s.mode == modeFail {
+		switch s.mode {
+		case modeFail:
 			conds = append(conds, condition(autoscalingv1.Failed, "NotProvisioned", "node group gpu-pool is at its maximum size (5)"))
-		} else {
+		case modeExpireOnce:
+			conds = append(conds, condition(autoscalingv1.Provisioned, "CapacityIsProvisioned", "the stand-in scaled the node group up"),
+				condition(autoscalingv1.BookingExpired, "CapacityReservationTimeExpired", "capacity reservation time expired"))
+			s.mode = modeProvision
+		default:
 			// As cluster-autoscaler: Provisioned once the node group's
 			// scale-up is under way; the nodes register afterwards.
 			conds = append(conds, condition(autoscalingv1.Provisioned, "Provisioned", "the stand-in scaled the node group up"))
@@ -157,7 +165,7 @@ func (s *standInProvisioner) reconcile(ctx context.Context) {
 			continue // a conflict: the next round
 		}
 		s.answered[req.GetUID()] = true
-		if s.mode == modeProvision {
+		if s.mode == modeProvision && !expired(conds) {
 			s.coming = append(s.coming, req)
 		}
 	}
@@ -212,6 +220,15 @@ func (s *standInProvisioner) addNodes(ctx context.Context, req *unstructured.Uns
 		}
 	}
 	return nil
+}
+
+func expired(conds []any) bool {
+	for _, c := range conds {
+		if c.(map[string]any)["type"] == autoscalingv1.BookingExpired {
+			return true
+		}
+	}
+	return false
 }
 
 func condition(typ, reason, message string) any {
@@ -398,6 +415,22 @@ func TestProvisioningFailsAndTheGangSaysSo(t *testing.T) {
 	c.waitConsumers(pending.GetName(), 3, func() []corev1.Pod { return c.jobPods("gone") })
 	c.deleteJob("gone")
 	c.waitNothingProvisioning()
+}
+
+// The capacity booked for a gang's request expires before its nodes come
+// (cluster-autoscaler books it for 10 minutes): the gang's object says so,
+// muster deletes the request and asks again, and the gang binds on the nodes
+// of the second one.
+func TestProvisioningBookingExpiredAsksAgain(t *testing.T) {
+	c, provisioner, _ := startProvisioningCluster(t, gpuNodes(1, 8)...)
+	provisioner.setMode(modeExpireOnce)
+	c.createJob(jobSpec{name: "mnist", workers: 2, gpus: 8})
+	c.waitForEvent("Job", "mnist", gang.ReasonProvisioningEnded, "capacity reservation time expired")
+	c.waitJobBound("mnist", 2)
+	c.waitNothingProvisioning()
+	if n := provisioner.requestsSeen(); n != 2 {
+		t.Errorf("%d ProvisioningRequests were made, want 2 (the expired one and the one asked again)", n)
+	}
 }
 
 // The scheduler restarts while a gang's request is pending: the new one

@@ -302,10 +302,15 @@ func (pv *provisioner) follow(ctx context.Context, key gang.Key, st *gangProvisi
 	fresh := st.uid != req.GetUID() || st.announced != state
 	st.uid, st.announced = req.GetUID(), state
 	if ended && fresh {
-		if state == provisioningFailed {
-			st.failures++
-			st.retryAt = pv.now().Add(retryAfter(st.failures))
+		// A request that ended with its capacity gone (booking expired,
+		// revoked) is asked again at once the first time; every further
+		// end, and every failure, waits the backoff.
+		st.failures++
+		wait := retryAfter(st.failures)
+		if state != provisioningFailed && st.failures == 1 {
+			wait = 0
 		}
+		st.retryAt = pv.now().Add(wait)
 	}
 	if state == provisioningProvisioned {
 		st.failures = 0
