@@ -221,6 +221,8 @@ func (pv *provisioner) sync(ctx context.Context, key gang.Key) error {
 		existing = obj.(*unstructured.Unstructured)
 	}
 	members := pv.members(key)
+	// Asked before the lock: the gang manager has its own.
+	adoptable := existing != nil && len(members.pending) > 0 && !pv.hasPlan(key)
 	pv.mu.Lock()
 	st := pv.gangs[key]
 	want := needUnknown
@@ -229,7 +231,7 @@ func (pv *provisioner) sync(ctx context.Context, key gang.Key) error {
 	}
 	if want == needUnknown {
 		want = needNone
-		if existing != nil && len(members.pending) > 0 && !pv.hasPlan(key) {
+		if adoptable {
 			want = needNodes // kept across a restart
 		}
 	}
@@ -247,10 +249,11 @@ func (pv *provisioner) sync(ctx context.Context, key gang.Key) error {
 		st = &gangProvisioning{need: needNodes}
 		pv.gangs[key] = st
 	}
+	retryAt := st.retryAt
 	pv.mu.Unlock()
 
 	if existing == nil {
-		if wait := st.retryAt.Sub(pv.now()); wait > 0 {
+		if wait := retryAt.Sub(pv.now()); wait > 0 {
 			pv.queue.AddAfter(key, wait)
 			return nil
 		}
