@@ -45,6 +45,30 @@ type cachedView struct {
 	podsRead bool
 }
 
+// freestDomain is the domain at label (a node label's value) whose nodes
+// have the most free GPUs in the views kept, "" when no node has the label.
+// Ties go to the first name.
+func (n *nodeViews) freestDomain(label string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	free := map[string]int64{}
+	for _, c := range n.kept {
+		if c.view.Node == nil || c.view.Reclaiming || c.view.Cordoned {
+			continue
+		}
+		if value, ok := c.view.Node.Labels[label]; ok {
+			free[value] += c.view.Free.Scalars[n.gpu]
+		}
+	}
+	best := ""
+	for value, gpus := range free {
+		if best == "" || gpus > free[best] || (gpus == free[best] && value < best) {
+			best = value
+		}
+	}
+	return best
+}
+
 // boundPod is what the victim search reads of a pod on a node that depends
 // on the pod object alone. Every victim search used to compute it for every
 // pod of the cluster; a month's soak on 2000 nodes spent half its CPU there.

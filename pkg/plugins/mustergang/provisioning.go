@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -89,12 +90,16 @@ const (
 
 // provisioner keeps one ProvisioningRequest per gang that needs nodes.
 type provisioner struct {
-	class        string
-	requests     dynamic.NamespaceableResourceInterface
-	core         kubernetes.Interface
-	store        cache.Store // the requests muster made, from an informer
-	members      func(gang.Key) memberSet
-	matchers     []config.NodeMatcher
+	class    string
+	requests dynamic.NamespaceableResourceInterface
+	core     kubernetes.Interface
+	store    cache.Store // the requests muster made, from an informer
+	members  func(gang.Key) memberSet
+	matchers []config.NodeMatcher
+	// domain is the topology domain a member's gang must be placed in,
+	// where node groups can express it (a zone): its node label and the
+	// domain with the most free GPUs. Empty when there is none.
+	domain       func(pod *v1.Pod) (label, value string)
 	hasPlan      func(gang.Key) bool
 	event        func(key gang.Key, eventType, reason, message string)
 	nodesArrived func(gang.Key) // wakes the gang: its nodes are there
@@ -441,6 +446,12 @@ func (pv *provisioner) deleteRequest(ctx context.Context, key gang.Key, req *uns
 	return nil
 }
 
+// nodeGroupLabels are the topology labels a node group's nodes share and
+// cluster-autoscaler's template nodes carry, so a request can pin a gang's
+// domain with them. Racks, NVLink cliques and hostnames are not: a node
+// group does not choose them.
+var nodeGroupLabels = sets.New(v1.LabelTopologyZone, v1.LabelTopologyRegion)
+
 // retryAfter is how long a gang waits before asking again after its
 // failures-th failed request.
 func retryAfter(failures int) time.Duration {
@@ -493,7 +504,42 @@ func (pv *provisioner) template(pod *v1.Pod) v1.PodTemplateSpec {
 	if policy, err := gang.ParsePolicy(pod.Annotations[gang.AnnotationPreemptible]); err == nil {
 		policyAffinity(&spec, policy, pv.matchers)
 	}
+	if pv.domain != nil {
+		if label, value := pv.domain(pod); label != "" && value != "" {
+			requireEverywhere(&spec, v1.NodeSelectorRequirement{Key: label, Operator: v1.NodeSelectorOpIn, Values: []string{value}})
+		}
+	}
 	return v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels}, Spec: spec}
+}
+
+// requireEverywhere adds reqs to every term of spec's required node
+// affinity (a term of their own when it has none): a node must meet them
+// whatever else it meets.
+func requireEverywhere(spec *v1.PodSpec, reqs ...v1.NodeSelectorRequirement) {
+	terms := requiredTerms(spec)
+	for i := range *terms {
+		(*terms)[i].MatchExpressions = append((*terms)[i].MatchExpressions, reqs...)
+	}
+}
+
+// requiredTerms are spec's required node affinity terms, one empty term
+// when it has none, ready to be changed in place.
+func requiredTerms(spec *v1.PodSpec) *[]v1.NodeSelectorTerm {
+	if spec.Affinity == nil {
+		spec.Affinity = &v1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &v1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &v1.NodeSelector{}
+	}
+	terms := &na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(*terms) == 0 {
+		*terms = []v1.NodeSelectorTerm{{}}
+	}
+	return terms
 }
 
 // policyAffinity adds to spec's required node affinity what keeps the
@@ -509,20 +555,6 @@ func policyAffinity(spec *v1.PodSpec, policy gang.Policy, matchers []config.Node
 	if len(labels) == 0 || (policy != gang.PolicyForbid && policy != gang.PolicyRequire) {
 		return
 	}
-	if spec.Affinity == nil {
-		spec.Affinity = &v1.Affinity{}
-	}
-	if spec.Affinity.NodeAffinity == nil {
-		spec.Affinity.NodeAffinity = &v1.NodeAffinity{}
-	}
-	na := spec.Affinity.NodeAffinity
-	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		na.RequiredDuringSchedulingIgnoredDuringExecution = &v1.NodeSelector{}
-	}
-	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) == 0 {
-		terms = []v1.NodeSelectorTerm{{}}
-	}
 	requirement := func(m config.NodeMatcher, in bool) v1.NodeSelectorRequirement {
 		switch {
 		case m.Value != "" && in:
@@ -534,23 +566,24 @@ func policyAffinity(spec *v1.PodSpec, policy gang.Policy, matchers []config.Node
 		}
 		return v1.NodeSelectorRequirement{Key: m.Key, Operator: v1.NodeSelectorOpDoesNotExist}
 	}
-	var out []v1.NodeSelectorTerm
-	for _, t := range terms {
-		if policy == gang.PolicyForbid { // every term, none of the labels
-			t = *t.DeepCopy()
-			for _, m := range labels {
-				t.MatchExpressions = append(t.MatchExpressions, requirement(m, false))
-			}
-			out = append(out, t)
-			continue
+	if policy == gang.PolicyForbid { // none of the labels
+		var none []v1.NodeSelectorRequirement
+		for _, m := range labels {
+			none = append(none, requirement(m, false))
 		}
-		for _, m := range labels { // each term, with any one of the labels
+		requireEverywhere(spec, none...)
+		return
+	}
+	terms := requiredTerms(spec) // each term, with any one of the labels
+	var out []v1.NodeSelectorTerm
+	for _, t := range *terms {
+		for _, m := range labels {
 			withLabel := *t.DeepCopy()
 			withLabel.MatchExpressions = append(withLabel.MatchExpressions, requirement(m, true))
 			out = append(out, withLabel)
 		}
 	}
-	na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = out
+	*terms = out
 }
 
 // gangOwners are the owner references of a gang's request: its members'
@@ -640,6 +673,19 @@ func (p *Plugin) watchProvisioning(ctx context.Context, active cache.InformerSyn
 		if owner := p.source.ownerRef(key); owner != nil {
 			p.handle.EventRecorder().Eventf(owner, nil, eventType, reason, "Provisioning", "%s", message)
 		}
+	}
+	pv.domain = func(pod *v1.Pod) (string, string) {
+		r, ok, err := p.source.resolve(pod)
+		if err != nil || !ok {
+			return "", ""
+		}
+		level := gang.NarrowerLevel(p.nodes.levels, r.Constraints.Required, r.Ask.Required)
+		for _, l := range p.nodes.levels {
+			if l.Name == level && nodeGroupLabels.Has(l.Label) {
+				return l.Label, p.nodes.freestDomain(l.Label)
+			}
+		}
+		return "", ""
 	}
 	pv.nodesArrived = func(key gang.Key) {
 		p.wake(p.logger(), key, gang.WakeNodesProvisioned, p.source.members(key).pending)

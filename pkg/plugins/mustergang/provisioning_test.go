@@ -240,3 +240,32 @@ func TestProvisionerRefusedByTheAPI(t *testing.T) {
 	require.NoError(t, pv.sync(context.Background(), key))
 	assert.Len(t, *events, 1, "not asked again during the backoff")
 }
+
+// A gang that must be in one zone asks for its nodes in the zone with the
+// most free GPUs, in every term of its members' own node affinity.
+func TestTemplatePinsTheZone(t *testing.T) {
+	gpu := v1.ResourceName("nvidia.com/gpu")
+	n := &nodeViews{gpu: gpu, kept: map[string]cachedView{}}
+	add := func(name, zone string, free int64, reclaiming bool) {
+		node := testobj.MakeNode(name).Zone(zone).Obj()
+		n.kept[name] = cachedView{view: gang.NewNodeView(node, gang.Resources{Scalars: map[v1.ResourceName]int64{gpu: free}}, gpu, false, reclaiming)}
+	}
+	add("a1", "z1", 4, false)
+	add("a2", "z1", 4, false)
+	add("b1", "z2", 6, false)
+	add("b2", "z2", 8, true) // being reclaimed: not room
+	assert.Equal(t, "z1", n.freestDomain(v1.LabelTopologyZone))
+	assert.Equal(t, "", n.freestDomain("example.com/no-such-label"))
+
+	pv := &provisioner{domain: func(*v1.Pod) (string, string) { return v1.LabelTopologyZone, n.freestDomain(v1.LabelTopologyZone) }}
+	pod := testobj.MakePod("ns", "w0").PodSpec(testobj.WorkerPodSpec("muster", 8)).Obj()
+	own := v1.NodeSelectorRequirement{Key: "pool", Operator: v1.NodeSelectorOpIn, Values: []string{"a"}}
+	pod.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+		NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{own}}, {}}}}}
+	tmpl := pv.template(pod)
+	zone := v1.NodeSelectorRequirement{Key: v1.LabelTopologyZone, Operator: v1.NodeSelectorOpIn, Values: []string{"z1"}}
+	terms := tmpl.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	assert.Equal(t, []v1.NodeSelectorRequirement{own, zone}, terms[0].MatchExpressions)
+	assert.Equal(t, []v1.NodeSelectorRequirement{zone}, terms[1].MatchExpressions)
+	assert.Len(t, pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions, 1, "the member's own spec is not changed")
+}
