@@ -3,6 +3,7 @@ package mustergang
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
@@ -268,4 +270,38 @@ func TestTemplatePinsTheZone(t *testing.T) {
 	assert.Equal(t, []v1.NodeSelectorRequirement{own, zone}, terms[0].MatchExpressions)
 	assert.Equal(t, []v1.NodeSelectorRequirement{zone}, terms[1].MatchExpressions)
 	assert.Len(t, pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions, 1, "the member's own spec is not changed")
+}
+
+// Capacity revoked after it was provisioned: announced, the request deleted
+// and asked again at once the first time, after the backoff the second.
+func TestProvisionerCapacityRevoked(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "mnist"}
+	pending := []*v1.Pod{testobj.MakePod("ns", "mnist-0").PodSpec(testobj.WorkerPodSpec("muster", 8)).Obj()}
+	pv, events, _, dyn := provisionerForTest(t, now, pending)
+	ctx := context.Background()
+	pv.noticed(gang.Notice{Key: key, Outcome: gang.OutcomeUnschedulable})
+	revoke := func() {
+		t.Helper()
+		require.NoError(t, pv.sync(ctx, key))
+		req, err := dyn.Resource(ProvisioningRequests).Namespace("ns").Get(ctx, requestName(key), metav1.GetOptions{})
+		require.NoError(t, err, "a request was made")
+		require.NoError(t, unstructured.SetNestedSlice(req.Object, []any{
+			map[string]any{"type": "Accepted", "status": "True"},
+			map[string]any{"type": "Provisioned", "status": "True"},
+			map[string]any{"type": "CapacityRevoked", "status": "True", "reason": "Revoked", "message": "the VMs were taken back"}}, "status", "conditions"))
+		req.SetUID(types.UID(fmt.Sprintf("uid-%d", len(*events))))
+		require.NoError(t, pv.store.Add(req))
+		require.NoError(t, pv.sync(ctx, key))
+		require.NoError(t, pv.store.Delete(req))
+		_, err = dyn.Resource(ProvisioningRequests).Namespace("ns").Get(ctx, req.GetName(), metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "a revoked request is deleted: %v", err)
+	}
+	revoke()
+	assert.Contains(t, (*events)[len(*events)-1], gang.ReasonProvisioningEnded)
+	assert.Contains(t, (*events)[len(*events)-1], "its capacity was revoked")
+	revoke() // asked again at once, and revoked again
+	require.NoError(t, pv.sync(ctx, key))
+	_, err := dyn.Resource(ProvisioningRequests).Namespace("ns").Get(ctx, requestName(key), metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the second time, asked again only after the backoff")
 }
