@@ -121,6 +121,18 @@ type gangProvisioning struct {
 	retryAt  time.Time
 }
 
+// backOff records a failed or ended request at now: the next is asked for
+// after the backoff, or at once for the first request whose capacity went
+// (firstAtOnce). Called under the provisioner's lock.
+func (st *gangProvisioning) backOff(now time.Time, firstAtOnce bool) {
+	st.failures++
+	wait := min(provisioningRetryBase<<min(st.failures-1, 5), provisioningRetryMax)
+	if firstAtOnce && st.failures == 1 {
+		wait = 0
+	}
+	st.retryAt = now.Add(wait)
+}
+
 // newProvisioner starts nothing; run does, once the scheduler leads.
 func newProvisioner(class string, dyn dynamic.Interface, core kubernetes.Interface, members func(gang.Key) memberSet, matchers []config.NodeMatcher) *provisioner {
 	return &provisioner{class: class, requests: dyn.Resource(ProvisioningRequests), core: core, members: members, matchers: matchers,
@@ -311,14 +323,8 @@ func (pv *provisioner) follow(ctx context.Context, key gang.Key, st *gangProvisi
 	st.uid, st.announced = req.GetUID(), state
 	if ended && fresh {
 		// A request that ended with its capacity gone (booking expired,
-		// revoked) is asked again at once the first time; every further
-		// end, and every failure, waits the backoff.
-		st.failures++
-		wait := retryAfter(st.failures)
-		if state != provisioningFailed && st.failures == 1 {
-			wait = 0
-		}
-		st.retryAt = pv.now().Add(wait)
+		// revoked) is asked again at once the first time.
+		st.backOff(pv.now(), state != provisioningFailed)
 	}
 	if state == provisioningProvisioned {
 		st.failures = 0
@@ -398,12 +404,11 @@ func (pv *provisioner) refused(ctx context.Context, key gang.Key, err error) err
 	klog.FromContext(ctx).Error(err, "Asking cluster-autoscaler for a gang's nodes failed", "gang", key)
 	pv.mu.Lock()
 	if st := pv.gangs[key]; st != nil {
-		st.failures++
-		st.retryAt = pv.now().Add(retryAfter(st.failures))
+		st.backOff(pv.now(), false)
 	}
 	pv.mu.Unlock()
 	pv.event(key, v1.EventTypeWarning, gang.ReasonProvisioningFailed, fmt.Sprintf("muster could not ask cluster-autoscaler for the nodes of %s: %v", key.Subject(), err))
-	pv.queue.AddAfter(key, provisioningRetryBase)
+	pv.queue.Add(key) // sync waits out the backoff
 	return nil
 }
 
@@ -451,12 +456,6 @@ func (pv *provisioner) deleteRequest(ctx context.Context, key gang.Key, req *uns
 // domain with them. Racks, NVLink cliques and hostnames are not: a node
 // group does not choose them.
 var nodeGroupLabels = sets.New(v1.LabelTopologyZone, v1.LabelTopologyRegion)
-
-// retryAfter is how long a gang waits before asking again after its
-// failures-th failed request.
-func retryAfter(failures int) time.Duration {
-	return min(provisioningRetryBase<<min(failures-1, 5), provisioningRetryMax)
-}
 
 // podSet is members alike for the autoscaler: one pod stands for count.
 type podSet struct {

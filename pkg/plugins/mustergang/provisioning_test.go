@@ -140,6 +140,12 @@ func TestProvisionerForgetsGangsThatLeft(t *testing.T) {
 	assert.Equal(t, 0, sizes["provisioning gangs"])
 }
 
+// mnistGang is a Job gang of one pending 8-GPU member.
+func mnistGang() (gang.Key, []*v1.Pod) {
+	return gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "mnist"},
+		[]*v1.Pod{testobj.MakePod("ns", "mnist-0").PodSpec(testobj.WorkerPodSpec("muster", 8)).Obj()}
+}
+
 // provisionerForTest is a provisioner on fake clients whose Events are
 // recorded, with the time at now.
 func provisionerForTest(t *testing.T, now time.Time, pending []*v1.Pod) (*provisioner, *[]string, *k8sfake.Clientset, *dynamicfake.FakeDynamicClient) {
@@ -169,8 +175,7 @@ func provisionerForTest(t *testing.T, now time.Time, pending []*v1.Pod) (*provis
 // only after the backoff.
 func TestProvisionerFollowsTheAutoscaler(t *testing.T) {
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
-	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "mnist"}
-	pending := []*v1.Pod{testobj.MakePod("ns", "mnist-0").PodSpec(testobj.WorkerPodSpec("muster", 8)).Obj()}
+	key, pending := mnistGang()
 	pv, events, core, dyn := provisionerForTest(t, now, pending)
 	ctx := context.Background()
 	pv.noticed(gang.Notice{Key: key, Outcome: gang.OutcomeUnschedulable})
@@ -217,7 +222,7 @@ func TestProvisionerFollowsTheAutoscaler(t *testing.T) {
 	require.NoError(t, pv.sync(ctx, key))
 	_, err = dyn.Resource(ProvisioningRequests).Namespace("ns").Get(ctx, req.GetName(), metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "asked again during the backoff")
-	pv.now = func() time.Time { return now.Add(provisioningNotAcceptedAfter + retryAfter(1) + 2*time.Second) }
+	pv.now = func() time.Time { return now.Add(provisioningNotAcceptedAfter + provisioningRetryBase + 2*time.Second) }
 	require.NoError(t, pv.sync(ctx, key))
 	_, err = dyn.Resource(ProvisioningRequests).Namespace("ns").Get(ctx, req.GetName(), metav1.GetOptions{})
 	assert.NoError(t, err, "asked again after the backoff")
@@ -227,8 +232,7 @@ func TestProvisionerFollowsTheAutoscaler(t *testing.T) {
 // the API's error, and asked again only after the backoff.
 func TestProvisionerRefusedByTheAPI(t *testing.T) {
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
-	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "mnist"}
-	pending := []*v1.Pod{testobj.MakePod("ns", "mnist-0").PodSpec(testobj.WorkerPodSpec("muster", 8)).Obj()}
+	key, pending := mnistGang()
 	pv, events, _, dyn := provisionerForTest(t, now, pending)
 	dyn.PrependReactor("create", "provisioningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(ProvisioningRequests.GroupResource(), requestName(key), errors.New("denied by policy no-provreqs"))
@@ -238,7 +242,7 @@ func TestProvisionerRefusedByTheAPI(t *testing.T) {
 	require.Len(t, *events, 1)
 	assert.Contains(t, (*events)[0], gang.ReasonProvisioningFailed)
 	assert.Contains(t, (*events)[0], "denied by policy no-provreqs")
-	assert.Equal(t, now.Add(retryAfter(1)), pv.gangs[key].retryAt)
+	assert.Equal(t, now.Add(provisioningRetryBase), pv.gangs[key].retryAt)
 	require.NoError(t, pv.sync(context.Background(), key))
 	assert.Len(t, *events, 1, "not asked again during the backoff")
 }
@@ -276,8 +280,7 @@ func TestTemplatePinsTheZone(t *testing.T) {
 // and asked again at once the first time, after the backoff the second.
 func TestProvisionerCapacityRevoked(t *testing.T) {
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
-	key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "mnist"}
-	pending := []*v1.Pod{testobj.MakePod("ns", "mnist-0").PodSpec(testobj.WorkerPodSpec("muster", 8)).Obj()}
+	key, pending := mnistGang()
 	pv, events, _, dyn := provisionerForTest(t, now, pending)
 	ctx := context.Background()
 	pv.noticed(gang.Notice{Key: key, Outcome: gang.OutcomeUnschedulable})
