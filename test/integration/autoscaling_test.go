@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 
 	"github.com/muster-sched/muster/internal/controlplane"
 	"github.com/muster-sched/muster/internal/testobj"
@@ -477,6 +479,50 @@ func TestProvisioningPinsTheGangsZone(t *testing.T) {
 	c.waitNothingProvisioning()
 }
 
+// A worker waiting for the gang's nodes is deleted, and the Job controller
+// replaces it: the gang drops below its quorum (its request goes), the
+// replacement completes it again, the request is asked for again under the
+// same name and the replacement consumes it too; the gang binds whole on
+// the provisioned nodes.
+func TestProvisioningFollowsAReplacedWorker(t *testing.T) {
+	c, provisioner, _ := startProvisioningCluster(t, gpuNodes(1, 8)...)
+	// Retries allowed: the Job controller replaces a deleted worker.
+	c.createJob(jobSpec{name: "mnist", workers: 2, gpus: 8, mutate: func(j *batchv1.Job) { j.Spec.BackoffLimit = ptr.To[int32](3) }})
+	req := c.waitRequest()
+	standing := func() []corev1.Pod {
+		var out []corev1.Pod
+		for _, p := range c.jobPods("mnist") {
+			if p.DeletionTimestamp == nil {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	c.waitConsumers(req.GetName(), 2, standing)
+	replaced := standing()[0]
+	if err := c.Client.CoreV1().Pods(c.ns).Delete(c.ctx, replaced.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the worker replaced", 30*time.Second, func() (bool, error) {
+		for _, p := range standing() {
+			if p.UID == replaced.UID {
+				return false, nil
+			}
+		}
+		return len(standing()) == 2, nil
+	})
+	c.waitConsumers(req.GetName(), 2, standing)
+	c.waitRequest()
+	provisioner.setMode(modeProvision)
+	pods := c.waitAllBound("members of mnist", 2, standing)
+	for _, p := range pods {
+		if p.UID == replaced.UID {
+			t.Errorf("the deleted worker %s was bound", p.Name)
+		}
+	}
+	c.waitNothingProvisioning()
+}
+
 // The scheduler restarts while a gang's request is pending: the new one
 // adopts the request (no second one, no orphan), and the gang binds when
 // the nodes come.
@@ -562,7 +608,9 @@ func TestProvisioningUnderLeastPrivilege(t *testing.T) {
 	defer cancel()
 	c := &cluster{ControlPlane: admin, t: t, ctx: ctx, ns: admin.Namespace(t, "autoscaling")}
 	c.installProvisioningCRD()
-	c.addNodes(gpuNodes(1, 8)...)
+	nodes := gpuNodes(1, 8)
+	c.addNodes(nodes...)
+	c.addBackground(2, nodes...)
 	sched, err := admin.ServiceAccount("muster-system", "muster-scheduler")
 	if err != nil {
 		t.Fatal(err)
