@@ -78,6 +78,14 @@ type state struct {
 	// after its plan is gone: while one still terminates, the gang does
 	// not evict others.
 	preempted sets.Set[types.UID]
+	// lead is the member whose cycle last planned the gang and found no
+	// room (Lead).
+	lead leadMember
+}
+
+type leadMember struct {
+	uid  types.UID
+	name string
 }
 
 type failedAttempt struct {
@@ -169,6 +177,21 @@ func (m *Manager) Phase(key Key) Phase {
 		return s.phase
 	}
 	return PhaseNew
+}
+
+// Lead names the member that carries the wakes of a gang waiting for room
+// (PhaseUnplaceable): the one whose cycle last planned it and found none.
+// A cluster event that may make room needs to requeue that member only:
+// its cycle plans the gang again, and a plan it makes wakes the others.
+// ok is false for a gang in any other phase, or never refused for room.
+func (m *Manager) Lead(key Key) (uid types.UID, name string, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.gangs[key]
+	if s == nil || s.phase != PhaseUnplaceable || s.lead.uid == "" {
+		return "", "", false
+	}
+	return s.lead.uid, s.lead.name, true
 }
 
 // Admission is what a member's cycle needs of its gang: whether it backs

@@ -240,6 +240,10 @@ func (m *Manager) planGang(c PlacingCycle, pl *Placement, pod *v1.Pod, planning 
 	attempt := c.Compute(planning)
 	if attempt.Plan == nil {
 		r := Refusal{Outcome: OutcomeUnschedulable, Message: attempt.Message}
+		if !g.Alone {
+			// A member placed alone (beyond the quorum) leads nobody.
+			r.Lead = &Member{UID: pod.UID, Name: pod.Name}
+		}
 		// Reused only when the planner's own screening decided: what the
 		// filters see (volumes, claims, pod labels) changes without the
 		// snapshot's generation, and members released here change it next.

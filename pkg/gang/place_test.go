@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 func TestPlaceSteersEveryMemberOfOnePlan(t *testing.T) {
@@ -77,6 +78,37 @@ func TestPlaceReusesASiblingsFailedPlan(t *testing.T) {
 	c.now = t0.Add(reuseFailedPlan + time.Second)
 	m.Place(c, member("a1"))
 	assert.Equal(t, 2, c.computed, "a failed plan is reused for a while only")
+}
+
+// The member whose cycle planned the gang and found no room leads it: a
+// sibling that reuses the answer does not take the lead, the next member
+// that plans again does, and a gang with a plan has no lead.
+func TestPlaceNamesTheLeadOfAGangWaitingForRoom(t *testing.T) {
+	m := NewManager()
+	c := &fakeCycle{now: t0, inGang: true}
+	_, _, ok := m.Lead(jobA)
+	assert.False(t, ok, "a gang never planned has no lead")
+	m.Place(c, member("a0"))
+	uid, name, ok := m.Lead(jobA)
+	require.True(t, ok)
+	assert.Equal(t, types.UID("a0"), uid)
+	assert.Equal(t, "a0", name)
+
+	m.Place(c, member("a1"))
+	uid, _, _ = m.Lead(jobA)
+	assert.Equal(t, types.UID("a0"), uid, "reusing the sibling's answer does not lead")
+
+	c.now = t0.Add(reuseFailedPlan + time.Second)
+	m.Place(c, member("a1"))
+	uid, _, _ = m.Lead(jobA)
+	assert.Equal(t, types.UID("a1"), uid, "the member that planned again leads")
+
+	c.plan = &Plan{Slots: map[types.UID]string{"a0": "n1", "a1": "n2"}}
+	c.now = t0.Add(2*reuseFailedPlan + 2*time.Second)
+	m.Place(c, member("a0"))
+	require.NotNil(t, m.Plan(jobA))
+	_, _, ok = m.Lead(jobA)
+	assert.False(t, ok, "a planned gang has no lead")
 }
 
 func TestPlaceHoldsBackForVictims(t *testing.T) {

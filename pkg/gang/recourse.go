@@ -178,6 +178,10 @@ func (m *Manager) Preempt(c RecourseCycle, pod *v1.Pod) (r Recourse) {
 		r.Message = "gang has a plan or backs off"
 		return r
 	}
+	if !m.PreemptionDue(key, now, interval) {
+		r.Message = fmt.Sprintf("%s tried preemption recently", key.Subject())
+		return r
+	}
 	if n, err := c.StillTerminating(key); err != nil {
 		r.Err = err
 		return r

@@ -33,6 +33,9 @@ type Refusal struct {
 	// Reuse, with OutcomeUnschedulable: the gang's other members reuse
 	// the answer while nothing changed.
 	Reuse *FailedAttempt
+	// Lead, with OutcomeUnschedulable: the member whose cycle planned the
+	// gang and found no room (Manager.Lead).
+	Lead *Member
 }
 
 // phase is the phase a gang without an active plan is in after r.
@@ -56,6 +59,9 @@ func (m *Manager) Refused(key Key, r Refusal, now time.Time) Effects {
 	m.setPhaseWithoutPlan(key, s, r.phase())
 	if r.Reuse != nil {
 		s.failedPlan = &failedAttempt{epoch: r.Reuse.Epoch, shape: [2]int{r.Reuse.Pending, r.Reuse.Needed}, until: now.Add(r.Reuse.Valid), message: r.Message}
+	}
+	if r.Lead != nil {
+		s.lead = leadMember{uid: r.Lead.UID, name: r.Lead.Name}
 	}
 	return Effects{Notice: s.notice(key, r.Outcome, r.Message)}
 }
@@ -595,17 +601,30 @@ func (m *Manager) VictimGone(uid types.UID, profile string) Effects {
 	return Effects{Wake: []Wake{{Key: ref.key, Reason: WakeVictimsGone, Plan: s.plan.copy()}}}
 }
 
-// TryPreemption reports whether preemption may be tried for the gang now:
-// at most once per interval.
+// TryPreemption reports whether preemption may be tried for the gang now,
+// and if so records the try: at most once per interval.
 func (m *Manager) TryPreemption(key Key, now time.Time, interval time.Duration) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(key, now)
-	if !s.lastPreemption.IsZero() && now.Sub(s.lastPreemption) < interval {
+	if !preemptionDue(s, now, interval) {
 		return false
 	}
 	s.lastPreemption = now
 	return true
+}
+
+// PreemptionDue is TryPreemption without recording a try: a cycle asks it
+// before gathering the gang, which costs more than the answer.
+func (m *Manager) PreemptionDue(key Key, now time.Time, interval time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.gangs[key]
+	return s == nil || preemptionDue(s, now, interval)
+}
+
+func preemptionDue(s *state, now time.Time, interval time.Duration) bool {
+	return s.lastPreemption.IsZero() || now.Sub(s.lastPreemption) >= interval
 }
 
 // Forget drops a gang that has no pods left. It reports whether the gang

@@ -130,8 +130,9 @@ func TestSoakLeavesNothingBehind(t *testing.T) {
 		}
 	}
 	assert.Positive(t, peak["gangs"], "no gang was ever known")
+	assert.Positive(t, peak["pending members' facts"], "no pending member was ever gathered")
 	for _, k := range []string{"gangs", "gangs planned", "gangs unplaceable", "victims awaited", "members in flight", "members succeeded",
-		"gangs' preempted pods", "avoided (member, node) pairs", "failed-plan records", "failed-plan queue", "status queue", "timers named", "timers live"} {
+		"gangs' preempted pods", "avoided (member, node) pairs", "failed-plan records", "failed-plan queue", "status queue", "timers named", "timers live", "pending members' facts"} {
 		n, ok := last.Structures[k]
 		require.True(t, ok, "muster reports no %q", k)
 		assert.Zero(t, n, "%s once every job is done (peak %d)", k, peak[k])

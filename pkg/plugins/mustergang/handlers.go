@@ -58,6 +58,9 @@ func (p *Plugin) onPodChange(obj interface{}) {
 	if !ok || pod.Spec.SchedulerName != p.handle.ProfileName() {
 		return
 	}
+	if pod.Spec.NodeName != "" {
+		p.source.facts.forget(pod.UID) // planned no more
+	}
 	key, ok := gang.KeyOf(pod)
 	if !ok {
 		if pod.Spec.NodeName != "" {
@@ -144,6 +147,7 @@ func (p *Plugin) onPodDelete(obj interface{}) {
 	if !ok {
 		return
 	}
+	p.source.facts.forget(pod.UID)
 	ctx := p.handlerCtx()
 	p.carryOut(ctx, p.gangs.VictimGone(pod.UID, p.handle.ProfileName()), nil)
 	if pod.Spec.SchedulerName != p.handle.ProfileName() {

@@ -193,17 +193,17 @@ func (p *Plugin) prepareGang(ctx context.Context, pod *v1.Pod, info *gang.Resolv
 	byTemplate := map[string]*gang.NodeConstraints{}
 	claims := &claimUnit{counted: sets.New[types.UID]()} // a claim several members share counts once
 	for _, m := range candidates {
-		pi, err := framework.NewPodInfo(m)
+		facts, err := p.source.facts.of(m)
 		if err != nil {
 			return nil, &gang.Refusal{Outcome: gang.OutcomeInvalid, Message: fmt.Sprintf("gang %s: member %s: %v", key, m.Name, err)}
 		}
+		pi := facts.info
 		gr.candidates = append(gr.candidates, pi)
 		gr.Generations += m.Generation
-		tmpl := templateKey(m)
-		nc := byTemplate[tmpl]
+		nc := byTemplate[facts.template]
 		if nc == nil {
 			nc = gang.ConstraintsOf(klog.FromContext(ctx), m)
-			byTemplate[tmpl] = nc
+			byTemplate[facts.template] = nc
 		}
 		req := p.dra.request(podRequest(pi.CalculateResource()), m, claims)
 		gr.Request.Members = append(gr.Request.Members, gang.Member{UID: m.UID, Name: m.Name, Request: req, Constraints: nc})

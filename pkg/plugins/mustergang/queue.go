@@ -91,10 +91,9 @@ func (p *Plugin) queueKey(pod *v1.Pod) (time.Time, string) {
 // The framework then asks MusterGang's hints only, so the events and hints
 // of those plugins are registered here as well (profileEvents).
 func (p *Plugin) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
-	events := []fwk.ClusterEventWithHint{
-		// A new member can complete a gang's quorum.
-		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
-		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
+	// Events that may make room: of a gang waiting for room they requeue
+	// its lead only (throughLead).
+	room := []fwk.ClusterEventWithHint{
 		// A deleted pod frees capacity when it was bound. (A plan released
 		// by another gang wakes the gangs waiting for capacity directly.)
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}},
@@ -103,23 +102,104 @@ func (p *Plugin) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHi
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint},
 			QueueingHintFn: nodeMayAddRoom},
 	}
+	if p.dra.enabled() {
+		// DRA GPUs: a node's devices published or changed, a GPU class
+		// made or changed, a claim released or deleted (devices freed) or
+		// created (a member's claim from its template).
+		room = append(room,
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}},
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.DeviceClass, ActionType: fwk.Add | fwk.Update}},
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add | fwk.Update | fwk.Delete}})
+	}
+	others, err := p.profileEvents(ctx)
+	for i, e := range others {
+		if e.Event.Resource != fwk.TargetPod {
+			others[i].QueueingHintFn = p.throughLead(e.QueueingHintFn, queuedAlways(e.Event, room))
+		}
+	}
+	for i, e := range room {
+		room[i].QueueingHintFn = p.throughLead(e.QueueingHintFn, e.QueueingHintFn == nil)
+	}
+	room = append(room, others...)
+	events := []fwk.ClusterEventWithHint{
+		// A new member can complete a gang's quorum.
+		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
+		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Add}, QueueingHintFn: p.sameGangPod},
+	}
 	if workloadGroups() {
 		// A Kubernetes PodGroup created after its pods, or its minCount
 		// changed (mutable in 1.37), can complete its gang's quorum.
 		events = append(events, fwk.ClusterEventWithHint{
 			Event: fwk.ClusterEvent{Resource: fwk.PodGroup, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: sameWorkloadGroup})
 	}
-	if p.dra.enabled() {
-		// DRA GPUs: a node's devices published or changed, a GPU class
-		// made or changed, a claim released or deleted (devices freed) or
-		// created (a member's claim from its template).
-		events = append(events,
-			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}},
-			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.DeviceClass, ActionType: fwk.Add | fwk.Update}},
-			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add | fwk.Update | fwk.Delete}})
+	return append(events, room...), err
+}
+
+// throughLead wraps hint (nil: always Queue) so that an event that may
+// make room for a gang waiting for it (gang.Manager.Lead) requeues one
+// member, not all. Every member was refused with the gang, so each such
+// event used to requeue them all; the first planned again and the others
+// reused its answer. A queued gang is tried at every freed capacity, and on
+// a full cluster that was most of muster's work (BENCHMARKS.md, "A
+// contended soak"). Now a member other than the lead is skipped when the
+// lead is requeued by the same event: the lead's cycle plans the gang, and
+// a plan wakes the others (gang.WakePlanMade). A member is still requeued
+// on its own answer when the lead's is Skip (a new node only it may use),
+// when the lead is no longer pending, and always for a Kubernetes PodGroup,
+// which the framework queues as one entry. The pod's own updates
+// (TargetPod) are not wrapped: they reach that pod alone.
+//
+// leadQueued says the lead is requeued by every such event (a hint of
+// muster's own without condition matches it): the lead's answer is not
+// asked, a hint costs as much as a NodeInfo of the event's pod.
+func (p *Plugin) throughLead(hint fwk.QueueingHintFn, leadQueued bool) fwk.QueueingHintFn {
+	answer := func(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+		if hint == nil {
+			return fwk.Queue, nil
+		}
+		return hint(logger, pod, oldObj, newObj)
 	}
-	others, err := p.profileEvents(ctx)
-	return append(events, others...), err
+	return func(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+		if lead := p.leadOf(pod); lead != nil {
+			if leadQueued {
+				return fwk.QueueSkip, nil
+			}
+			if h, err := answer(logger, lead, oldObj, newObj); err == nil && h == fwk.Queue {
+				return fwk.QueueSkip, nil
+			}
+		}
+		return answer(logger, pod, oldObj, newObj)
+	}
+}
+
+// queuedAlways reports whether one of muster's own events, registered
+// without a hint, matches every event e does.
+func queuedAlways(e fwk.ClusterEvent, own []fwk.ClusterEventWithHint) bool {
+	for _, o := range own {
+		if o.QueueingHintFn == nil && o.Event.Resource == e.Resource && e.ActionType&^o.Event.ActionType == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// leadOf is the pending member that carries the wakes of pod's gang while
+// it waits for room; nil when that is pod itself or none.
+func (p *Plugin) leadOf(pod *v1.Pod) *v1.Pod {
+	key, inGang := gang.KeyOf(pod)
+	if !inGang || key.Kind == gang.KindWorkloadPodGroup {
+		return nil
+	}
+	uid, name, ok := p.gangs.Lead(key)
+	if !ok || uid == pod.UID {
+		return nil
+	}
+	obj, exists, err := p.source.pods.GetByKey(pod.Namespace + "/" + name)
+	lead, isPod := obj.(*v1.Pod)
+	if err != nil || !exists || !isPod || lead.UID != uid || lead.Spec.NodeName != "" || lead.DeletionTimestamp != nil {
+		return nil
+	}
+	return lead
 }
 
 // profileEvents are the events, with their own hints, of the profile's

@@ -253,3 +253,51 @@ func TestPreEnqueueCountsAgainAfterAPodEvent(t *testing.T) {
 	require.Equal(t, fwk.UnschedulableAndUnresolvable, st.Code(), "PreEnqueue after a member left: %v", st)
 	assert.Contains(t, st.Message(), "has 2 of 3 members")
 }
+
+// Of a gang waiting for room, an event that may make room requeues the
+// member that leads it (the one whose cycle found no room), not every
+// member: a bound pod's deletion skips the sibling. The sibling is requeued
+// on its own answer when the lead's is Skip (an event only it cares
+// about), and by every such event once the lead is gone.
+func TestRoomEventsRequeueTheGangsLead(t *testing.T) {
+	a, b := worker("j", 0, 8, ""), worker("j", 1, 8, "")
+	f := newTestFramework(t, 2, []*v1.Node{gpuNode("n1", 8)}, []*v1.Pod{a, b})
+	_, status := f.preFilter(t, a)
+	require.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "two members of 8 GPUs on one node of 8: %v", status)
+
+	events, err := f.plugin.EventsToRegister(t.Context())
+	require.NoError(t, err)
+	freed := testobj.MakePod("ns", "done").Node("n1").Obj()
+	deletion := fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}
+	requeues := func(pod *v1.Pod) bool {
+		t.Helper()
+		var queued bool
+		for _, e := range events {
+			if !framework.MatchClusterEvents(e.Event, deletion) {
+				continue
+			}
+			hint := fwk.Queue
+			if e.QueueingHintFn != nil {
+				hint, err = e.QueueingHintFn(klog.Background(), pod, freed, nil)
+				require.NoError(t, err)
+			}
+			queued = queued || hint == fwk.Queue
+		}
+		return queued
+	}
+	assert.True(t, requeues(a), "the lead is requeued when a bound pod goes")
+	assert.False(t, requeues(b), "the sibling waits for the lead's plan")
+
+	onlyB := f.plugin.throughLead(func(_ klog.Logger, pod *v1.Pod, _, _ interface{}) (fwk.QueueingHint, error) {
+		if pod.UID == b.UID {
+			return fwk.Queue, nil
+		}
+		return fwk.QueueSkip, nil
+	}, false)
+	hint, err := onlyB(klog.Background(), b, nil, freed)
+	require.NoError(t, err)
+	assert.Equal(t, fwk.Queue, hint, "an event the lead skips requeues the sibling that wants it")
+
+	require.NoError(t, f.plugin.source.pods.Delete(a))
+	assert.True(t, requeues(b), "with the lead gone the sibling is requeued")
+}

@@ -16,6 +16,7 @@ func (p *Plugin) Sizes() map[string]int {
 	p.nodes.sizes(out)
 	p.failedPlans.sizes(out)
 	out["status queue"] = p.status.queue.Len()
+	out["pending members' facts"] = p.source.facts.len()
 	p.timers.sizes(out)
 	p.dra.sizes(out)
 	p.provisioning.sizes(out)

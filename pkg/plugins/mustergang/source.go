@@ -52,6 +52,8 @@ type gangSource struct {
 	lastQuorum atomic.Pointer[quorumAnswer]
 	lastCount  atomic.Pointer[countAnswer]
 	podEvents  atomic.Uint64
+	// facts is what planning reads of each pending member, kept per object.
+	facts pendingFacts
 }
 
 // resolve finds the pod's gang, what its owner asks and the pod's own
