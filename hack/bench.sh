@@ -6,17 +6,21 @@
 #     scheduler plus `none` (the harness alone), EQUAL_SEEDS seeds, the order of
 #     the schedulers rotated by the seed;
 #   - contended scenarios: SEEDS seeds each;
-#   - a CPU profile of muster on PROFILE_SCENARIO, summarised in BENCHMARKS.md.
+#   - a CPU profile of muster on PROFILE_SCENARIO, summarised in BENCHMARKS.md;
+#   - the soaks (SOAK_SCENARIOS: a month at 2000 nodes, a contended month at
+#     500), muster alone, seed 1: their reports (live heap and every keyed
+#     structure per virtual day) are written to bench/results/<soak>/seed-1,
+#     and BENCHMARKS.md's soak sections quote them.
 #
 # The standard set (make bench) is the DRA equal-work scenarios and every
 # equal-work scenario (gangs of 2, 8
 # and 64 at 1000, 5000 and 15000 nodes, burst and stream; the busy-cluster
 # ones of 8x8 GPUs at 1000 and 5000 nodes) and the contended
-# scenarios: about two hours on 2 cores. FULL=1 (make bench-full) adds native
+# scenarios: about two hours on 2 cores, and the soaks about one more. FULL=1 (make bench-full) adds native
 # gang scheduling with TAS on every equal-work scenario and the `large`
 # scenario: several hours.
 #
-#   SEEDS="1" CONTENDED_SCENARIOS="exact-fill" EQUAL_SCENARIOS="" hack/bench.sh
+#   SEEDS="1" CONTENDED_SCENARIOS="exact-fill" EQUAL_SCENARIOS="" SOAK_SCENARIOS="" hack/bench.sh
 #   GO_WRAP="flock build.lock" hack/bench.sh   # serialise the build
 #   KEEP_RUNS=1 hack/bench.sh   # keep runs/ (per-gang placements, scheduler logs)
 set -o errexit -o nounset -o pipefail
@@ -56,6 +60,8 @@ CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS-"exact-fill contention priority spot-c
 # net-of-the-harness column.
 DRA_SCENARIOS=${DRA_SCENARIOS-"equal-burst-g8-n1000-dra equal-burst-g8-n1000-dra-mixed"}
 SEEDS=${SEEDS:-"1 2 3"}
+# About 20 and 35 minutes on 2 cores.
+SOAK_SCENARIOS=${SOAK_SCENARIOS-"soak-month soak-contended"}
 SCHEDULERS=${SCHEDULERS:-muster,default,default-mostallocated,native-gang,native-gang-tas}
 # The profile is taken where muster is slowest next to the default profile:
 # 2-worker gangs streamed onto the largest cluster.
@@ -100,6 +106,16 @@ for scenario in ${CONTENDED_SCENARIOS}; do
   for seed in ${SEEDS}; do
     run "${scenario}" "${SCHEDULERS}" "${seed}"
   done
+done
+
+for scenario in ${SOAK_SCENARIOS}; do
+  out="bench/results/${scenario}/seed-1"
+  echo "== ${scenario} (muster)" >&2
+  rm -rf "${out}"
+  "${BIN}" --scenario "${scenario}" --schedulers muster --progress never --out "${out}"
+  if [[ -z "${KEEP_RUNS}" ]]; then
+    rm -rf "${out}/runs"
+  fi
 done
 
 profile_args=()

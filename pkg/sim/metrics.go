@@ -90,6 +90,25 @@ func counterTotal(name string) float64 {
 	return total
 }
 
+// histogramTotals reads a histogram without labels (muster's
+// gang_plan_duration_seconds): the sum and the count of its observations
+// since the process started (a soak runs one scheduler per process).
+func histogramTotals(name string) (sum, count float64) {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, 0
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetHistogram().GetSampleSum()
+				count += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum, count
+}
+
 // gangRejections is muster_gang_rejections_total over all causes.
 func gangRejections() float64 {
 	total := 0.0

@@ -60,6 +60,11 @@ func (s *soakSampler) take(h *harness, t time.Duration) {
 		Nodes: len(c.nodes.byName), Pods: len(c.work.podGang), JobsSubmitted: c.work.finished + len(live),
 		JobsFinished: c.work.finished, NodesReplaced: c.nodesReplaced}
 	sample.Structures = structureSizes(h)
+	work := h.driver.metrics.counterValues()
+	sample.BusySeconds, sample.Attempts = h.rec.Busy().Seconds(), work["schedule_attempts"]-h.driver.metrics.baseline["schedule_attempts"]
+	if isMuster(h.opts.Scheduler) {
+		sample.PlanSeconds, sample.Plans = histogramTotals("muster_gang_plan_duration_seconds")
+	}
 	s.samples = append(s.samples, sample)
 	if dir := h.opts.HeapProfiles; dir != "" {
 		name := filepath.Join(dir, fmt.Sprintf("%s.heap-%04.0fh.pprof", h.opts.Scheduler, t.Hours()))

@@ -129,6 +129,12 @@ func TestSoakLeavesNothingBehind(t *testing.T) {
 			peak[k] = max(peak[k], n)
 		}
 	}
+	// What the scheduler did is sampled with the structures, so a
+	// slowdown over the soak shows (plans are timed in real time).
+	assert.Positive(t, last.Attempts, "no scheduling attempt counted")
+	assert.Positive(t, last.Plans, "no plan counted")
+	assert.Positive(t, last.PlanSeconds, "plans took no time")
+	assert.Positive(t, last.BusySeconds, "the scheduler was never busy")
 	assert.Positive(t, peak["gangs"], "no gang was ever known")
 	assert.Positive(t, peak["pending members' facts"], "no pending member was ever gathered")
 	for _, k := range []string{"gangs", "gangs planned", "gangs unplaceable", "victims awaited", "members in flight", "members succeeded",

@@ -124,6 +124,13 @@ type SoakSample struct {
 	JobsSubmitted int `json:"jobs_submitted"`
 	JobsFinished  int `json:"jobs_finished"`
 	NodesReplaced int `json:"nodes_replaced"`
+	// What the scheduler did from the start, to tell whether it slows
+	// down as the soak goes on: real time busy, scheduling attempts, and
+	// (muster) plans computed and the real time computing them.
+	BusySeconds float64 `json:"busy_seconds"`
+	Attempts    float64 `json:"attempts"`
+	Plans       float64 `json:"plans,omitempty"`
+	PlanSeconds float64 `json:"plan_seconds,omitempty"`
 }
 
 // DRA is what the simulator checked of dynamic resource allocation after
@@ -442,6 +449,9 @@ func (r *Recorder) End(t time.Duration, boundAtEnd map[string]int) {
 
 // Steps is how many steps were recorded.
 func (r *Recorder) Steps() int { return r.steps }
+
+// Busy is the scheduler's real time busy so far.
+func (r *Recorder) Busy() time.Duration { return r.busy }
 
 // Result computes the metrics.
 func (r *Recorder) Result() (Metrics, Details, []Sample, []GangLog) {

@@ -263,15 +263,19 @@ func SoakTable(scheduler string, d measure.Details) string {
 	if d.RefusedJobPatches > 0 {
 		fmt.Fprintf(&b, " Job patches refused for good by the simulated API (soak.refuseJobPatches): %d.", d.RefusedJobPatches)
 	}
-	b.WriteString("\n\n| virtual day | heap MiB | nodes | job pods | jobs submitted | jobs finished | nodes replaced |")
+	b.WriteString(" Since the sample before (real time): ms busy per scheduling attempt; ms per plan computed (muster_gang_plan_duration_seconds), and plans.")
+	b.WriteString("\n\n| virtual day | heap MiB | nodes | job pods | jobs submitted | jobs finished | nodes replaced | ms busy per attempt | ms per plan | plans |")
 	for _, k := range structures {
 		fmt.Fprintf(&b, " %s |", k)
 	}
-	b.WriteString("\n|--:|--:|--:|--:|--:|--:|--:|")
+	b.WriteString("\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	b.WriteString(strings.Repeat("--:|", len(structures)))
 	b.WriteString("\n")
+	var last measure.SoakSample
 	for _, s := range d.Soak {
-		fmt.Fprintf(&b, "| %.1f | %.0f | %d | %d | %d | %d | %d |", s.VirtualHours/24, s.HeapMiB, s.Nodes, s.Pods, s.JobsSubmitted, s.JobsFinished, s.NodesReplaced)
+		fmt.Fprintf(&b, "| %.1f | %.0f | %d | %d | %d | %d | %d | %s | %s | %.0f |", s.VirtualHours/24, s.HeapMiB, s.Nodes, s.Pods, s.JobsSubmitted, s.JobsFinished, s.NodesReplaced,
+			perMs(s.BusySeconds-last.BusySeconds, s.Attempts-last.Attempts), perMs(s.PlanSeconds-last.PlanSeconds, s.Plans-last.Plans), s.Plans-last.Plans)
+		last = s
 		for _, k := range structures {
 			fmt.Fprintf(&b, " %d |", s.Structures[k])
 		}
@@ -279,6 +283,14 @@ func SoakTable(scheduler string, d measure.Details) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// perMs is seconds per item in milliseconds, "–" without items.
+func perMs(seconds, items float64) string {
+	if items <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", 1000*seconds/items)
 }
 
 // Batching says whether opportunistic batching was on for a run and whether
