@@ -177,10 +177,9 @@ func (pv *provisioner) noticed(n gang.Notice) {
 	st := pv.gangs[n.Key]
 	if st == nil {
 		if want == needNone {
+			// Nothing kept, nothing to do: a request left by an earlier
+			// scheduler is found by its informer event.
 			pv.mu.Unlock()
-			// Nothing kept: a request left by an earlier scheduler is
-			// found by its informer event.
-			pv.queue.Add(n.Key)
 			return
 		}
 		st = &gangProvisioning{}
