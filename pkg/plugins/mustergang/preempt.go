@@ -236,6 +236,9 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 		return nil, err
 	}
 	views, _ := p.nodes.views(nodes, dra)
+	if !p.anyBoundBelow(nodes, prio) {
+		return &victimSearch{}, nil
+	}
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	needGPUs := gang.NeededGPUs(gr.Request)
 	lackGPUs := needGPUs - gang.FreeGPUs(p.nodes.subtractHeld(views, gr.planning.HeldByOthers()), policy, gpu)
@@ -393,6 +396,25 @@ func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gpuUn
 		}
 	}
 	return blocked
+}
+
+// anyBoundBelow reports whether a pod of priority below prio is bound on
+// one of nodes: without one every unit is protected and the search finds
+// nothing. On a full cluster most queued gangs are of the lowest priority,
+// and each used to gather every bound pod into units to learn that
+// (BENCHMARKS.md, "A contended soak").
+func (p *Plugin) anyBoundBelow(nodes []fwk.NodeInfo, prio int32) bool {
+	for _, ni := range nodes {
+		if ni.Node() == nil {
+			continue
+		}
+		for _, bp := range p.nodes.boundPods(ni) {
+			if p.source.priorityIn(bp.info.GetPod(), bp.gang) < prio {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // victimUnits groups the snapshot's pods into whole gangs (every bound
