@@ -100,7 +100,7 @@ demo: ## The main job on an embedded control plane: a GPU cluster, the scheduler
 # the same gang (BenchmarkFilterCheck), median of 6 each.
 PLANNER_BENCH = go test -run '^$$' -bench 'BenchmarkCompute|BenchmarkPlanGang|BenchmarkFilterCheck' -benchmem -count 6 ./pkg/gang/ ./pkg/plugins/mustergang/ | tee bench/results/planner.txt
 
-bench: ## Planner benchmarks, then the simulator set: every equal-work burst and stream (gangs of 2/8/64 at 1000/5000/15000 nodes) over 5 seeds, contended scenarios over 3, the two month-long soaks, a profile (writes bench/results, updates BENCHMARKS.md; about three hours on 2 cores).
+bench: ## Planner benchmarks, then the simulator set: every equal-work burst and stream (gangs of 2/8/64 at 1000/5000/15000 nodes) over 5 seeds, contended scenarios over 3, the soaks (a month at 2000 nodes, four contended days at 500), a profile (writes bench/results, updates BENCHMARKS.md; about two and a half hours on 2 cores).
 	mkdir -p bench/results
 	$(PLANNER_BENCH)
 	hack/bench.sh
