@@ -178,22 +178,10 @@ func TestEventsOfTheProfilesOtherPluginsWakeTheGang(t *testing.T) {
 	tolerating := a.DeepCopy()
 	tolerating.Spec.Tolerations = []v1.Toleration{{Key: "dedicated", Value: "training", Effect: v1.TaintEffectNoSchedule}}
 	update := fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.UpdatePodToleration}
-	// The queue requeues a pod when any matching hint of a plugin that
-	// refused it answers Queue (NodeUnschedulable's hint for the same
-	// event skips: the member still does not tolerate a cordon).
-	var queued bool
-	for _, e := range events {
-		if !framework.MatchClusterEvents(e.Event, update) {
-			continue
-		}
-		hint := fwk.Queue
-		if e.QueueingHintFn != nil {
-			hint, err = e.QueueingHintFn(klog.Background(), tolerating, a, tolerating)
-			require.NoError(t, err)
-		}
-		queued = queued || hint == fwk.Queue
-	}
-	assert.True(t, queued, "a toleration added to the refused member requeues it (TaintToleration's event and hint)")
+	// NodeUnschedulable's hint for the same event skips: the member still
+	// does not tolerate a cordon.
+	assert.True(t, requeuedBy(t, events, update, tolerating, a, tolerating),
+		"a toleration added to the refused member requeues it (TaintToleration's event and hint)")
 
 	// Only the refusers' events: the profile's binder and MusterGang's own
 	// registrations are not repeated.
@@ -271,19 +259,7 @@ func TestRoomEventsRequeueTheGangsLead(t *testing.T) {
 	deletion := fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}
 	requeues := func(pod *v1.Pod) bool {
 		t.Helper()
-		var queued bool
-		for _, e := range events {
-			if !framework.MatchClusterEvents(e.Event, deletion) {
-				continue
-			}
-			hint := fwk.Queue
-			if e.QueueingHintFn != nil {
-				hint, err = e.QueueingHintFn(klog.Background(), pod, freed, nil)
-				require.NoError(t, err)
-			}
-			queued = queued || hint == fwk.Queue
-		}
-		return queued
+		return requeuedBy(t, events, deletion, pod, freed, nil)
 	}
 	assert.True(t, requeues(a), "the lead is requeued when a bound pod goes")
 	assert.False(t, requeues(b), "the sibling waits for the lead's plan")
@@ -300,4 +276,25 @@ func TestRoomEventsRequeueTheGangsLead(t *testing.T) {
 
 	require.NoError(t, f.plugin.source.pods.Delete(a))
 	assert.True(t, requeues(b), "with the lead gone the sibling is requeued")
+}
+
+// requeuedBy reports whether the queue would requeue pod, refused by
+// MusterGang, on event (oldObj to newObj): it does when any registered hint
+// matching the event answers Queue (none: Queue).
+func requeuedBy(t *testing.T, events []fwk.ClusterEventWithHint, event fwk.ClusterEvent, pod *v1.Pod, oldObj, newObj interface{}) bool {
+	t.Helper()
+	var queued bool
+	for _, e := range events {
+		if !framework.MatchClusterEvents(e.Event, event) {
+			continue
+		}
+		hint := fwk.Queue
+		if e.QueueingHintFn != nil {
+			var err error
+			hint, err = e.QueueingHintFn(klog.Background(), pod, oldObj, newObj)
+			require.NoError(t, err)
+		}
+		queued = queued || hint == fwk.Queue
+	}
+	return queued
 }
