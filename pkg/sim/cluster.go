@@ -75,8 +75,9 @@ type workload struct {
 	podGang  map[string]*gangState
 	// lowestPriority is the plan's lowest job priority.
 	lowestPriority int32
-	// bindsApplied counts the bindings applied to the gangs (collectBinds).
-	bindsApplied int
+	// bindsApplied reads the bindings, each applied once to its gang
+	// (collectBinds).
+	bindsApplied *bindReader
 	// fit binds pods for the None scheduler (nil for the others).
 	fit *firstFit
 }
@@ -112,11 +113,13 @@ func newCluster(opts Options, eng *engine, rec *measure.Recorder) (*cluster, err
 			domains: domainsOf(plan.Nodes)},
 		work: workload{podGang: map[string]*gangState{}},
 	}
+	c.work.bindsApplied = c.binds.reader()
 	if n := plan.DRANodes(); n > 0 {
 		if opts.Scheduler == None {
 			return nil, fmt.Errorf("scheduler %s binds pods itself and allocates no DRA devices; it cannot run a cluster with cluster.dra", None)
 		}
 		c.dra = newDRACluster(n)
+		c.dra.checked = c.binds.reader()
 	}
 	if opts.Scheduler == None {
 		c.work.fit = newFirstFit(plan, bg)

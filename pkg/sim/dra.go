@@ -89,8 +89,8 @@ type draCluster struct {
 	// deleted: claims deleted whose deletion the scheduler's claim cache
 	// has not been seen to take in yet (unconfirmedClaimDelete).
 	deleted []types.NamespacedName
-	// cursor: the bindings checked so far.
-	cursor int
+	// checked reads the bindings, each checked once.
+	checked *bindReader
 	stats  measure.DRA
 }
 

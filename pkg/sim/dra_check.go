@@ -27,8 +27,8 @@ func (c *cluster) checkDRA() {
 	if d == nil {
 		return
 	}
-	records := c.binds.since(d.cursor)
-	d.cursor += len(records)
+	records := d.checked.unread()
+	d.checked.read(len(records))
 	for _, r := range records {
 		g := c.work.podGang[r.pod]
 		spec := c.nodes.byName[r.node]

@@ -27,9 +27,9 @@ type driver struct {
 	parked, resumed chan struct{}
 	// settleQuiet and stepTimeout are Options.SettleQuiet and StepTimeout.
 	settleQuiet, stepTimeout time.Duration
-	// confirmedBinds counts the bindings the scheduler's cache has
-	// confirmed (unconfirmedBind).
-	confirmedBinds int
+	// confirmedBinds reads the bindings, each read once the scheduler's
+	// cache has confirmed it (unconfirmedBind).
+	confirmedBinds *bindReader
 	metrics        schedMetrics
 	stats          driverStats
 }
@@ -61,7 +61,8 @@ func newDriver(ctx context.Context, opts Options, c *cluster, eng *engine, waits
 		sched: b.sched, b: b, c: c, eng: eng, pauser: waits,
 		parked: make(chan struct{}), resumed: make(chan struct{}),
 		settleQuiet: opts.SettleQuiet, stepTimeout: opts.StepTimeout,
-		metrics: schedMetrics{scheduler: opts.Scheduler, profile: b.schedulerName},
+		metrics:        schedMetrics{scheduler: opts.Scheduler, profile: b.schedulerName},
+		confirmedBinds: c.binds.reader(),
 	}
 	if err := c.counts.watch(factory, b.podGroups, len(c.plan.PDBs) > 0, c.dra != nil); err != nil {
 		return nil, err

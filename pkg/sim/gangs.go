@@ -183,8 +183,8 @@ func (c *cluster) createJobs(ctx context.Context, arriving []*gangState) error {
 // binding. It returns how many bindings it applied and when the last one
 // was made (zero: none).
 func (c *cluster) collectBinds(resumedAt time.Time) (int, time.Time) {
-	records := c.binds.since(c.work.bindsApplied)
-	c.work.bindsApplied += len(records)
+	records := c.work.bindsApplied.unread()
+	c.work.bindsApplied.read(len(records))
 	lastBind := map[*gangState]time.Time{}
 	var touched []*gangState
 	var latest time.Time

@@ -95,10 +95,13 @@ func (c *cluster) deleteReactor(action k8stesting.Action) (bool, runtime.Object,
 	return false, nil, nil
 }
 
-// bindLog records the bindings the reactor performed, in order.
+// bindLog records the bindings the reactor performed, in order, until each
+// of its readers has read them: a month-long run binds a million pods, and
+// a record nobody will read again is dropped.
 type bindLog struct {
 	mu      sync.Mutex
 	records []bindRecord
+	readers []*bindReader
 }
 
 type bindRecord struct {
@@ -107,16 +110,62 @@ type bindRecord struct {
 	at        time.Time
 }
 
+// bindReader is one reader's place in a bindLog.
+type bindReader struct {
+	log *bindLog
+	// next indexes the first record in log.records this reader has not read.
+	next int
+}
+
 func (l *bindLog) add(r bindRecord) {
 	l.mu.Lock()
 	l.records = append(l.records, r)
 	l.mu.Unlock()
 }
 
-func (l *bindLog) since(i int) []bindRecord {
+// reader returns a new reader, placed before every record still kept.
+// Register every reader before the first binding.
+func (l *bindLog) reader() *bindReader {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]bindRecord(nil), l.records[i:]...)
+	r := &bindReader{log: l}
+	l.readers = append(l.readers, r)
+	return r
+}
+
+// unread returns the records this reader has not read yet.
+func (r *bindReader) unread() []bindRecord {
+	l := r.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]bindRecord(nil), l.records[r.next:]...)
+}
+
+// read marks the first n unread records read. Once every reader has read
+// at least half of the records kept, those all have read are dropped.
+func (r *bindReader) read(n int) {
+	l := r.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r.next += n
+	done := r.next
+	for _, other := range l.readers {
+		done = min(done, other.next)
+	}
+	if done == 0 || 2*done < len(l.records) {
+		return
+	}
+	l.records = append([]bindRecord(nil), l.records[done:]...)
+	for _, other := range l.readers {
+		other.next -= done
+	}
+}
+
+// kept is how many records the log holds.
+func (l *bindLog) kept() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.records)
 }
 
 // deletions tells the scheduler's pod deletions from the simulator's: the

@@ -142,6 +142,9 @@ type harness struct {
 func newHarness(ctx context.Context, opts Options, waits *pauser) (*harness, error) {
 	setupStart, setupCPUStart := time.Now(), processCPU()
 	h := &harness{opts: opts, engine: newEngine(opts.Plan.Scenario), rec: measure.NewRecorder(opts.Scheduler)}
+	if opts.Plan.Scenario.Soak != nil {
+		h.rec.ForgetFinished() // a soak measures the scheduler's memory, not a log of every job
+	}
 	var err error
 	if h.cluster, err = newCluster(opts, h.engine, h.rec); err != nil {
 		return nil, err

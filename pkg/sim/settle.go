@@ -76,12 +76,13 @@ func (d *driver) busyReason() string {
 // event: until then the scheduler may still have work. The bindings are
 // checked once each, in order.
 func (d *driver) unconfirmedBind() string {
-	records := d.c.binds.since(d.confirmedBinds)
-	for _, r := range records {
+	confirmed := 0
+	defer func() { d.confirmedBinds.read(confirmed) }()
+	for _, r := range d.confirmedBinds.unread() {
 		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: r.pod, Namespace: namespace, UID: r.uid}}
 		if _, err := d.sched.Cache.GetPod(pod); err != nil {
 			if _, err := d.c.cs.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), namespace, r.pod); apierrors.IsNotFound(err) {
-				d.confirmedBinds++ // deleted since (a preemption victim): nothing to confirm
+				confirmed++ // deleted since (a preemption victim): nothing to confirm
 				continue
 			}
 			return r.pod
@@ -89,7 +90,7 @@ func (d *driver) unconfirmedBind() string {
 		if assumed, err := d.sched.Cache.IsAssumedPod(pod); err != nil || assumed {
 			return r.pod
 		}
-		d.confirmedBinds++
+		confirmed++
 	}
 	return ""
 }

@@ -247,6 +247,7 @@ type GangLog struct {
 	Nodes      []string `json:"nodes,omitempty"` // of the last placement
 	Restarts   int      `json:"restarts,omitempty"`
 	BoundAtEnd int      `json:"bound_at_end,omitempty"`
+	seq        int
 }
 
 // Recorder collects a run. Times are virtual durations since the scenario's
@@ -254,8 +255,16 @@ type GangLog struct {
 // concurrent use: the simulator's step loop is its only caller.
 type Recorder struct {
 	scheduler string
-	gangs     map[string]*gangRecord
-	order     []string
+	// gangs are the gangs submitted; with forgetFinished only those not
+	// completed yet.
+	gangs          map[string]*gangRecord
+	forgetFinished bool
+	// submitted counts the gangs submitted, firstSubmit is the earliest.
+	submitted   int
+	firstSubmit time.Duration
+	// finished are the gangs completed, jct sums their completion times.
+	finished  []finishedGang
+	jct       time.Duration
 	latencies []time.Duration
 	racks     []int
 	mixed     int
@@ -293,7 +302,15 @@ type Eviction struct {
 	Partial bool
 }
 
+// finishedGang is what the metrics need of a completed gang.
+type finishedGang struct {
+	priority int32
+	wait     time.Duration // from submission to first placement
+}
+
 type gangRecord struct {
+	name        string
+	seq         int // submission order
 	workers     int
 	gpus        int64 // per worker
 	running     int   // index+1 in segments of the open run (0: none)
@@ -316,10 +333,18 @@ func NewRecorder(scheduler string) *Recorder {
 	return &Recorder{scheduler: scheduler, gangs: map[string]*gangRecord{}, everPart: map[string]bool{}}
 }
 
+// ForgetFinished makes the recorder keep a completed gang only in its
+// totals and percentiles: no GangLog, so that a month of jobs costs the
+// simulator a few numbers each (see the soak scenarios).
+func (r *Recorder) ForgetFinished() { r.forgetFinished = true }
+
 // Submitted records a gang's submission.
 func (r *Recorder) Submitted(gang string, workers int, gpusPerWorker int64, priority int32, t time.Duration) {
-	r.gangs[gang] = &gangRecord{workers: workers, gpus: gpusPerWorker, priority: priority, submitted: t}
-	r.order = append(r.order, gang)
+	r.gangs[gang] = &gangRecord{name: gang, seq: r.submitted, workers: workers, gpus: gpusPerWorker, priority: priority, submitted: t}
+	if r.submitted == 0 || t < r.firstSubmit {
+		r.firstSubmit = t
+	}
+	r.submitted++
 }
 
 // Evicted records that the scheduler preempted members of a gang.
@@ -409,6 +434,11 @@ func (r *Recorder) Completed(gang string, t time.Duration) {
 	g := r.gangs[gang]
 	g.completed, g.isDone = t, true
 	r.stopRun(g, t, false)
+	r.finished = append(r.finished, finishedGang{priority: g.priority, wait: g.firstPlaced - g.submitted})
+	r.jct += g.completed - g.submitted
+	if r.forgetFinished {
+		delete(r.gangs, gang)
+	}
 }
 
 // Broken records that the gang lost a member to a node reclaim at t and was
@@ -455,7 +485,7 @@ func (r *Recorder) Busy() time.Duration { return r.busy }
 
 // Result computes the metrics.
 func (r *Recorder) Result() (Metrics, Details, []Sample, []GangLog) {
-	m := Metrics{Scheduler: r.scheduler, GangsTotal: len(r.order)}
+	m := Metrics{Scheduler: r.scheduler}
 	d := Details{PodsBound: r.podsBound, BusySeconds: r.busy.Seconds(), Steps: r.steps, GangsBroken: r.broken}
 	if r.busy > 0 {
 		m.PodsPerSecond = float64(r.podsBound) / r.busy.Seconds()
@@ -463,49 +493,39 @@ func (r *Recorder) Result() (Metrics, Details, []Sample, []GangLog) {
 	m.GangLatencyP50Ms = ms(Percentile(r.latencies, 50))
 	m.GangLatencyP99Ms = ms(Percentile(r.latencies, 99))
 
-	start := time.Duration(math.MaxInt64)
-	var jct time.Duration
-	logs := make([]GangLog, 0, len(r.order))
-	for _, name := range r.order {
-		g := r.gangs[name]
-		start = min(start, g.submitted)
-		log := GangLog{Name: name, Workers: g.workers, Submitted: g.submitted.Seconds(), Placed: -1, Completed: -1,
-			Racks: g.racks, Nodes: g.nodes, Restarts: g.restarts}
+	start := r.FirstSubmit()
+	m.GangsTotal, m.GangsCompleted = r.submitted, len(r.finished)
+	if len(r.finished) > 0 {
+		m.MeanJCTS = (r.jct / time.Duration(len(r.finished))).Seconds()
+	}
+	var waits []time.Duration
+	for _, g := range r.finished {
+		waits = append(waits, g.wait)
+	}
+	logs := make([]GangLog, 0, len(r.gangs))
+	for _, g := range r.gangs {
+		log := GangLog{Name: g.name, Workers: g.workers, Submitted: g.submitted.Seconds(), Placed: -1, Completed: -1,
+			Racks: g.racks, Nodes: g.nodes, Restarts: g.restarts, seq: g.seq}
 		if g.isPlaced {
 			log.Placed = g.placed.Seconds()
 		}
 		if g.isDone {
-			m.GangsCompleted++
-			jct += g.completed - g.submitted
 			log.Completed = g.completed.Seconds()
 		} else {
 			log.BoundAtEnd = g.boundEnd
 			if g.boundEnd == 0 {
 				d.GangsPendingAtEnd++
 			}
+			waits = append(waits, r.waitOf(g))
 		}
 		logs = append(logs, log)
 	}
-	if len(r.order) == 0 {
-		start = 0
-	}
-	if m.GangsCompleted > 0 {
-		m.MeanJCTS = (jct / time.Duration(m.GangsCompleted)).Seconds()
-	}
+	sort.Slice(logs, func(i, j int) bool { return logs[i].seq < logs[j].seq })
 	m.MakespanS = max(r.end-start, 0).Seconds()
 	m.GPUAllocationRatio, d.HeldGPURatio = allocationOver(r.samples, start.Seconds(), r.end.Seconds())
 	m.PartialGangs = len(r.everPart)
 	m.DeadlockedGangs = len(r.lastPart)
 	m.StuckGangs = d.GangsPendingAtEnd
-	var waits []time.Duration
-	for _, name := range r.order {
-		g := r.gangs[name]
-		if g.everPlaced {
-			waits = append(waits, g.firstPlaced-g.submitted)
-		} else {
-			waits = append(waits, max(r.end-g.submitted, 0))
-		}
-	}
 	m.QueueWaitP50S = Percentile(waits, 50).Seconds()
 	m.QueueWaitP95S = Percentile(waits, 95).Seconds()
 	for _, seg := range r.Segments() {
@@ -541,16 +561,7 @@ func (r *Recorder) Segments() []Segment {
 }
 
 // FirstSubmit is the virtual time of the first submission (0 for none).
-func (r *Recorder) FirstSubmit() time.Duration {
-	first := time.Duration(math.MaxInt64)
-	for _, g := range r.gangs {
-		first = min(first, g.submitted)
-	}
-	if len(r.gangs) == 0 {
-		return 0
-	}
-	return first
-}
+func (r *Recorder) FirstSubmit() time.Duration { return r.firstSubmit }
 
 // EndTime is the virtual time at which the run stopped.
 func (r *Recorder) EndTime() time.Duration { return r.end }
@@ -594,29 +605,34 @@ func capacityArea(samples []Sample, from, to float64) float64 {
 // preemption is nil for a run whose jobs all have one priority and in
 // which the scheduler deleted nothing.
 func (r *Recorder) preemption() *Preemption {
-	if len(r.order) == 0 {
+	if r.submitted == 0 {
 		return nil
 	}
-	lowest, highest := r.gangs[r.order[0]].priority, r.gangs[r.order[0]].priority
-	for _, name := range r.order {
-		lowest, highest = min(lowest, r.gangs[name].priority), max(highest, r.gangs[name].priority)
+	gangs := append([]finishedGang(nil), r.finished...)
+	for _, g := range r.gangs {
+		if !g.isDone {
+			gangs = append(gangs, finishedGang{priority: g.priority, wait: r.waitOf(g)})
+		}
+	}
+	lowest, highest := gangs[0].priority, gangs[0].priority
+	for _, g := range gangs {
+		lowest, highest = min(lowest, g.priority), max(highest, g.priority)
 	}
 	if lowest == highest && len(r.evictions) == 0 && r.backgroundEvicted == 0 && r.backgroundGPUPods == 0 {
 		return nil
 	}
 	p := &Preemption{GPUsNeededLowerBound: r.needed}
 	var waits []time.Duration
-	for _, name := range r.order {
-		g := r.gangs[name]
+	for _, g := range gangs {
 		if g.priority == lowest {
 			continue
 		}
 		p.HighJobs++
-		if g.everPlaced {
-			waits = append(waits, g.firstPlaced-g.submitted)
-		} else {
+		waits = append(waits, g.wait)
+	}
+	for _, g := range r.gangs {
+		if !g.isDone && !g.everPlaced && g.priority > lowest {
 			p.HighNotPlaced++
-			waits = append(waits, max(r.end-g.submitted, 0))
 		}
 	}
 	p.HighWaitP50S = Percentile(waits, 50).Seconds()
@@ -638,6 +654,15 @@ func (r *Recorder) preemption() *Preemption {
 	p.GPUsEvicted += r.backgroundGPUs
 	p.NonGPUPodsEvicted += r.backgroundEvicted
 	return p
+}
+
+// waitOf is an unfinished gang's queue wait: until its first placement,
+// or until the end if it never ran.
+func (r *Recorder) waitOf(g *gangRecord) time.Duration {
+	if g.everPlaced {
+		return g.firstPlaced - g.submitted
+	}
+	return max(r.end-g.submitted, 0)
 }
 
 // allocationOver integrates the step function of samples (each holds until

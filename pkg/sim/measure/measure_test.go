@@ -165,6 +165,51 @@ func approxEqual(a, b Metrics) bool {
 
 // Waits count only jobs above the lowest priority, a job never placed waits
 // until the end, and a gang evicted twice counts twice.
+// A recorder that forgets finished gangs computes the same metrics and
+// details (percentiles and preemption figures included) as one that keeps
+// them, and logs only the gangs that did not finish.
+func TestForgetFinishedKeepsTheMetrics(t *testing.T) {
+	run := func(r *Recorder) *Recorder {
+		r.Submitted("low-a", 2, 8, 0, 0)
+		r.Submitted("low-b", 1, 8, 0, 0)
+		r.Placed("low-a", 0, time.Millisecond, Placement{Racks: 1})
+		r.Placed("low-b", 0, 2*time.Millisecond, Placement{Racks: 2})
+		r.Submitted("high-a", 2, 8, 100, 10*s)
+		r.Evicted(Eviction{Gang: "low-a", Pods: 2, GPUPods: 2, GPUs: 16})
+		r.Placed("high-a", 10*s, 3*time.Millisecond, Placement{Racks: 1})
+		r.Completed("low-b", 30*s)
+		r.Submitted("high-b", 1, 8, 100, 20*s)
+		r.Placed("high-b", 50*s, 0, Placement{})
+		r.Completed("high-a", 60*s)
+		r.Submitted("high-c", 1, 8, 100, 40*s)
+		r.Step(Sample{T: 60, CapacityGPUs: 24, HeldGPUs: 8, RunningGPUs: 8}, 0, 4, nil)
+		r.End(100*s, map[string]int{"high-b": 1})
+		return r
+	}
+	keeping := run(NewRecorder("muster"))
+	forgetting := NewRecorder("muster")
+	forgetting.ForgetFinished()
+	run(forgetting)
+	mk, dk, _, logsKept := keeping.Result()
+	mf, df, _, logsForgetting := forgetting.Result()
+	if mk != mf {
+		t.Errorf("metrics differ:\n keeping   %+v\n forgetting %+v", mk, mf)
+	}
+	if !reflect.DeepEqual(dk, df) || df.Preemption == nil {
+		t.Errorf("details differ:\n keeping   %+v %+v\n forgetting %+v %+v", dk, dk.Preemption, df, df.Preemption)
+	}
+	var names []string
+	for _, l := range logsForgetting {
+		names = append(names, l.Name)
+	}
+	if want := []string{"low-a", "high-b", "high-c"}; !reflect.DeepEqual(names, want) || len(logsKept) != 5 {
+		t.Errorf("gangs logged: keeping %d, forgetting %v; want 5 and %v", len(logsKept), names, want)
+	}
+	if len(forgetting.gangs) != 3 {
+		t.Errorf("the forgetting recorder keeps %d gangs, want the 3 unfinished", len(forgetting.gangs))
+	}
+}
+
 func TestPreemption(t *testing.T) {
 	r := NewRecorder("muster")
 	r.Submitted("low-a", 2, 8, 0, 0)
