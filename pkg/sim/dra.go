@@ -91,7 +91,7 @@ type draCluster struct {
 	deleted []types.NamespacedName
 	// checked reads the bindings, each checked once.
 	checked *bindReader
-	stats  measure.DRA
+	stats   measure.DRA
 }
 
 func newDRACluster(nodes int) *draCluster {
