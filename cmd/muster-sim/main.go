@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -133,7 +132,7 @@ func runSim(ctx context.Context, args []string) error {
 	child := fs.Bool(sim.ChildFlag, false, "internal: run one scheduler in this process")
 	scheduler := fs.String("scheduler", "", "internal: the scheduler a child runs")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (on a terminal: redrawn; else a line per 10%), never")
-	cpuProfile := fs.Bool("cpuprofile", false, "write a CPU profile of each scheduler's process to <out>/runs/<scheduler>.pprof")
+	cpuProfile := fs.Bool("cpuprofile", false, "write a CPU profile of each scheduler's process to <out>/runs/<scheduler>.pprof; in a soak, one per sample period, <scheduler>.cpu-<hours>h.pprof")
 	featureGates := fs.String("feature-gates", "", "kube-scheduler feature gates for every scheduler alike (key=true|false,...), set in each scheduler's process over its own (muster's, GenericWorkload for native gangs)")
 	_ = fs.Parse(args)
 	if fs.NArg() > 0 {
@@ -164,23 +163,12 @@ func runSim(ctx context.Context, args []string) error {
 			return err
 		}
 		defer logFile.Close()
-		if *cpuProfile {
-			f, err := os.Create(filepath.Join(*out, "runs", *scheduler+".pprof"))
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return err
-			}
-			defer pprof.StopCPUProfile()
-		}
 		var bar *sim.Progress
 		if *progress != "never" {
 			bar = sim.NewProgress(os.Stderr, *scheduler, sim.IsTerminal(os.Stderr))
 		}
 		return sim.RunChild(ctx, sim.ChildConfig{ScenarioPath: path, Scheduler: *scheduler, Seed: *seed, Out: *out,
-			SettleQuiet: *quiet, StepTimeout: *stepTimeout, Progress: bar})
+			SettleQuiet: *quiet, StepTimeout: *stepTimeout, Progress: bar, CPUProfile: *cpuProfile})
 	}
 
 	names, err := sim.ParseSchedulers(*schedulers)

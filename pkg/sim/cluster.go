@@ -157,7 +157,7 @@ func newCluster(opts Options, eng *engine, rec *measure.Recorder) (*cluster, err
 		if i == 0 || j.Priority < c.work.lowestPriority {
 			c.work.lowestPriority = j.Priority
 		}
-		g := &gangState{job: j, bound: map[string]string{}}
+		g := &gangState{job: j}
 		c.work.gangs = append(c.work.gangs, g)
 		eng.push(event{at: j.Submit, kind: evArrival, seq: j.Seq, gang: g})
 	}

@@ -69,7 +69,7 @@ func (c *cluster) deletePods(ctx context.Context, g *gangState) error {
 		}
 		delete(c.work.podGang, name)
 	}
-	g.pods, g.bound, g.cpuOnly = nil, map[string]string{}, nil
+	g.pods, g.bound, g.cpuOnly = nil, nil, nil // a month's finished gangs keep no map
 	return nil
 }
 
@@ -195,6 +195,9 @@ func (c *cluster) collectBinds(resumedAt time.Time) (int, time.Time) {
 		}
 		if _, ok := lastBind[g]; !ok {
 			touched = append(touched, g)
+		}
+		if g.bound == nil {
+			g.bound = map[string]string{}
 		}
 		g.bound[r.pod] = r.node
 		c.nodes.bind(r.node, r.pod)

@@ -72,6 +72,10 @@ type ChildConfig struct {
 	SettleQuiet  time.Duration
 	StepTimeout  time.Duration
 	Progress     *Progress
+	// CPUProfile writes the process's CPU profile to
+	// runs/<scheduler>.pprof, or in a soak one per sample period
+	// (Options.CPUProfiles).
+	CPUProfile bool
 }
 
 // Args renders the child's command line (after the executable).
@@ -106,8 +110,19 @@ func RunChild(ctx context.Context, c ChildConfig) error {
 	if err != nil {
 		return err
 	}
-	run, err := Run(ctx, Options{Plan: plan, Scheduler: c.Scheduler, Progress: c.Progress, SettleQuiet: c.SettleQuiet, StepTimeout: c.StepTimeout,
-		HeapProfiles: filepath.Join(c.Out, "runs")})
+	opts := Options{Plan: plan, Scheduler: c.Scheduler, Progress: c.Progress, SettleQuiet: c.SettleQuiet, StepTimeout: c.StepTimeout,
+		HeapProfiles: filepath.Join(c.Out, "runs")}
+	switch {
+	case c.CPUProfile && plan.Scenario.Soak != nil:
+		opts.CPUProfiles = opts.HeapProfiles
+	case c.CPUProfile:
+		stop, err := startCPUProfile(filepath.Join(c.Out, "runs", c.Scheduler+".pprof"))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	run, err := Run(ctx, opts)
 	if err != nil {
 		return err
 	}

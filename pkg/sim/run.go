@@ -58,6 +58,12 @@ type Options struct {
 	// <scheduler>.heap-<hours>h.pprof: `go tool pprof -base` of two of
 	// them says which allocation sites the heap grew at.
 	HeapProfiles string
+	// CPUProfiles, when set, is a directory where a soak writes the CPU
+	// profile of each period between two samples,
+	// <scheduler>.cpu-<hours>h.pprof named by the period's end: `go tool
+	// pprof -diff_base` of an early and a late one says what a day's work
+	// came to cost more.
+	CPUProfiles string
 	// ReserveFault, when set (muster only), is asked at each Reserve after
 	// MusterGang's, with the virtual time; an error fails that reservation
 	// as another plugin's Reserve would, so muster drops the gang's plan
@@ -101,7 +107,7 @@ func Run(ctx context.Context, opts Options) (*measure.Run, error) {
 	d.EndReason = h.endReason
 	d.Extra = h.driver.metrics.extra()
 	if h.soak != nil {
-		h.soak.take(h, h.engine.now) // at the end, every job done
+		h.soak.finish(h, h.engine.now) // at the end, every job done
 		d.Soak = h.soak.samples
 	}
 	d.RefusedJobPatches = h.cluster.refusedPatches.Load()

@@ -28,6 +28,9 @@ type soakSampler struct {
 	every   time.Duration
 	next    time.Duration
 	samples []measure.SoakSample
+	// stopCPU ends the CPU profile of the period since the last sample
+	// (nil: none is written).
+	stopCPU func()
 }
 
 func newSoakSampler(h *harness) *soakSampler {
@@ -38,6 +41,26 @@ func newSoakSampler(h *harness) *soakSampler {
 	return &soakSampler{every: so.SampleEvery.Duration}
 }
 
+// profileUntil starts the CPU profile of the period that ends at virtual
+// time t, ending the one before.
+func (s *soakSampler) profileUntil(h *harness, t time.Duration) {
+	if s.stopCPU != nil {
+		s.stopCPU()
+		s.stopCPU = nil
+	}
+	dir := h.opts.CPUProfiles
+	if dir == "" {
+		return
+	}
+	name := filepath.Join(dir, fmt.Sprintf("%s.cpu-%04.0fh.pprof", h.opts.Scheduler, t.Hours()))
+	stop, err := startCPUProfile(name)
+	if err != nil {
+		klog.Background().Error(err, "Soak: CPU profile not started", "file", name)
+		return
+	}
+	s.stopCPU = stop
+}
+
 // maybe samples when virtual time t reached the next sample's time.
 func (s *soakSampler) maybe(h *harness, t time.Duration) {
 	if s == nil || t < s.next {
@@ -45,6 +68,17 @@ func (s *soakSampler) maybe(h *harness, t time.Duration) {
 	}
 	for s.next <= t {
 		s.next += s.every
+	}
+	s.take(h, t)
+	s.profileUntil(h, s.next)
+}
+
+// finish ends the last CPU profile and takes the last sample, at virtual
+// time t.
+func (s *soakSampler) finish(h *harness, t time.Duration) {
+	if s.stopCPU != nil {
+		s.stopCPU()
+		s.stopCPU = nil
 	}
 	s.take(h, t)
 }
@@ -85,6 +119,24 @@ func structureSizes(h *harness) map[string]int {
 		}
 	}
 	return nil
+}
+
+// startCPUProfile profiles the process's CPU into name until stop is called.
+func startCPUProfile(name string) (stop func(), err error) {
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			klog.Background().Error(err, "CPU profile not written", "file", name)
+		}
+	}, nil
 }
 
 // writeHeapProfile writes the heap profile (as of the last GC) to name.

@@ -290,6 +290,48 @@ func TestStaleNominationDoesNotBlockTheGang(t *testing.T) {
 	}
 }
 
+// A gang waiting for room is requeued through its lead, the member whose
+// cycle planned it and found no room. When the lead is deleted (and no
+// replacement comes: a PodGroup's pods are the user's), an event that
+// makes room requeues the remaining members themselves, and the gang binds
+// at once, not at the five-minute flush of unschedulable pods.
+func TestGangBindsWhenRoomComesAfterItsLeadWasDeleted(t *testing.T) {
+	c := startClusterWithoutScheduler(t, gpuNodes(4, 8)...)
+	for i := 1; i <= 2; i++ {
+		blocker := testobj.MakePod(c.ns, fmt.Sprintf("blocker-%d", i)).PodSpec(testobj.WorkerPodSpec(schedulerName, 8)).Obj()
+		blocker.Spec.NodeName = fmt.Sprintf("node-%d", i)
+		if _, err := c.Client.CoreV1().Pods(c.ns).Create(c.ctx, blocker, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// All four members are queued before the scheduler's first cycle, so
+	// the first in muster's queue order (by name) plans the gang: mnist-0
+	// is its lead. Three are the quorum: the gang fits without the lead.
+	c.createPodGroup("mnist", 3, nil)
+	for i := range 4 {
+		c.createGroupPod("mnist", fmt.Sprintf("mnist-%d", i), 8)
+	}
+	c.startScheduler()
+	c.waitFor("4 members of mnist unschedulable", 60*time.Second, func() (bool, error) {
+		pods := c.groupPods("mnist")
+		for _, p := range pods {
+			if !unschedulableWith(&p, "gang "+c.ns+"/podgroup/mnist") {
+				return false, nil
+			}
+		}
+		return len(pods) == 4, nil
+	})
+	for _, name := range []string{"mnist-0", "blocker-1"} {
+		if err := c.Client.CoreV1().Pods(c.ns).Delete(c.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pods := c.waitAllBound("members of mnist", 3, func() []corev1.Pod { return c.groupPods("mnist") })
+	if nodes := nodesOf(pods); len(nodes) != 3 {
+		t.Errorf("members share nodes: %v", nodes)
+	}
+}
+
 // Quorum counts members that finished: the rest are not held for them.
 func TestQuorumCountsFinishedMembers(t *testing.T) {
 	t.Run("Job: min-available equal to parallelism after a member succeeded", func(t *testing.T) {
