@@ -218,6 +218,9 @@ func childLogs(out, scheduler string, verbosity int) (*os.File, error) {
 	_ = kfs.Set("logtostderr", "false")
 	_ = kfs.Set("alsologtostderr", "false")
 	_ = kfs.Set("stderrthreshold", "FATAL")
+	// One output for every severity: without one_output klog writes an
+	// error to the INFO, WARNING and ERROR outputs, here one file, thrice.
+	_ = kfs.Set("one_output", "true")
 	klog.SetOutput(f)
 	return f, nil
 }
