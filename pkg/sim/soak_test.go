@@ -2,7 +2,12 @@ package sim
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -113,12 +118,34 @@ func TestBindFailuresAreRetried(t *testing.T) {
 // victim is empty, and those keyed by node or domain hold no more than the
 // nodes present (the topology index forgets replaced nodes once they
 // dominate, so it may keep up to twice the fleet plus 1024).
+//
+// The run also writes a heap profile at each sample and a CPU profile of
+// each period between two, and its recorder keeps no finished job.
 func TestSoakLeavesNothingBehind(t *testing.T) {
-	r := run(t, benchPlan(t, "soak-day.yaml", 1), Muster)
+	profiles := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := Run(ctx, Options{Plan: benchPlan(t, "soak-day.yaml", 1), Scheduler: Muster, StepTimeout: time.Minute,
+		HeapProfiles: profiles, CPUProfiles: profiles})
+	require.NoError(t, err)
 	d := r.Details
 	require.NotEmpty(t, d.Soak)
 	last := d.Soak[len(d.Soak)-1]
 	require.Equal(t, last.JobsSubmitted, last.JobsFinished, "the run ends with every job done: %s", d.EndReason)
+	assert.Empty(t, r.Gangs, "a soak's recorder logs the unfinished gangs only")
+	every := benchPlan(t, "soak-day.yaml", 1).Scenario.Soak.SampleEvery.Duration
+	for _, s := range d.Soak[:len(d.Soak)-1] {
+		at := time.Duration(s.VirtualHours * float64(time.Hour))
+		for _, name := range []string{fmt.Sprintf("muster.heap-%04.0fh.pprof", at.Hours()), fmt.Sprintf("muster.cpu-%04.0fh.pprof", (at + every).Hours())} {
+			info, err := os.Stat(filepath.Join(profiles, name))
+			if assert.NoError(t, err, "no profile %s", name) {
+				assert.Positive(t, info.Size(), "%s is empty", name)
+			}
+		}
+	}
+	// The last period's CPU profile was stopped: another may start.
+	require.NoError(t, pprof.StartCPUProfile(io.Discard))
+	pprof.StopCPUProfile()
 	assert.Positive(t, last.NodesReplaced, "no spot node was replaced")
 	assert.Positive(t, d.RefusedJobPatches, "no failed-plan record was refused")
 	require.NotNil(t, d.Preemption)
