@@ -109,11 +109,17 @@ func (w *failedPlanWriter) sync(ctx context.Context, key gang.Key) error {
 		// refused the same way.
 		klog.FromContext(ctx).V(2).Info("Failed plan not recorded: the gang's object was replaced", "gang", key, "uid", f.uid, "err", err)
 		err = nil
+	case refusedByPolicy(err):
+		// An admission webhook or policy denying updates of the object, or
+		// the object at its size limit: the same patch is refused again at
+		// once, so it is not retried (each retry is a call to the webhook).
+		klog.FromContext(ctx).Error(err, "Failed plan not recorded: the API server refused the patch; not retried", "gang", key)
+		err = nil
 	}
-	// Written, or refused for the last time (runGangQueue gives up after
-	// maxFailedPlanRetries: an admission webhook that denies the patch, an
-	// object near its size limit): the record is dropped either way, and a
-	// newer failed plan of the gang queues it again.
+	// Written, refused for good, or refused for the last time
+	// (runGangQueue gives up after maxFailedPlanRetries): the record is
+	// dropped either way, and a newer failed plan of the gang queues it
+	// again.
 	if err == nil || w.queue.NumRequeues(key) >= maxFailedPlanRetries {
 		w.mu.Lock()
 		if w.latest[key] == f {
@@ -122,6 +128,13 @@ func (w *failedPlanWriter) sync(ctx context.Context, key gang.Key) error {
 		w.mu.Unlock()
 	}
 	return err
+}
+
+// refusedByPolicy reports whether err is a refusal the same request meets
+// again: denied (403, an admission webhook or RBAC), invalid (422, a
+// ValidatingAdmissionPolicy's CEL) or too large.
+func refusedByPolicy(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsRequestEntityTooLargeError(err)
 }
 
 // uidRefused reports whether err is the API server refusing a patch that

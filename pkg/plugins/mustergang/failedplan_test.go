@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -128,14 +129,14 @@ func TestFailedPlanOfAReplacedObjectIsNotWrittenOnItsSuccessor(t *testing.T) {
 	assert.Equal(t, "second Job's plan", record.Message)
 }
 
-// A patch the API server refuses every time (an admission webhook denying
-// Job updates, say) is retried maxFailedPlanRetries times, and then its
+// A patch the API server fails every time (an API server that keeps
+// answering 500) is retried maxFailedPlanRetries times, and then its
 // record is dropped, not kept for the life of the scheduler.
-func TestFailedPlanRefusedForGoodIsDropped(t *testing.T) {
+func TestFailedPlanFailingForGoodIsDropped(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset(testobj.MakeJob("ns", "j").UID("uid").Obj())
 	client.PrependReactor("patch", "jobs", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(batchv1.Resource("jobs"), action.(k8stesting.PatchAction).GetName(), fmt.Errorf("denied by policy"))
+		return true, nil, apierrors.NewInternalError(fmt.Errorf("etcd is away"))
 	})
 	w := newFailedPlanWriter(func() kubernetes.Interface { return client }, &gangSource{})
 	defer w.queue.ShutDown()
@@ -149,4 +150,36 @@ func TestFailedPlanRefusedForGoodIsDropped(t *testing.T) {
 	}
 	require.Error(t, w.sync(ctx, key))
 	assert.Empty(t, w.latest, "a record refused for good is kept")
+}
+
+// A patch refused by policy (an admission webhook denying Job updates, a
+// ValidatingAdmissionPolicy, an object at its size limit) meets the same
+// refusal at once: it is tried once, not retried, and its record dropped.
+func TestFailedPlanRefusedByPolicyIsNotRetried(t *testing.T) {
+	refusals := map[string]func(name string) error{
+		"webhook denial": func(name string) error {
+			return apierrors.NewForbidden(batchv1.Resource("jobs"), name, fmt.Errorf("denied by policy"))
+		},
+		"policy's CEL": func(name string) error {
+			return apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, name, nil)
+		},
+		"too large": func(string) error { return apierrors.NewRequestEntityTooLargeError("annotations too large") },
+	}
+	for what, refusal := range refusals {
+		t.Run(what, func(t *testing.T) {
+			client := fake.NewClientset(testobj.MakeJob("ns", "j").UID("uid").Obj())
+			patches := 0
+			client.PrependReactor("patch", "jobs", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				patches++
+				return true, nil, refusal(action.(k8stesting.PatchAction).GetName())
+			})
+			w := newFailedPlanWriter(func() kubernetes.Interface { return client }, &gangSource{})
+			defer w.queue.ShutDown()
+			key := gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}
+			w.record(key, "uid", &gang.FailedPlan{Time: time.Unix(1, 0).UTC(), Message: "plan"})
+			require.NoError(t, w.sync(context.Background(), key), "a refusal by policy is retried")
+			assert.Equal(t, 1, patches)
+			assert.Empty(t, w.latest, "the refused record is kept")
+		})
+	}
 }
