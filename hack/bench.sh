@@ -16,7 +16,7 @@
 # equal-work scenario (gangs of 2, 8
 # and 64 at 1000, 5000 and 15000 nodes, burst and stream; the busy-cluster
 # ones of 8x8 GPUs at 1000 and 5000 nodes) and the contended
-# scenarios: about two hours on 2 cores, and the soaks half an hour more. FULL=1 (make bench-full) adds native
+# scenarios: about two hours on 2 cores, and the soaks forty minutes more. FULL=1 (make bench-full) adds native
 # gang scheduling with TAS on every equal-work scenario and the `large`
 # scenario: several hours.
 #
@@ -60,7 +60,7 @@ CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS-"exact-fill contention priority spot-c
 # net-of-the-harness column.
 DRA_SCENARIOS=${DRA_SCENARIOS-"equal-burst-g8-n1000-dra equal-burst-g8-n1000-dra-mixed"}
 SEEDS=${SEEDS:-"1 2 3"}
-# About 20 and 10 minutes on 2 cores.
+# About 30 and 10 minutes on 2 cores.
 SOAK_SCENARIOS=${SOAK_SCENARIOS-"soak-month soak-contended"}
 SCHEDULERS=${SCHEDULERS:-muster,default,default-mostallocated,native-gang,native-gang-tas}
 # The profile is taken where muster is slowest next to the default profile:

@@ -44,10 +44,7 @@ func newSoakSampler(h *harness) *soakSampler {
 // profileUntil starts the CPU profile of the period that ends at virtual
 // time t, ending the one before.
 func (s *soakSampler) profileUntil(h *harness, t time.Duration) {
-	if s.stopCPU != nil {
-		s.stopCPU()
-		s.stopCPU = nil
-	}
+	s.stopProfile()
 	dir := h.opts.CPUProfiles
 	if dir == "" {
 		return
@@ -76,11 +73,16 @@ func (s *soakSampler) maybe(h *harness, t time.Duration) {
 // finish ends the last CPU profile and takes the last sample, at virtual
 // time t.
 func (s *soakSampler) finish(h *harness, t time.Duration) {
+	s.stopProfile()
+	s.take(h, t)
+}
+
+// stopProfile ends the CPU profile being written, if any.
+func (s *soakSampler) stopProfile() {
 	if s.stopCPU != nil {
 		s.stopCPU()
 		s.stopCPU = nil
 	}
-	s.take(h, t)
 }
 
 // take samples now (virtual time t).

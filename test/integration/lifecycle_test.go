@@ -296,7 +296,9 @@ func TestStaleNominationDoesNotBlockTheGang(t *testing.T) {
 // makes room requeues the remaining members themselves, and the gang binds
 // at once, not at the five-minute flush of unschedulable pods.
 func TestGangBindsWhenRoomComesAfterItsLeadWasDeleted(t *testing.T) {
-	c := startClusterWithoutScheduler(t, gpuNodes(4, 8)...)
+	nodes := gpuNodes(4, 8)
+	c := startClusterWithoutScheduler(t, nodes...)
+	c.addBackground(4, nodes...) // priority-0 CPU pods under a budget on every node
 	for i := 1; i <= 2; i++ {
 		blocker := testobj.MakePod(c.ns, fmt.Sprintf("blocker-%d", i)).PodSpec(testobj.WorkerPodSpec(schedulerName, 8)).Obj()
 		blocker.Spec.NodeName = fmt.Sprintf("node-%d", i)

@@ -231,14 +231,14 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 	if err != nil {
 		return nil, err
 	}
+	if !p.anyBoundBelow(nodes, prio) {
+		return &victimSearch{}, nil // before the DRA snapshot and the views: nothing to search
+	}
 	dra, err := p.dra.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
 	views, _ := p.nodes.views(nodes, dra)
-	if !p.anyBoundBelow(nodes, prio) {
-		return &victimSearch{}, nil
-	}
 	gpu := v1.ResourceName(p.args.GPUResourceName)
 	needGPUs := gang.NeededGPUs(gr.Request)
 	lackGPUs := needGPUs - gang.FreeGPUs(p.nodes.subtractHeld(views, gr.planning.HeldByOthers()), policy, gpu)

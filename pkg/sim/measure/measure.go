@@ -263,7 +263,7 @@ type Recorder struct {
 	submitted   int
 	firstSubmit time.Duration
 	// finished are the gangs completed, jct sums their completion times.
-	finished  []finishedGang
+	finished  []gangWait
 	jct       time.Duration
 	latencies []time.Duration
 	racks     []int
@@ -302,8 +302,9 @@ type Eviction struct {
 	Partial bool
 }
 
-// finishedGang is what the metrics need of a completed gang.
-type finishedGang struct {
+// gangWait is what the metrics need of a gang once it is completed (or at
+// the end, of one that is not): its priority and its queue wait.
+type gangWait struct {
 	priority int32
 	wait     time.Duration // from submission to first placement
 }
@@ -434,7 +435,7 @@ func (r *Recorder) Completed(gang string, t time.Duration) {
 	g := r.gangs[gang]
 	g.completed, g.isDone = t, true
 	r.stopRun(g, t, false)
-	r.finished = append(r.finished, finishedGang{priority: g.priority, wait: g.firstPlaced - g.submitted})
+	r.finished = append(r.finished, gangWait{priority: g.priority, wait: g.firstPlaced - g.submitted})
 	r.jct += g.completed - g.submitted
 	if r.forgetFinished {
 		delete(r.gangs, gang)
@@ -608,10 +609,10 @@ func (r *Recorder) preemption() *Preemption {
 	if r.submitted == 0 {
 		return nil
 	}
-	gangs := append([]finishedGang(nil), r.finished...)
+	gangs := append([]gangWait(nil), r.finished...)
 	for _, g := range r.gangs {
 		if !g.isDone {
-			gangs = append(gangs, finishedGang{priority: g.priority, wait: r.waitOf(g)})
+			gangs = append(gangs, gangWait{priority: g.priority, wait: r.waitOf(g)})
 		}
 	}
 	lowest, highest := gangs[0].priority, gangs[0].priority
