@@ -6,6 +6,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/utils/clock"
 
+	"github.com/muster-sched/muster/pkg/plugins/binpack"
 	"github.com/muster-sched/muster/pkg/plugins/mustergang"
 )
 
@@ -28,5 +29,8 @@ func Registry(opts ...Option) frameworkruntime.Registry {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return frameworkruntime.Registry{mustergang.Name: mustergang.Factory(o.clock)}
+	return frameworkruntime.Registry{
+		mustergang.Name: mustergang.Factory(o.clock),
+		binpack.Name:    binpack.New,
+	}
 }

@@ -1,6 +1,7 @@
 package schedulercmd
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -9,10 +10,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/kubernetes/pkg/scheduler"
+	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 
 	"github.com/muster-sched/muster/manifests"
 	"github.com/muster-sched/muster/pkg/plugins"
+	"github.com/muster-sched/muster/pkg/plugins/binpack"
 	"github.com/muster-sched/muster/pkg/plugins/mustergang"
 )
 
@@ -41,9 +45,13 @@ func TestBuild(t *testing.T) {
 		config      bool
 		profile     string
 		queueSorter string
+		// resourceScorer scores resource use; the other is not a scorer.
+		resourceScorer, notScorer string
 	}{
-		{name: "shipped configuration", config: true, profile: cfg.Profiles[0].SchedulerName, queueSorter: mustergang.Name},
-		{name: "no configuration", profile: v1.DefaultSchedulerName, queueSorter: "PrioritySort"},
+		{name: "shipped configuration", config: true, profile: cfg.Profiles[0].SchedulerName, queueSorter: mustergang.Name,
+			resourceScorer: binpack.Name, notScorer: noderesources.Name},
+		{name: "no configuration", profile: v1.DefaultSchedulerName, queueSorter: "PrioritySort",
+			resourceScorer: noderesources.Name, notScorer: binpack.Name},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := buildOptions(t)
@@ -59,6 +67,20 @@ func TestBuild(t *testing.T) {
 			}
 			if got := sched.Profiles[tc.profile].ListPlugins().QueueSort.Enabled; len(got) != 1 || got[0].Name != tc.queueSorter {
 				t.Errorf("queueSort %+v, want %s", got, tc.queueSorter)
+			}
+			// NodeResourcesFit still filters under muster; MusterBinPack scores.
+			listed := sched.Profiles[tc.profile].ListPlugins()
+			for point, set := range map[string]schedulerapi.PluginSet{"preScore": listed.PreScore, "score": listed.Score} {
+				var names []string
+				for _, p := range set.Enabled {
+					names = append(names, p.Name)
+				}
+				if !slices.Contains(names, tc.resourceScorer) || slices.Contains(names, tc.notScorer) {
+					t.Errorf("%s plugins %v: want %s and not %s", point, names, tc.resourceScorer, tc.notScorer)
+				}
+			}
+			if !slices.ContainsFunc(listed.Filter.Enabled, func(p schedulerapi.Plugin) bool { return p.Name == noderesources.Name }) {
+				t.Errorf("filter plugins %+v: want %s", listed.Filter.Enabled, noderesources.Name)
 			}
 		})
 	}

@@ -121,7 +121,7 @@ func MusterConfig() (*schedulerapi.KubeSchedulerConfiguration, error) {
 }
 
 // mostAllocatedConfig is the default profile with NodeResourcesFit scoring
-// MostAllocated on the weights muster's shipped profile gives it.
+// MostAllocated on the weights muster's shipped profile gives MusterBinPack.
 const mostAllocatedConfig = `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:

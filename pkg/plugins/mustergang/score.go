@@ -33,8 +33,8 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 
 // Score gives a gang member's planned node the top score (it is the only
 // feasible one) and ranks nodes for pods scheduled alone by their
-// preemptible policy; bin-packing comes from NodeResourcesFit's
-// MostAllocated strategy in the shipped configuration.
+// preemptible policy; bin-packing comes from MusterBinPack (NodeResourcesFit's
+// MostAllocated scoring) in the shipped configuration.
 func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := readState(cs)
 	if err != nil {
