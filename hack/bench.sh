@@ -23,6 +23,11 @@
 #   SEEDS="1" CONTENDED_SCENARIOS="exact-fill" EQUAL_SCENARIOS="" SOAK_SCENARIOS="" hack/bench.sh
 #   GO_WRAP="flock build.lock" hack/bench.sh   # serialise the build
 #   KEEP_RUNS=1 hack/bench.sh   # keep runs/ (per-gang placements, scheduler logs)
+#   MERGE_RESULTS=1 EQUAL_SCENARIOS="equal-burst-g8x8-n5000-busy" DRA_SCENARIOS="" \
+#     CONTENDED_SCENARIOS="" SOAK_SCENARIOS="" PROFILE_SCENARIO="" hack/bench.sh
+#       # rerun some scenarios; the generated section keeps every other
+#       # scenario's results as they are in bench/results and says, by
+#       # scenario, on which day and at which commit each was measured
 set -o errexit -o nounset -o pipefail
 
 cd "$(dirname "$0")/.."
@@ -69,6 +74,7 @@ PROFILE_SCENARIO=${PROFILE_SCENARIO-equal-steady-g2-n15000}
 BIN=${BIN:-bin/muster-sim}
 GO_WRAP=${GO_WRAP:-}
 KEEP_RUNS=${KEEP_RUNS:-}
+MERGE_RESULTS=${MERGE_RESULTS:-}
 
 start=$(date +%s)
 # shellcheck disable=SC2086 # GO_WRAP is a command prefix
@@ -141,6 +147,18 @@ if [[ -f bench/results/apiserver.txt ]]; then
 fi
 if [[ -f bench/results/planner.txt ]]; then
   profile_args+=(--planner bench/results/planner.txt)
+fi
+
+if [[ -n "${MERGE_RESULTS}" ]]; then
+  # Every scenario of the full set with results in bench/results, rerun now
+  # or not, in the set's order (the soaks have sections of their own).
+  dirs=()
+  for scenario in ${all_equal} equal-burst-g8-n1000-dra equal-burst-g8-n1000-dra-mixed \
+    exact-fill contention priority spot-churn steady large; do
+    for dir in $(ls -d "bench/results/${scenario}"/seed-* 2>/dev/null | sort -V); do
+      if [[ -f "${dir}/report.json" ]]; then dirs+=("${dir}"); fi
+    done
+  done
 fi
 
 elapsed=$(( $(date +%s) - start ))

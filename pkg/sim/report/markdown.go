@@ -148,6 +148,9 @@ func Markdown(rep Report, det Details) string {
 		fmt.Fprintf(&b, "- Workers have required pod anti-affinity on the node against %s.\n", det.AntiAffinity)
 	}
 	fmt.Fprintf(&b, "- Command: `%s`\n", det.Command)
+	if det.Measured != "" {
+		fmt.Fprintf(&b, "- Measured: %s%s.\n", det.Measured, atCommit(det.Commit))
+	}
 	fmt.Fprintf(&b, "- Machine: %s.\n\n", describeMachine(det.Machine))
 
 	fmt.Fprintf(&b, "## Metrics\n\nDefinitions: BENCHMARKS.md. Virtual time for makespan, JCT and allocation; real time for pods/s and latency. Common window: %.0f–%.0f s.\n\n", rep.CommonWindowS[0], rep.CommonWindowS[1])
@@ -319,6 +322,14 @@ func header(b *strings.Builder, rep Report) {
 		b.WriteString("--:|")
 	}
 	b.WriteString("\n")
+}
+
+// atCommit is " at <commit>", or "" when the build recorded none.
+func atCommit(commit string) string {
+	if commit == "" {
+		return ""
+	}
+	return " at " + commit
 }
 
 func describeMachine(m Machine) string {

@@ -12,7 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/muster-sched/muster/pkg/sim/measure"
 	"github.com/muster-sched/muster/pkg/sim/scenario"
@@ -71,11 +73,17 @@ type Details struct {
 	Seed        uint64  `json:"seed"`
 	Command     string  `json:"command"`
 	Machine     Machine `json:"machine"`
-	Jobs        int     `json:"jobs"`
-	Pods        int     `json:"pods"`
-	Racks       int     `json:"racks"`
-	Zones       int     `json:"zones"`
-	SpotNodes   int     `json:"spot_nodes"`
+	// Measured is the UTC day the run was written, and Commit the muster
+	// commit the simulator was built from ("+dirty" with uncommitted
+	// changes; empty when the build recorded none): a summary that merges
+	// runs of several days says which figures come from which.
+	Measured  string `json:"measured,omitempty"`
+	Commit    string `json:"commit,omitempty"`
+	Jobs      int    `json:"jobs"`
+	Pods      int    `json:"pods"`
+	Racks     int    `json:"racks"`
+	Zones     int    `json:"zones"`
+	SpotNodes int    `json:"spot_nodes"`
 	// DRANodes are the nodes whose GPUs DRA serves (scenario.DRA).
 	DRANodes int `json:"dra_nodes,omitempty"`
 	// The realistic background (scenario.Background), zero without one:
@@ -131,6 +139,32 @@ func ThisMachine(kubernetes string) Machine {
 	return m
 }
 
+// BuildCommit is the VCS revision this binary was built from (short), with
+// "+dirty" when the tree had uncommitted changes; "" when the build did not
+// record one (go run, go test).
+func BuildCommit() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var revision, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			revision = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if len(revision) > 7 {
+		revision = revision[:7]
+	}
+	if revision != "" && modified == "true" {
+		revision += "+dirty"
+	}
+	return revision
+}
+
 // Write writes the four files for runs (in the order given) into dir.
 func Write(dir string, plan *scenario.Plan, runs []*measure.Run, command string, machine Machine) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -140,6 +174,7 @@ func Write(dir string, plan *scenario.Plan, runs []*measure.Run, command string,
 	det := Details{
 		Scenario: plan.Scenario.Name, Description: strings.TrimSpace(plan.Scenario.Description), Seed: plan.Seed,
 		Command: command, Machine: machine, Jobs: len(plan.Jobs), Pods: plan.TotalPods(),
+		Measured: time.Now().UTC().Format(time.DateOnly), Commit: BuildCommit(),
 		Schedulers: map[string]measure.Details{},
 	}
 	racks, zones := map[string]bool{}, map[string]bool{}

@@ -257,3 +257,56 @@ func TestPlansRefusedPer100(t *testing.T) {
 		t.Error("a run without plans reports a share of refused plans")
 	}
 }
+
+// A summary says on which day and at which commit its figures were
+// measured, by scenario when a partial rerun sits beside older results.
+func TestSummarySaysWhenEachScenarioWasMeasured(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, scenarioName, measured, commit string) string {
+		out := filepath.Join(dir, name)
+		plan := testPlan(t)
+		plan.Scenario.Name = scenarioName
+		if err := Write(out, plan, testRuns(), "muster-sim", Machine{CPUs: 2, GOMAXPROCS: 2}); err != nil {
+			t.Fatal(err)
+		}
+		_, det, err := Read(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if det.Measured != time.Now().UTC().Format(time.DateOnly) {
+			t.Errorf("details.json measured %q, want today", det.Measured)
+		}
+		// As an older run left it (measured "" when written before runs
+		// recorded it).
+		det.Measured, det.Commit = measured, commit
+		data, err := json.Marshal(det)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(out, DetailsFile), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	older := write("older", "old-scenario", "", "")
+	rerun := write("rerun", "new-scenario", "2026-12-07", "abc1234")
+	rerun2 := write("rerun2", "new-scenario", "2026-12-07", "abc1234")
+
+	one, err := Summary([]string{rerun, rerun2}, SummaryOptions{Command: "make bench", Date: "2026-12-07"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(one, "Measured 2026-12-07 at abc1234.") || strings.Contains(one, "more than one day") {
+		t.Errorf("one day and commit, summary:\n%s", one)
+	}
+	merged, err := Summary([]string{older, rerun}, SummaryOptions{Command: "make bench", Date: "2026-12-03"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"runs of more than one day or commit, by scenario",
+		"- 2026-12-03 (commit not recorded): old-scenario.", "- 2026-12-07 at abc1234: new-scenario."} {
+		if !strings.Contains(merged, want) {
+			t.Errorf("merged summary lacks %q:\n%s", want, merged)
+		}
+	}
+}

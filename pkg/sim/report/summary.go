@@ -2,9 +2,11 @@ package report
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -191,6 +193,7 @@ func Summary(dirs []string, o SummaryOptions) (string, error) {
 		fmt.Fprintf(&b, " in %s", o.Elapsed)
 	}
 	fmt.Fprintf(&b, ". Machine: %s. Every figure is the median over the seeds listed, with the range in parentheses when the runs differ.\n\n", describeMachine(*machine))
+	provenance(&b, groups, o.Date)
 	if len(equal) > 0 {
 		var idle, busy []*group
 		for _, g := range equal {
@@ -227,6 +230,41 @@ func Summary(dirs []string, o SummaryOptions) (string, error) {
 	}
 	b.WriteString(".\n\n" + EndMarker + "\n")
 	return b.String(), nil
+}
+
+// provenance says when and at which commit each scenario's runs were
+// made, when the summary merges runs of more than one day or commit (a
+// partial rerun kept beside older results). Runs written before reports
+// recorded it are dated by the summary's own date.
+func provenance(b *strings.Builder, groups []*group, date string) {
+	var order []string
+	byWhen := map[string][]string{}
+	for _, g := range groups {
+		whens := map[string]bool{}
+		for _, d := range g.dets {
+			when := d.Measured
+			if when == "" {
+				when = date + " (commit not recorded)"
+			} else {
+				when += atCommit(d.Commit)
+			}
+			whens[when] = true
+		}
+		when := strings.Join(slices.Sorted(maps.Keys(whens)), " and ")
+		if byWhen[when] == nil {
+			order = append(order, when)
+		}
+		byWhen[when] = append(byWhen[when], g.scenario)
+	}
+	if len(order) == 1 {
+		fmt.Fprintf(b, "Measured %s.\n\n", order[0])
+		return
+	}
+	b.WriteString("The figures come from runs of more than one day or commit, by scenario:\n\n")
+	for _, when := range order {
+		fmt.Fprintf(b, "- %s: %s.\n", when, strings.Join(byWhen[when], ", "))
+	}
+	b.WriteString("\n")
 }
 
 // Equal-work figures of one run.
