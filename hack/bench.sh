@@ -77,8 +77,14 @@ KEEP_RUNS=${KEEP_RUNS:-}
 MERGE_RESULTS=${MERGE_RESULTS:-}
 
 start=$(date +%s)
+# The commit the reports record (report.BuildCommit), also where Go's own
+# VCS stamp is off (-buildvcs=false).
+commit=$(git rev-parse HEAD 2>/dev/null || true)
+if [[ -n "${commit}" ]] && ! git diff --quiet HEAD -- 2>/dev/null; then
+  commit+="+dirty"
+fi
 # shellcheck disable=SC2086 # GO_WRAP is a command prefix
-${GO_WRAP} go build -o "${BIN}" ./cmd/muster-sim
+${GO_WRAP} go build -ldflags "-X k8s.io/component-base/version.gitCommit=${commit}" -o "${BIN}" ./cmd/muster-sim
 
 dirs=()
 run() { # scenario schedulers seed

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/component-base/version"
+
 	"github.com/muster-sched/muster/pkg/sim/measure"
 	"github.com/muster-sched/muster/pkg/sim/scenario"
 )
@@ -139,22 +141,30 @@ func ThisMachine(kubernetes string) Machine {
 	return m
 }
 
-// BuildCommit is the VCS revision this binary was built from (short), with
-// "+dirty" when the tree had uncommitted changes; "" when the build did not
-// record one (go run, go test).
+// BuildCommit is the commit this binary was built from (short), with
+// "+dirty" when the tree had uncommitted changes: the VCS stamp Go records,
+// or else the commit the build set in component-base's version
+// (hack/bench.sh and make build do, for machines that build with
+// -buildvcs=false); "" when neither says (go run, go test).
 func BuildCommit() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
-	}
 	var revision, modified string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			revision = s.Value
-		case "vcs.modified":
-			modified = s.Value
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				modified = s.Value
+			}
 		}
+	}
+	if revision == "" {
+		if c := version.Get().GitCommit; c != "" && !strings.HasPrefix(c, "$Format") && c != "unknown" {
+			revision = c
+		}
+	}
+	if rev, dirty := strings.CutSuffix(revision, "+dirty"); dirty {
+		revision, modified = rev, "true"
 	}
 	if len(revision) > 7 {
 		revision = revision[:7]
