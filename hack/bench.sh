@@ -168,6 +168,10 @@ if [[ -n "${MERGE_RESULTS}" ]]; then
 fi
 
 elapsed=$(( $(date +%s) - start ))
+what="build and all runs"
+if [[ -n "${MERGE_RESULTS}" ]]; then
+  what="build and the scenarios rerun"
+fi
 "${BIN}" summarize --update BENCHMARKS.md --command "make bench${FULL:+-full}" \
-  --elapsed "$(( elapsed / 60 ))m$(( elapsed % 60 ))s (build and all runs)" "${profile_args[@]}" "${dirs[@]}"
+  --elapsed "$(( elapsed / 60 ))m$(( elapsed % 60 ))s (${what})" "${profile_args[@]}" "${dirs[@]}"
 echo "benchmark set done in ${elapsed}s; BENCHMARKS.md updated" >&2

@@ -260,7 +260,7 @@ func provenance(b *strings.Builder, groups []*group, date string) {
 		fmt.Fprintf(b, "Measured %s.\n\n", order[0])
 		return
 	}
-	b.WriteString("The figures come from runs of more than one day or commit, by scenario:\n\n")
+	b.WriteString("The figures come from runs of more than one day or commit, by scenario (absolute pods/s of different days may come from different hosts; compare the ratios, measured within each run):\n\n")
 	for _, when := range order {
 		fmt.Fprintf(b, "- %s: %s.\n", when, strings.Join(byWhen[when], ", "))
 	}
