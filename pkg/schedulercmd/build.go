@@ -3,6 +3,7 @@ package schedulercmd
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -13,6 +14,7 @@ import (
 	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	schedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
+	"k8s.io/kubernetes/pkg/scheduler/backend/queue"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 	"k8s.io/utils/clock"
@@ -37,6 +39,10 @@ type Options struct {
 	ExtraPlugins frameworkruntime.Registry
 	// QueueClock is the scheduling queue's clock (nil: the real clock).
 	QueueClock clock.WithTicker
+	// PodMaxInUnschedulablePodsDuration is how long a pod stays among the
+	// unschedulable ones before the queue retries it (0: kube-scheduler's
+	// default, that of its deprecated flag of the same name).
+	PodMaxInUnschedulablePodsDuration time.Duration
 
 	Client             kubernetes.Interface
 	InformerFactory    informers.SharedInformerFactory
@@ -57,11 +63,12 @@ func Build(ctx context.Context, o Options) (*scheduler.Scheduler, error) {
 	return scheduler.New(ctx, o.Client, o.InformerFactory, o.DynInformerFactory, o.Recorders, opts...)
 }
 
-// schedulerOptions turns o into scheduler.New's options. The settings taken
-// from the configuration are the ones kube-scheduler's app.Setup takes from
-// its --config (k8s.io/kubernetes/cmd/kube-scheduler/app/server.go), so a
-// scheduler built here runs a profile as the command runs it; the command
-// itself keeps app.Setup, which builds its own clients from its flags.
+// schedulerOptions turns o into scheduler.New's options. They are the ones
+// kube-scheduler's app.Setup passes (k8s.io/kubernetes/cmd/kube-scheduler/
+// app/server.go; TestBuildPassesTheOptionsAppSetupPasses compares the two
+// lists), so a scheduler built here runs a profile as the command runs it;
+// the command itself keeps app.Setup, which builds its own clients from its
+// flags.
 func schedulerOptions(o Options) ([]scheduler.Option, error) {
 	var clockOpts []plugins.Option
 	if o.PluginClock != nil {
@@ -79,6 +86,11 @@ func schedulerOptions(o Options) ([]scheduler.Option, error) {
 		opts = append(opts, scheduler.WithKubeConfig(o.KubeConfig))
 	}
 	opts = append(opts, scheduler.WithFrameworkOutOfTreeRegistry(registry))
+	unschedulableFor := o.PodMaxInUnschedulablePodsDuration
+	if unschedulableFor == 0 {
+		unschedulableFor = queue.DefaultPodMaxInUnschedulablePodsDuration
+	}
+	opts = append(opts, scheduler.WithPodMaxInUnschedulablePodsDuration(unschedulableFor))
 	if cfg := o.Config; cfg != nil {
 		opts = append(opts,
 			scheduler.WithComponentConfigVersion(cfg.TypeMeta.APIVersion),

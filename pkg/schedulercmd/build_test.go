@@ -1,7 +1,13 @@
 package schedulercmd
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -115,4 +121,50 @@ func TestComparisonFeatureGatesAreMustersOwn(t *testing.T) {
 		require.Equal(t, want, on, name)
 	}
 	require.True(t, gates["InterPodAffinityHostnameFastPath"], "muster runs with InterPodAffinity's hostname fast path")
+}
+
+// Build passes scheduler.New the options kube-scheduler's app.Setup passes,
+// but for the ones listed here with the reason. A new option upstream (on a
+// version bump) or one dropped here fails this test.
+func TestBuildPassesTheOptionsAppSetupPasses(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes").Output()
+	require.NoError(t, err, "go list -m k8s.io/kubernetes")
+	setup := schedulerOptionNames(t, filepath.Join(strings.TrimSpace(string(out)), "cmd", "kube-scheduler", "app", "server.go"), "Setup")
+	build := schedulerOptionNames(t, "build.go", "schedulerOptions")
+	onlySetup := map[string]string{"WithBuildFrameworkCapturer": "logs the completed profiles (--write-config-to); nothing runs differently"}
+	onlyBuild := map[string]string{"WithClock": "the simulator's virtual clock for the queue"}
+	for name := range setup {
+		if _, ok := onlySetup[name]; !ok && !build[name] {
+			t.Errorf("app.Setup passes scheduler.%s, Build does not", name)
+		}
+	}
+	for name := range build {
+		if _, ok := onlyBuild[name]; !ok && !setup[name] {
+			t.Errorf("Build passes scheduler.%s, app.Setup does not", name)
+		}
+	}
+	require.NotEmpty(t, setup, "no scheduler.With* option found in app.Setup")
+}
+
+// schedulerOptionNames are the scheduler.With* functions fn of file calls.
+func schedulerOptionNames(t *testing.T, file, fn string) map[string]bool {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, d := range f.Decls {
+		fd, ok := d.(*ast.FuncDecl)
+		if !ok || fd.Name.Name != fn || fd.Body == nil {
+			continue
+		}
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok {
+				if pkg, ok := sel.X.(*ast.Ident); ok && pkg.Name == "scheduler" && strings.HasPrefix(sel.Sel.Name, "With") {
+					names[sel.Sel.Name] = true
+				}
+			}
+			return true
+		})
+	}
+	return names
 }
