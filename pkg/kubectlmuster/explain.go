@@ -3,6 +3,8 @@ package kubectlmuster
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -371,7 +373,7 @@ func (ix *index) memberFindings(st *gangState, g *Gang, add func(string, string,
 		schedulable := g.Members - g.Gated
 		if schedulable < g.Quorum {
 			add(FindingGated, "%d of %d members are held by scheduling gates (%s on %s): muster places the gang once at least %d can be scheduled",
-				g.Gated, g.Members, strings.Join(sortedKeys(gates), ", "), strings.Join(names, ", "), g.Quorum)
+				g.Gated, g.Members, strings.Join(slices.Sorted(maps.Keys(gates)), ", "), strings.Join(names, ", "), g.Quorum)
 		} else {
 			add(FindingGated, "%d members are held by scheduling gates (%s); the other %d make the quorum", g.Gated, strings.Join(names, ", "), schedulable)
 		}
@@ -865,15 +867,6 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // didYouMean suggests the closest of names to s (edit distance at most a

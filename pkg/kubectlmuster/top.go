@@ -1,6 +1,8 @@
 package kubectlmuster
 
 import (
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/muster-sched/muster/pkg/gang"
@@ -101,11 +103,7 @@ func build(d *Domain, states []nodeState, nodes []int, levels []gang.Level, work
 		}
 		groups[v] = append(groups[v], i)
 	}
-	names := make([]string, 0, len(groups))
-	for name := range groups {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(groups))
 	for _, name := range names {
 		child := Domain{Level: level.Name, Name: name, WorkerGPUs: worker}
 		build(&child, states, groups[name], levels[1:], worker)

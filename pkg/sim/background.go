@@ -3,7 +3,8 @@ package sim
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
@@ -148,11 +149,7 @@ func (b *background) remove(name string) *bgPod {
 
 // podsOn lists the background pods on node, sorted.
 func (b *background) podsOn(node string) []*bgPod {
-	names := make([]string, 0, len(b.onNode[node]))
-	for name := range b.onNode[node] {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(b.onNode[node]))
 	out := make([]*bgPod, 0, len(names))
 	for _, name := range names {
 		out = append(out, b.pods[name])
@@ -257,11 +254,7 @@ func pdbObject(p *bgPDB) *policyv1.PodDisruptionBudget {
 // tracker before the informers start, as it does the nodes: the scheduler
 // lists them with its first sync.
 func (c *cluster) addBackground() error {
-	names := make([]string, 0, len(c.bg.pods))
-	for name := range c.bg.pods {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(c.bg.pods))
 	for _, name := range names {
 		pod := c.bg.podObject(c.bg.pods[name], metav1.NewTime(epoch))
 		if err := c.cs.Tracker().Add(versioned(c.resourceVersion, pod)); err != nil {
@@ -281,11 +274,7 @@ func (c *cluster) addBackground() error {
 
 // syncPDBs writes the status of the budgets in touched, in name order.
 func (c *cluster) syncPDBs(ctx context.Context, touched map[string]bool) error {
-	names := make([]string, 0, len(touched))
-	for name := range touched {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(touched))
 	for _, name := range names {
 		c.counts.want(kindPDBUpdate)
 		pdb := versioned(c.resourceVersion, pdbObject(c.bg.pdbs[name]))

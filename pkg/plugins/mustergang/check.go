@@ -3,7 +3,8 @@ package mustergang
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -226,11 +227,7 @@ func (c *filterCheck) Explain() string {
 	if len(c.rejected) == 0 {
 		return ""
 	}
-	names := make([]string, 0, len(c.rejections))
-	for name := range c.rejections {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(c.rejections))
 	var parts []string
 	for i, name := range names {
 		if i == 3 {

@@ -2,7 +2,8 @@ package report
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/muster-sched/muster/pkg/sim/measure"
@@ -215,7 +216,7 @@ func Markdown(rep Report, det Details) string {
 	if len(extraKeys) > 0 {
 		b.WriteString("Scheduler counters (from the scheduler's own metrics):\n\n")
 		header(&b, rep)
-		for _, k := range sortedSet(extraKeys) {
+		for _, k := range slices.Sorted(maps.Keys(extraKeys)) {
 			fmt.Fprintf(&b, "| %s |", k)
 			for _, m := range rep.Results {
 				if v, ok := det.Schedulers[m.Scheduler].Extra[k]; ok {
@@ -260,7 +261,7 @@ func SoakTable(scheduler string, d measure.Details) string {
 			names[k] = true
 		}
 	}
-	structures := sortedSet(names)
+	structures := slices.Sorted(maps.Keys(names))
 	fmt.Fprintf(&b, "## What %s keeps over the soak\n\n", scheduler)
 	b.WriteString("Sampled every soak.sampleEvery of virtual time and once at the end; heap: live heap of the whole process after a full GC (the scheduler's and the simulator's own records of every job so far).")
 	if d.RefusedJobPatches > 0 {
@@ -341,15 +342,6 @@ func describeMachine(m Machine) string {
 		s += fmt.Sprintf(", %d GiB", m.MemoryGiB)
 	}
 	return s + fmt.Sprintf(", %s %s, k8s.io/kubernetes %s", m.Go, m.OS, m.Kubernetes)
-}
-
-func sortedSet(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // Attempts are scheduling attempts per bound pod, by result.

@@ -2,8 +2,10 @@ package scenario
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 )
 
@@ -191,7 +193,7 @@ func (s *Scenario) gpuPods(seed uint64, nodes []Node) ([]BackgroundPod, error) {
 		return nil, fmt.Errorf("background.gpuPods: fraction %g of the cluster's GPUs is %d GPUs, more than the %d GPUs of the nodes not kept free (freeNodes %g)",
 			g.Fraction, left, room, *g.FreeNodes)
 	}
-	sizes := sortedKeys(g.Sizes)
+	sizes := slices.Sorted(maps.Keys(g.Sizes))
 	onNode := make([]int, len(nodes))
 	var pods []BackgroundPod
 	for left > 0 {

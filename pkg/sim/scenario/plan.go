@@ -2,8 +2,10 @@ package scenario
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 )
@@ -212,7 +214,7 @@ func (s *Scenario) jobs(seed uint64) ([]Job, error) {
 	}
 	if p := s.Workload.Poisson; p != nil {
 		rng := rand.New(rand.NewPCG(seed, streamPoisson))
-		workers, gpus, policies, priorities := sortedKeys(p.Workers), sortedKeys(p.GPUsPerWorker), sortedKeys(p.Policies), sortedKeys(p.Priorities)
+		workers, gpus, policies, priorities := slices.Sorted(maps.Keys(p.Workers)), slices.Sorted(maps.Keys(p.GPUsPerWorker)), slices.Sorted(maps.Keys(p.Policies)), slices.Sorted(maps.Keys(p.Priorities))
 		at := float64(p.Start.Duration)
 		for i := 0; i < p.Jobs; i++ {
 			at += rng.ExpFloat64() * float64(p.MeanInterarrival.Duration)

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -400,15 +399,4 @@ func ParseShape(s string) (Shape, error) {
 		return Shape{}, fmt.Errorf("gang shape %q: counts must be at least 1", s)
 	}
 	return shape, nil
-}
-
-// sortedKeys returns a weighted map's keys in a fixed order, so seeded
-// choices do not depend on Go's map iteration.
-func sortedKeys[K int | string](m map[K]float64) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	return keys
 }
