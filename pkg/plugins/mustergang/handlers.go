@@ -297,19 +297,9 @@ func lostAllocatable(old, node *v1.Node, pod *v1.Pod) string {
 // nodeHandler feeds onNodeChange from the scheduler's node informer.
 func (p *Plugin) nodeHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		// Every node is classified as it comes, so that nodeClasses.uniform
-		// counts all of them.
-		AddFunc: func(obj interface{}) {
-			if node, ok := obj.(*v1.Node); ok {
-				p.nodes.classes.classOf(node)
-			}
-		},
 		UpdateFunc: func(oldObj, obj interface{}) {
 			old, ok1 := oldObj.(*v1.Node)
 			node, ok2 := obj.(*v1.Node)
-			if ok1 && ok2 && !(maps.Equal(old.Labels, node.Labels) && equality.Semantic.DeepEqual(old.Spec.Taints, node.Spec.Taints)) {
-				p.nodes.classes.classOf(node)
-			}
 			// Most updates are the kubelet's status heartbeats: nothing a
 			// placement depends on.
 			if ok1 && ok2 && !(equality.Semantic.DeepEqual(old.Spec, node.Spec) && maps.Equal(old.Labels, node.Labels) &&

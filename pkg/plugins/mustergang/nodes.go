@@ -137,9 +137,6 @@ type nodeClasses struct {
 	reclaimTaints []string
 	mu            sync.RWMutex
 	byName        map[string]*nodeClass
-	// preemptibleNodes counts the preemptible entries of byName: with
-	// none (or all), every node is alike for a pod's policy (uniform).
-	preemptibleNodes int
 }
 
 type nodeClass struct {
@@ -152,9 +149,6 @@ type nodeClass struct {
 // view (a snapshot that still lists it computes the view again).
 func (n *nodeViews) forget(name string) {
 	n.classes.mu.Lock()
-	if old := n.classes.byName[name]; old != nil && old.preemptible {
-		n.classes.preemptibleNodes--
-	}
 	delete(n.classes.byName, name)
 	n.classes.mu.Unlock()
 	n.mu.Lock()
@@ -175,29 +169,9 @@ func (c *nodeClasses) classOf(node *v1.Node) *nodeClass {
 	if c.byName == nil {
 		c.byName = map[string]*nodeClass{}
 	}
-	if old := c.byName[node.Name]; old != nil && old.preemptible {
-		c.preemptibleNodes--
-	}
-	if nc.preemptible {
-		c.preemptibleNodes++
-	}
 	c.byName[node.Name] = nc
 	c.mu.Unlock()
 	return nc
-}
-
-// uniform reports that the nodes classified are all preemptible or all
-// not, and that they are as many as the nodes of the scheduler's snapshot:
-// then any set of feasible nodes is alike for a pod's policy. The node
-// informer's handler classifies every node as it comes (nodeHandler), so
-// this holds on a cluster without spot nodes once the handler caught up
-// with the scheduler's cache. PreScore asks it instead of looking every
-// feasible node up, which on 5000 nodes was most of MusterGang's CPU for
-// pods alone (upstream's SchedulingPodAntiAffinity).
-func (c *nodeClasses) uniform(snapshotNodes int) bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.byName) == snapshotNodes && (c.preemptibleNodes == 0 || c.preemptibleNodes == snapshotNodes)
 }
 
 func (n *nodeViews) preemptible(node *v1.Node) bool { return n.classes.classOf(node).preemptible }

@@ -12,7 +12,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodeunschedulable"
 	"k8s.io/utils/ptr"
 
-	"github.com/muster-sched/muster/internal/testobj"
 	configv1 "github.com/muster-sched/muster/pkg/apis/config/v1"
 	"github.com/muster-sched/muster/pkg/gang"
 )
@@ -124,34 +123,4 @@ func TestCordonIsDecidedOnce(t *testing.T) {
 	if plan := f.plugin.gangs.Plan(key); plan != nil {
 		t.Errorf("plan %+v: preempted on a cordoned node", plan)
 	}
-}
-
-// TestUniformCountsEveryNodeAsItsClassChanges: nodeClasses.uniform holds
-// while every node of the snapshot is classified and none (or all) is
-// preemptible, and follows a node relabeled spot and back, a node added
-// before the handler classified it, and a node deleted.
-func TestUniformCountsEveryNodeAsItsClassChanges(t *testing.T) {
-	views := newNodeViews(defaultArgs(t))
-	c := &views.classes
-	c.classOf(gpuNode("a", 8))
-	c.classOf(gpuNode("b", 8))
-	assert.True(t, c.uniform(2), "two on-demand nodes")
-	assert.False(t, c.uniform(3), "a third node not classified yet")
-
-	spot := testobj.MakeNode("b").GPUs(8).Spot().Obj()
-	c.classOf(spot)
-	assert.False(t, c.uniform(2), "b relabeled spot beside on-demand a")
-	c.classOf(spot)
-	assert.False(t, c.uniform(2), "the same object asked again counts once")
-	c.classOf(testobj.MakeNode("a").GPUs(8).Spot().Obj())
-	assert.True(t, c.uniform(2), "both spot")
-	c.classOf(gpuNode("b", 8))
-	assert.False(t, c.uniform(2), "b back on demand")
-
-	views.forget("a") // the spot one
-	assert.True(t, c.uniform(1), "the spot node deleted")
-	assert.Equal(t, 0, c.preemptibleNodes)
-	views.forget("b")
-	assert.Empty(t, c.byName)
-	assert.True(t, c.uniform(0))
 }

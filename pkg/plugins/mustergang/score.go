@@ -12,19 +12,14 @@ var _ fwk.PreScorePlugin = &Plugin{}
 // PreScore skips Score when it would give every feasible node the same
 // score: a planned member (its slot is the only feasible node) or a pod
 // alone whose policy likes or dislikes all of them alike (no spot node among
-// them, say, for the default policy avoid). On a cluster whose nodes are
-// all of one class it answers without looking at the feasible ones
-// (nodeClasses.uniform); otherwise reading the cached node classes here
-// costs less than the framework's per-node Score calls.
+// them, say, for the default policy avoid). Reading the cached node classes
+// here costs less than the framework's per-node Score calls.
 func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	s, err := readState(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
 	if s.slot != "" || len(nodes) == 0 {
-		return fwk.NewStatus(fwk.Skip)
-	}
-	if all, err := p.handle.SnapshotSharedLister().NodeInfos().List(); err == nil && p.nodes.classes.uniform(len(all)) {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	first := s.policy.Dislikes(p.nodes.preemptible(nodes[0].Node()))

@@ -3,9 +3,6 @@ package mustergang
 import (
 	"context"
 	"testing"
-	"time"
-
-	"github.com/stretchr/testify/require"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -23,18 +20,6 @@ func TestPreScoreSkipsOnlyUniformNodes(t *testing.T) {
 	spot := testobj.MakeNode("s").GPUs(8).Spot().Obj()
 	f := newTestFramework(t, 0, append(onDemand, spot), nil)
 	ctx := context.Background()
-	// The node informer's handler classifies every node as it comes (its
-	// calls follow the informer's sync): the spot node keeps the cluster
-	// from being uniform.
-	classified := func() int {
-		f.plugin.nodes.classes.mu.RLock()
-		defer f.plugin.nodes.classes.mu.RUnlock()
-		return len(f.plugin.nodes.classes.byName)
-	}
-	require.Eventually(t, func() bool { return classified() == 3 }, 10*time.Second, time.Millisecond, "the node handler did not classify the 3 nodes")
-	if f.plugin.nodes.classes.uniform(3) {
-		t.Error("uniform with a spot node among on-demand ones")
-	}
 	infos := map[string]fwk.NodeInfo{}
 	for _, ni := range f.nodes {
 		infos[ni.Node().Name] = ni
