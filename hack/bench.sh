@@ -46,11 +46,13 @@ for kind in steady burst; do
 done
 busy_1000="equal-burst-g8x8-n1000-busy equal-steady-g8x8-n1000-busy"
 all_equal+=" ${busy_1000} equal-burst-g8x8-n5000-busy equal-steady-g8x8-n5000-busy"
+all_dra="equal-burst-g8-n1000-dra equal-burst-g8-n1000-dra-mixed"
+all_contended="exact-fill contention priority spot-churn steady large"
 if [[ -n "${FULL}" ]]; then
   # Not the 5000-node busy scenarios: native gang scheduling with TAS does
   # not finish a step of them within the step timeout.
   TAS_EQUAL_SCENARIOS=${TAS_EQUAL_SCENARIOS:-$(tr ' ' '\n' <<<"${all_equal}" | grep -v 'n5000-busy' | tr '\n' ' ')}
-  CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS:-"exact-fill contention priority spot-churn steady large"}
+  CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS:-"${all_contended}"}
 fi
 EQUAL_SCENARIOS=${EQUAL_SCENARIOS-"${all_equal}"}
 # Native gang scheduling with TAS costs tens of seconds per run at 5000 nodes
@@ -63,7 +65,7 @@ CONTENDED_SCENARIOS=${CONTENDED_SCENARIOS-"exact-fill contention priority spot-c
 # Equal work on GPUs served by dynamic resource allocation (all nodes, half
 # of them). The `none` scheduler allocates no devices, so these runs have no
 # net-of-the-harness column.
-DRA_SCENARIOS=${DRA_SCENARIOS-"equal-burst-g8-n1000-dra equal-burst-g8-n1000-dra-mixed"}
+DRA_SCENARIOS=${DRA_SCENARIOS-"${all_dra}"}
 SEEDS=${SEEDS:-"1 2 3"}
 # About 30 and 10 minutes on 2 cores.
 SOAK_SCENARIOS=${SOAK_SCENARIOS-"soak-month soak-contended"}
@@ -159,8 +161,7 @@ if [[ -n "${MERGE_RESULTS}" ]]; then
   # Every scenario of the full set with results in bench/results, rerun now
   # or not, in the set's order (the soaks have sections of their own).
   dirs=()
-  for scenario in ${all_equal} equal-burst-g8-n1000-dra equal-burst-g8-n1000-dra-mixed \
-    exact-fill contention priority spot-churn steady large; do
+  for scenario in ${all_equal} ${all_dra} ${all_contended}; do
     for dir in $(ls -d "bench/results/${scenario}"/seed-* 2>/dev/null | sort -V); do
       if [[ -f "${dir}/report.json" ]]; then dirs+=("${dir}"); fi
     done

@@ -3,7 +3,6 @@ package schedulercmd
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -39,10 +38,6 @@ type Options struct {
 	ExtraPlugins frameworkruntime.Registry
 	// QueueClock is the scheduling queue's clock (nil: the real clock).
 	QueueClock clock.WithTicker
-	// PodMaxInUnschedulablePodsDuration is how long a pod stays among the
-	// unschedulable ones before the queue retries it (0: kube-scheduler's
-	// default, that of its deprecated flag of the same name).
-	PodMaxInUnschedulablePodsDuration time.Duration
 
 	Client             kubernetes.Interface
 	InformerFactory    informers.SharedInformerFactory
@@ -86,11 +81,9 @@ func schedulerOptions(o Options) ([]scheduler.Option, error) {
 		opts = append(opts, scheduler.WithKubeConfig(o.KubeConfig))
 	}
 	opts = append(opts, scheduler.WithFrameworkOutOfTreeRegistry(registry))
-	unschedulableFor := o.PodMaxInUnschedulablePodsDuration
-	if unschedulableFor == 0 {
-		unschedulableFor = queue.DefaultPodMaxInUnschedulablePodsDuration
-	}
-	opts = append(opts, scheduler.WithPodMaxInUnschedulablePodsDuration(unschedulableFor))
+	// app.Setup passes its deprecated flag's value, whose default this is;
+	// no configuration field sets it.
+	opts = append(opts, scheduler.WithPodMaxInUnschedulablePodsDuration(queue.DefaultPodMaxInUnschedulablePodsDuration))
 	if cfg := o.Config; cfg != nil {
 		opts = append(opts,
 			scheduler.WithComponentConfigVersion(cfg.TypeMeta.APIVersion),
