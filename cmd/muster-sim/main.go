@@ -151,24 +151,8 @@ func runSim(ctx context.Context, args []string) error {
 	}
 
 	if *child {
-		if *featureGates != "" {
-			// Checked here, set after the scheduler's own defaults.
-			if err := utilfeature.DefaultMutableFeatureGate.DeepCopy().Set(*featureGates); err != nil {
-				return fmt.Errorf("--feature-gates: %w", err)
-			}
-			sim.FeatureGates = *featureGates
-		}
-		logFile, err := childLogs(*out, *scheduler, *verbosity)
-		if err != nil {
-			return err
-		}
-		defer logFile.Close()
-		var bar *sim.Progress
-		if *progress != "never" {
-			bar = sim.NewProgress(os.Stderr, *scheduler, sim.IsTerminal(os.Stderr))
-		}
-		return sim.RunChild(ctx, sim.ChildConfig{ScenarioPath: path, Scheduler: *scheduler, Seed: *seed, Out: *out,
-			SettleQuiet: *quiet, StepTimeout: *stepTimeout, Progress: bar, CPUProfile: *cpuProfile})
+		return runOneScheduler(ctx, sim.ChildConfig{ScenarioPath: path, Scheduler: *scheduler, Seed: *seed, Out: *out,
+			SettleQuiet: *quiet, StepTimeout: *stepTimeout, CPUProfile: *cpuProfile}, *featureGates, *verbosity, *progress)
 	}
 
 	names, err := sim.ParseSchedulers(*schedulers)
@@ -200,6 +184,27 @@ func runSim(ctx context.Context, args []string) error {
 	fmt.Fprintf(os.Stderr, "wrote %s, %s and %s in %s (%s)\n", filepath.Join(*out, report.JSONFile), report.MarkdownFile, report.PlotFile,
 		*out, time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// runOneScheduler runs the scheduler of cfg in this process: the child
+// process a run starts for each scheduler.
+func runOneScheduler(ctx context.Context, cfg sim.ChildConfig, featureGates string, verbosity int, progress string) error {
+	if featureGates != "" {
+		// Checked here, set after the scheduler's own defaults.
+		if err := utilfeature.DefaultMutableFeatureGate.DeepCopy().Set(featureGates); err != nil {
+			return fmt.Errorf("--feature-gates: %w", err)
+		}
+		sim.FeatureGates = featureGates
+	}
+	logFile, err := childLogs(cfg.Out, cfg.Scheduler, verbosity)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	if progress != "never" {
+		cfg.Progress = sim.NewProgress(os.Stderr, cfg.Scheduler, sim.IsTerminal(os.Stderr))
+	}
+	return sim.RunChild(ctx, cfg)
 }
 
 // childLogs sends klog (the scheduler's logs) to <out>/runs/<scheduler>.log.

@@ -18,7 +18,7 @@ type fakeCycle struct {
 	ended    bool
 	// gather refuses when set; otherwise a0 and a1 are pending.
 	refusal *Refusal
-	// plan is what Compute finds (nil: no room, screened).
+	// plan is what TryPlan finds (nil: no room, screened).
 	plan *Plan
 	// searchErr is SearchVictims' error.
 	searchErr error
@@ -63,7 +63,7 @@ func (c *fakeCycle) ReleaseWaiting(Key, string) int {
 	c.releasedWaiting++
 	return 0
 }
-func (c *fakeCycle) Compute(*Planning) Attempt {
+func (c *fakeCycle) TryPlan(*Planning) Attempt {
 	c.computed++
 	if c.plan == nil {
 		return Attempt{Message: "no room", Screened: true, FailedPlan: func() *FailedPlan { return &FailedPlan{Message: "no room"} }}

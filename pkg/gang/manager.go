@@ -30,11 +30,11 @@ type Manager struct {
 	// holdings and the lookups by member or node read, without walking
 	// every gang the scheduler knows (most of them run bound).
 	planned map[Key]*state
-	// unplaceable are the gangs in PhaseUnplaceable (setPhase): a dropped
+	// unschedulable are the gangs in PhaseUnschedulable (move): a dropped
 	// plan's capacity wakes them.
-	unplaceable sets.Set[Key]
-	planID      int64
-	victimOf    map[types.UID]victimRef
+	unschedulable sets.Set[Key]
+	planID        int64
+	victimOf      map[types.UID]victimRef
 	// releases counts dropped plans: capacity a plan held and the
 	// scheduler's snapshot does not show being freed.
 	releases uint64
@@ -45,7 +45,7 @@ type victimRef struct {
 	profile string
 }
 
-// Epoch is what a failed plan was computed against: the scheduler
+// Epoch is what a refusal for no room was computed against: the scheduler
 // snapshot's generation, the number of plans dropped so far and the sum of
 // the pending members' generations (a pod's generation grows with every
 // change of its spec: a toleration added, a resize). A sibling's failure is
@@ -71,9 +71,9 @@ type state struct {
 	// lastPreemption is when preemption was last tried for the gang, so
 	// every member's failed cycle does not search again.
 	lastPreemption time.Time
-	// failedPlan remembers the last failed plan, so the gang's other
+	// reusable is the last refusal for no room, so the gang's other
 	// members do not plan again while nothing changed.
-	failedPlan *failedAttempt
+	reusable *reusableRefusal
 	// preempted are the pods the gang's last preemption evicted, kept
 	// after its plan is gone: while one still terminates, the gang does
 	// not evict others.
@@ -88,7 +88,7 @@ type leadMember struct {
 	name string
 }
 
-type failedAttempt struct {
+type reusableRefusal struct {
 	epoch   Epoch
 	shape   [2]int // pending members, needed
 	until   time.Time
@@ -138,14 +138,15 @@ func (p *ActivePlan) copy() *ActivePlan {
 
 // NewManager returns a manager that has seen no gang.
 func NewManager() *Manager {
-	return &Manager{gangs: map[Key]*state{}, planned: map[Key]*state{}, unplaceable: sets.New[Key](), victimOf: map[types.UID]victimRef{}}
+	return &Manager{gangs: map[Key]*state{}, planned: map[Key]*state{}, unschedulable: sets.New[Key](), victimOf: map[types.UID]victimRef{}}
 }
 
 func (m *Manager) get(key Key, seen time.Time) *state {
 	s := m.gangs[key]
 	if s == nil {
-		s = &state{firstSeen: seen, inFlight: map[types.UID]string{}, succeeded: sets.New[types.UID]()}
+		s = &state{phase: phaseStart, firstSeen: seen, inFlight: map[types.UID]string{}, succeeded: sets.New[types.UID]()}
 		m.gangs[key] = s
+		m.move(key, s, TriggerFirstSeen)
 	}
 	return s
 }
@@ -169,18 +170,18 @@ func (m *Manager) FirstSeen(key Key, seen time.Time) time.Time {
 	return m.get(key, seen).firstSeen
 }
 
-// Phase is the gang's phase (PhaseNew for a gang not seen).
+// Phase is the gang's phase (PhasePending for a gang not seen).
 func (m *Manager) Phase(key Key) Phase {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s := m.gangs[key]; s != nil {
 		return s.phase
 	}
-	return PhaseNew
+	return PhasePending
 }
 
 // Lead names the member that carries the wakes of a gang waiting for room
-// (PhaseUnplaceable): the one whose cycle last planned it and found none.
+// (PhaseUnschedulable): the one whose cycle last planned it and found none.
 // A cluster event that may make room needs to requeue that member only:
 // its cycle plans the gang again, and a plan it makes wakes the others.
 // ok is false for a gang in any other phase, or never refused for room.
@@ -188,7 +189,7 @@ func (m *Manager) Lead(key Key) (uid types.UID, name string, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.gangs[key]
-	if s == nil || s.phase != PhaseUnplaceable || s.lead.uid == "" {
+	if s == nil || s.phase != PhaseUnschedulable || s.lead.uid == "" {
 		return "", "", false
 	}
 	return s.lead.uid, s.lead.name, true
@@ -207,8 +208,8 @@ type Admission struct {
 }
 
 // Planning is what planning a gang needs of the manager, read at Admit,
-// except the other gangs' holdings: a member whose sibling's failed plan is
-// reused (FailedPlan) never reads them, and summing them walks every plan.
+// except the other gangs' holdings: a member that reuses its sibling's
+// refusal (Reuse) never reads them, and summing them walks every plan.
 type Planning struct {
 	// Releases counts the plans dropped so far (Epoch.Releases).
 	Releases uint64
@@ -217,7 +218,7 @@ type Planning struct {
 	// InFlight maps the gang's members allowed but not yet seen bound to
 	// their nodes.
 	InFlight map[types.UID]string
-	failed   *failedAttempt
+	reusable *reusableRefusal
 
 	// Priority is the planned gang's (set before HeldByOthers is read):
 	// plans of lower priority hold nothing from it.
@@ -239,11 +240,11 @@ func (p *Planning) HeldByOthers() map[string]Resources {
 	return p.held
 }
 
-// FailedPlan returns the gang's last planning failure if it was computed
-// in the same epoch, for the same pending and needed members, and is still
+// Reuse returns the gang's last refusal for no room if it was computed in
+// the same epoch, for the same pending and needed members, and is still
 // valid at now: the gang's other members reuse it instead of planning again.
-func (p *Planning) FailedPlan(epoch Epoch, pending, needed int, now time.Time) (string, bool) {
-	return p.failed.reusable(epoch, pending, needed, now)
+func (p *Planning) Reuse(epoch Epoch, pending, needed int, now time.Time) (string, bool) {
+	return p.reusable.answers(epoch, pending, needed, now)
 }
 
 // Admit records the gang as seen and returns what its member's cycle
@@ -257,7 +258,7 @@ func (m *Manager) Admit(key Key, seen, now time.Time) Admission {
 	case s.plan != nil:
 		a.Plan = s.plan.copy()
 	case !now.Before(s.backoffUntil):
-		a.Planning = &Planning{Releases: m.releases, Avoided: m.avoided(s, now), InFlight: maps.Clone(s.inFlight), failed: s.failedPlan, manager: m, key: key}
+		a.Planning = &Planning{Releases: m.releases, Avoided: m.avoided(s, now), InFlight: maps.Clone(s.inFlight), reusable: s.reusable, manager: m, key: key}
 	}
 	return a
 }
@@ -364,9 +365,9 @@ func (m *Manager) PlansOn(node string) []NodePlan {
 	return out
 }
 
-// reusable is the failure's message if it answers for epoch, pending and
+// answers is the refusal's message if it answers for epoch, pending and
 // needed at now. Nil-safe.
-func (u *failedAttempt) reusable(epoch Epoch, pending, needed int, now time.Time) (string, bool) {
+func (u *reusableRefusal) answers(epoch Epoch, pending, needed int, now time.Time) (string, bool) {
 	if u == nil || u.epoch != epoch || u.shape != [2]int{pending, needed} || !now.Before(u.until) {
 		return "", false
 	}
@@ -481,7 +482,7 @@ func (m *Manager) LastNotice(key Key) (outcome Outcome, message string) {
 func (m *Manager) Sizes() map[string]int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[string]int{"gangs": len(m.gangs), "gangs planned": len(m.planned), "gangs unplaceable": m.unplaceable.Len(),
+	out := map[string]int{"gangs": len(m.gangs), "gangs planned": len(m.planned), "gangs unplaceable": m.unschedulable.Len(),
 		"victims awaited": len(m.victimOf), "members in flight": 0, "members succeeded": 0, "gangs' preempted pods": 0,
 		"avoided (member, node) pairs": 0}
 	for _, s := range m.gangs {

@@ -12,7 +12,7 @@ import (
 
 // BenchmarkAdmit is the manager's part of a gang member's PreFilter while
 // other gangs hold plans of 8 unreserved members each: Admit alone (what a
-// member pays when a sibling's failed plan is reused) and Admit followed by
+// member pays when a sibling's refusal is reused) and Admit followed by
 // what planning reads of the other gangs' holdings (what every Admit paid
 // when it summed them itself).
 func BenchmarkAdmit(b *testing.B) {

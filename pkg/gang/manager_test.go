@@ -98,7 +98,7 @@ func TestFailedPlanIsReusedOnlyWhileNothingChanged(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	key := Key{Kind: KindJob, Namespace: "ns", Name: "a"}
 	epoch := Epoch{Snapshot: 7, Releases: releases(r, key)}
-	r.Refused(key, Refusal{Outcome: OutcomeUnschedulable, Message: "no room", Reuse: &FailedAttempt{Epoch: epoch, Pending: 4, Needed: 4, Valid: 2 * time.Second}}, now)
+	r.Refused(key, Refusal{Outcome: OutcomeUnschedulable, Message: "no room", Reuse: &ReusableRefusal{Epoch: epoch, Pending: 4, Needed: 4, Valid: 2 * time.Second}}, now)
 	if msg, ok := failedPlan(r, key, epoch, 4, 4, now.Add(time.Second)); !ok || msg != "no room" {
 		t.Errorf("sibling did not reuse the failed plan: %q, %v", msg, ok)
 	}
@@ -171,7 +171,7 @@ func avoidFor(m *Manager, key Key, node string, now, until time.Time, uids ...ty
 // failedPlan is the failed plan key's next member reuses at at, as its
 // admission gives it.
 func failedPlan(m *Manager, key Key, epoch Epoch, pending, needed int, at time.Time) (string, bool) {
-	return m.Admit(key, at, at).Planning.FailedPlan(epoch, pending, needed, at)
+	return m.Admit(key, at, at).Planning.Reuse(epoch, pending, needed, at)
 }
 
 // releases is the number of dropped plans key's next member plans after.

@@ -1,6 +1,10 @@
 package gang
 
-import v1 "k8s.io/api/core/v1"
+import (
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
 
 // Outcome is a gang's latest state as muster explains it to users: the
 // reason of an Event on the gang's owner and of a PodGroup's Scheduled
@@ -33,6 +37,39 @@ func (o Outcome) Reason() string { return string(o) }
 // Scheduled condition show it. One Event fewer per gang is one API call
 // fewer per gang on a burst.
 func (o Outcome) IsEvent() bool { return o != OutcomePlanned }
+
+// PlannedAgainAtOnce ends the message of a plan dropped by a change that
+// was not the gang's doing (PhaseDropped), where a plan dropped for a cause
+// of its own says when it is retried (PhaseBackingOff).
+const PlannedAgainAtOnce = "(planned again at once)"
+
+// Phase is the phase a gang is in when it announces o with message: what
+// kubectl muster shows for the gang's latest Event. GangScheduled is
+// announced on entering Permitted (every member reserved, binding); a drop
+// is GangRejected or GangScheduleTimeout whether it backs off or not, so
+// the message tells Dropped from BackingOff.
+func (o Outcome) Phase(message string) Phase {
+	switch o {
+	case OutcomeWaitingForMembers:
+		return PhaseWaitingForMembers
+	case OutcomeUnschedulable:
+		return PhaseUnschedulable
+	case OutcomeInvalid, OutcomeNotPossible:
+		return PhaseInvalid
+	case OutcomePlanned:
+		return PhasePlanned
+	case OutcomePreempting:
+		return PhasePreempting
+	case OutcomeScheduled:
+		return PhasePermitted
+	case OutcomeRejected, OutcomeTimedOut:
+		if strings.HasSuffix(message, PlannedAgainAtOnce) {
+			return PhaseDropped
+		}
+		return PhaseBackingOff
+	}
+	return PhasePending
+}
 
 // EventType is Warning for outcomes that need the user's attention.
 func (o Outcome) EventType() string {

@@ -44,6 +44,6 @@ func TestCapacityFreedRetriesTheUnplaceable(t *testing.T) {
 	outcome, msg := r.LastNotice(noRoom)
 	assert.Equal(t, OutcomeUnschedulable, outcome)
 	assert.Equal(t, "no room", msg)
-	assert.Equal(t, PhaseUnplaceable, r.Phase(noRoom))
+	assert.Equal(t, PhaseUnschedulable, r.Phase(noRoom))
 	assert.Equal(t, PhaseWaitingForMembers, r.Phase(waiting))
 }

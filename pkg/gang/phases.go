@@ -1,53 +1,206 @@
 package gang
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/muster-sched/muster/pkg/apis/scheduling/v1alpha1"
 )
 
 // The vocabulary of a gang's life (Manager): its phases, why a plan is
 // dropped, why members are woken, and the effects a transition asks of the
 // scheduler.
 
-// Phase is where a gang is in its life.
-type Phase int
+// Phase is where a gang is in its life: the one name the Manager, the
+// scheduler's Events (Outcome.Phase), kubectl muster and the docs use. The
+// phases and the moves between them are the table lifecycle below.
+type Phase string
 
 const (
-	// PhaseNew: seen, nothing decided yet.
-	PhaseNew Phase = iota
+	// PhaseSuspended: a suspended Job (Kueue holds it until admitted). The
+	// scheduler never sees its pods; kubectl muster reads it from the Job.
+	PhaseSuspended Phase = "Suspended"
+	// PhasePending: seen, nothing decided yet.
+	PhasePending Phase = "Pending"
 	// PhaseWaitingForMembers: fewer pods than the quorum can be placed.
-	PhaseWaitingForMembers
+	PhaseWaitingForMembers Phase = "WaitingForMembers"
 	// PhaseInvalid: the gang's spec or annotations cannot be served.
-	PhaseInvalid
-	// PhaseUnplaceable: the last plan found no room (for a pod scheduled
+	PhaseInvalid Phase = "Invalid"
+	// PhaseUnschedulable: the last plan found no room (for a pod scheduled
 	// alone: gang plans held what it needs, HeldOut); capacity freed by
 	// another gang retries it.
-	PhaseUnplaceable
+	PhaseUnschedulable Phase = "Unschedulable"
 	// PhasePreempting: planned, waiting for the pods it preempted to go.
-	PhasePreempting
+	PhasePreempting Phase = "Preempting"
 	// PhasePlanned: the plan holds its slots; members are being reserved.
-	PhasePlanned
+	PhasePlanned Phase = "Planned"
 	// PhasePermitted: every planned member was reserved and allowed; they
 	// are binding.
-	PhasePermitted
+	PhasePermitted Phase = "Permitted"
 	// PhaseBound: every member the last plan allowed was seen bound.
-	PhaseBound
-	// PhaseBackingOff: its plan was dropped; it waits before planning again.
-	PhaseBackingOff
+	PhaseBound Phase = "Bound"
+	// PhaseBackingOff: its plan was dropped for a cause of its own
+	// (DropCause.backsOff); it waits before planning again.
+	PhaseBackingOff Phase = "BackingOff"
 	// PhaseDropped: its plan was dropped by a change that was not its
-	// doing (a planned node changed), or a member its plan allowed failed
-	// to bind or was deleted; it is planned again at once.
-	PhaseDropped
+	// doing (a planned node changed, a gang of higher priority displaced
+	// it, its quorum rose), or a member its plan allowed failed to bind or
+	// was deleted; it is planned again at once.
+	PhaseDropped Phase = "Dropped"
+	// PhaseFinished: the Job completed or failed. Read by kubectl muster.
+	PhaseFinished Phase = "Finished"
 )
 
-var phaseNames = [...]string{
-	PhaseNew: "New", PhaseWaitingForMembers: "WaitingForMembers", PhaseInvalid: "Invalid", PhaseUnplaceable: "Unplaceable",
-	PhasePreempting: "Preempting", PhasePlanned: "Planned", PhasePermitted: "Permitted", PhaseBound: "Bound",
-	PhaseBackingOff: "BackingOff", PhaseDropped: "Dropped",
+// Trigger is what moves a gang between phases: the outcome of a
+// transition (Refused, Install, Arrive, a drop, ...), worded as the
+// diagram in docs/architecture.md labels it.
+type Trigger string
+
+const (
+	TriggerFirstSeen            Trigger = "first member seen"
+	TriggerSuspendedJob         Trigger = "a suspended Job (kubectl muster)"
+	TriggerJobResumed           Trigger = "Kueue admits the Job (kubectl muster)"
+	TriggerTooFewMembers        Trigger = "Refused, too few members"
+	TriggerInvalid              Trigger = "Refused, invalid"
+	TriggerNoRoom               Trigger = "Refused, no room, or HeldOut"
+	TriggerNoLongerHeldOut      Trigger = "HeldOut ends"
+	TriggerInstalled            Trigger = "Install"
+	TriggerInstalledWithVictims Trigger = "Install with victims"
+	TriggerVictimsGone          Trigger = "VictimGone, the last one"
+	TriggerCompleted            Trigger = "Arrive, the last member reserved"
+	TriggerDroppedBackingOff    Trigger = "Expire, Rejected, PlanBroken, MemberGone"
+	TriggerDroppedAtOnce        Trigger = "NodeChanged, displaced, quorum raised"
+	TriggerAllowedMemberLeft    Trigger = "Rejected, MemberGone of an allowed member"
+	TriggerAllBound             Trigger = "MemberBound, the last allowed member"
+	TriggerJobFinished          Trigger = "the Job completed or failed (kubectl muster)"
+)
+
+// phaseStart is the diagram's [*]: before the gang exists.
+const phaseStart Phase = ""
+
+// withoutPlan are the phases of a gang that holds no plan: the ones a
+// refusal or a new plan moves it from. While a plan is active (Planned,
+// Preempting) refusals in other members' cycles leave the phase alone.
+var withoutPlan = []Phase{PhasePending, PhaseWaitingForMembers, PhaseInvalid, PhaseUnschedulable,
+	PhasePermitted, PhaseBound, PhaseBackingOff, PhaseDropped}
+
+// Move is one row of the lifecycle: Trigger takes a gang in any phase of
+// From to To.
+type Move struct {
+	From    []Phase
+	Trigger Trigger
+	To      Phase
 }
 
-func (p Phase) String() string { return phaseNames[p] }
+// lifecycle is a gang's life as data: Manager.move reads it for every
+// phase change, and docs/architecture.md's diagram is drawn from it
+// (Diagram). A trigger with no row for the gang's phase leaves it there.
+// The rows marked kubectl muster are phases only the CLI reads, from the
+// gang's Job.
+var lifecycle = []Move{
+	{[]Phase{phaseStart}, TriggerFirstSeen, PhasePending},
+	{[]Phase{phaseStart}, TriggerSuspendedJob, PhaseSuspended},
+	{[]Phase{PhaseSuspended}, TriggerJobResumed, PhasePending},
+	{withoutPlan, TriggerTooFewMembers, PhaseWaitingForMembers},
+	{withoutPlan, TriggerInvalid, PhaseInvalid},
+	{withoutPlan, TriggerNoRoom, PhaseUnschedulable},
+	{[]Phase{PhaseUnschedulable}, TriggerNoLongerHeldOut, PhasePending},
+	{withoutPlan, TriggerInstalled, PhasePlanned},
+	{withoutPlan, TriggerInstalledWithVictims, PhasePreempting},
+	{[]Phase{PhasePreempting}, TriggerVictimsGone, PhasePlanned},
+	{[]Phase{PhasePlanned, PhasePreempting}, TriggerCompleted, PhasePermitted},
+	{[]Phase{PhasePlanned, PhasePreempting}, TriggerDroppedBackingOff, PhaseBackingOff},
+	{[]Phase{PhasePlanned, PhasePreempting}, TriggerDroppedAtOnce, PhaseDropped},
+	{[]Phase{PhasePermitted}, TriggerAllowedMemberLeft, PhaseDropped},
+	{[]Phase{PhasePermitted}, TriggerAllBound, PhaseBound},
+	{[]Phase{PhaseBound}, TriggerJobFinished, PhaseFinished},
+}
+
+// nextPhase indexes lifecycle: phase × trigger → phase.
+var nextPhase = func() map[Phase]map[Trigger]Phase {
+	next := map[Phase]map[Trigger]Phase{}
+	for _, row := range lifecycle {
+		for _, from := range row.From {
+			if next[from] == nil {
+				next[from] = map[Trigger]Phase{}
+			}
+			next[from][row.Trigger] = row.To
+		}
+	}
+	return next
+}()
+
+// Next is the phase trigger t takes a gang in phase from to, and false
+// when the lifecycle has no such move (the gang stays where it is).
+func Next(from Phase, t Trigger) (Phase, bool) {
+	to, ok := nextPhase[from][t]
+	return to, ok
+}
+
+// Diagram draws the lifecycle as a mermaid state diagram, one edge per
+// row; rows from every phase without a plan start at one box that stands
+// for them.
+func Diagram() string {
+	var b strings.Builder
+	b.WriteString("stateDiagram-v2\n")
+	b.WriteString("  state \"any phase without a plan\" as WithoutPlan\n")
+	names := make([]string, len(withoutPlan))
+	for i, p := range withoutPlan {
+		names[i] = string(p)
+	}
+	fmt.Fprintf(&b, "  note right of WithoutPlan: %s\n", strings.Join(names, ", "))
+	state := func(p Phase) string {
+		if p == phaseStart {
+			return "[*]"
+		}
+		return string(p)
+	}
+	for _, row := range lifecycle {
+		if slices.Equal(row.From, withoutPlan) {
+			fmt.Fprintf(&b, "  WithoutPlan --> %s: %s\n", row.To, row.Trigger)
+			continue
+		}
+		for _, from := range row.From {
+			fmt.Fprintf(&b, "  %s --> %s: %s\n", state(from), state(row.To), row.Trigger)
+		}
+	}
+	b.WriteString("  Finished --> [*]\n")
+	return b.String()
+}
+
+// MemberCounts are a PodGroup's members as its status counts them: total,
+// bound and running count the live ones (in the pod informer), succeeded
+// those that finished successfully (gone from the informer).
+type MemberCounts struct {
+	Total, Bound, Running, Succeeded int
+}
+
+// PodGroupPhase is a scheduler-plugins PodGroup's status.phase: that
+// API's own names for the gang's life (docs/explain.md maps them to
+// Phase). Members that succeeded count toward minMember with the running
+// and the bound ones, so a gang whose members finish one by one stays
+// Running and ends Succeeded. keep: no member is live and the group has not
+// succeeded, so the members that left (finished or deleted) leave the last
+// phase, Running or Scheduled, as it was.
+func PodGroupPhase(last v1alpha1.PodGroupPhase, minMember int, m MemberCounts, planned bool) (phase v1alpha1.PodGroupPhase, keep bool) {
+	switch {
+	case minMember > 0 && m.Total == 0 && m.Succeeded >= minMember:
+		return v1alpha1.PodGroupSucceeded, false
+	case m.Total == 0 && (last == v1alpha1.PodGroupRunning || last == v1alpha1.PodGroupScheduled):
+		return last, true
+	case minMember > 0 && m.Running+m.Succeeded >= minMember:
+		return v1alpha1.PodGroupRunning, false
+	case minMember > 0 && m.Bound+m.Succeeded >= minMember:
+		return v1alpha1.PodGroupScheduled, false
+	case planned:
+		return v1alpha1.PodGroupScheduling, false
+	}
+	return v1alpha1.PodGroupPending, false
+}
 
 // DropCause says why a plan was dropped: the outcome announced, whether
 // the gang backs off, and the label of the rejections metric.
@@ -90,6 +243,15 @@ func (c DropCause) String() string { return dropCauseNames[c] }
 // when the cluster changed under a plan that was fine.
 func (c DropCause) backsOff() bool {
 	return c != DropNodeChanged && c != DropDisplaced && c != DropQuorumRaised
+}
+
+// trigger is the lifecycle's name for a drop for c: the cause decides
+// between BackingOff and Dropped.
+func (c DropCause) trigger() Trigger {
+	if c.backsOff() {
+		return TriggerDroppedBackingOff
+	}
+	return TriggerDroppedAtOnce
 }
 
 // Outcome is what the drop is announced as.

@@ -14,6 +14,15 @@ import (
 // knows (its informers, the framework's filters, the cycle's snapshot) it
 // asks of a Cycle, the port the scheduler plugin implements for each cycle.
 
+// Decisions are what a member's cycle decides about its gang: Place
+// (PreFilter), Unplaced and Preempt (PostFilter). Each calls the scheduler
+// through the cycle's port between the Manager's transitions; the Manager
+// is the state machine and never calls out.
+type Decisions struct{ gangs *Manager }
+
+// Decisions returns the decisions of members' cycles over m's gangs.
+func (m *Manager) Decisions() Decisions { return Decisions{gangs: m} }
+
 // Cycle is the scheduler's side of one member's scheduling cycle: what
 // every decision about the member asks.
 type Cycle interface {
@@ -28,7 +37,7 @@ type Cycle interface {
 	// Ended reports whether the gang has no pod left (Forget).
 	Ended(key Key) bool
 	// Gather reads what planning the gang of pod needs, or why it cannot
-	// be planned now. The cycle keeps it: Presence, Compute and
+	// be planned now. The cycle keeps it: Presence, TryPlan and
 	// SearchVictims work on what it gathered last.
 	Gather(pod *v1.Pod, info *Resolved, planning *Planning) (*Gathered, *Refusal)
 	// Presence is what the informers show of the gathered gang's pods and
@@ -50,9 +59,9 @@ type PlacingCycle interface {
 	// ReleaseWaiting turns away the gang's members still waiting at
 	// Permit (from a plan dropped as they entered it) and counts them.
 	ReleaseWaiting(key Key, message string) int
-	// Compute plans what Gather gathered on the Snapshot, each choice
+	// TryPlan plans what Gather gathered on the Snapshot, each choice
 	// confirmed by the profile's filters.
-	Compute(planning *Planning) Attempt
+	TryPlan(planning *Planning) Attempt
 	// VictimsLingering says what plan, whose victims are all deleted,
 	// still waits for ("" when nothing): the cycle's snapshot still shows
 	// one on a planned node, or the devices they held are not released.
@@ -80,7 +89,7 @@ type Gathered struct {
 	Never    string
 }
 
-// Attempt is one planning of a gathered gang (Cycle.Compute).
+// Attempt is one planning of a gathered gang (PlacingCycle.TryPlan).
 type Attempt struct {
 	Plan *Plan
 	// Message says why there is no plan.
@@ -153,16 +162,16 @@ func (f *Followup) forgetIfEnded(m *Manager, c Cycle, key Key) {
 	}
 }
 
-// reuseFailedPlan bounds how long a gang's members reuse a sibling's failed
-// plan when nothing observable changed: long enough for one wave of
+// reuseRefusal bounds how long a gang's members reuse a sibling's refusal
+// for no room when nothing observable changed: long enough for one wave of
 // sibling cycles, short enough that nothing unobserved is missed for long.
-const reuseFailedPlan = 2 * time.Second
+const reuseRefusal = 2 * time.Second
 
 // Place decides where pod goes in this cycle: steered to its slot in its
 // gang's plan (made now when the gang has none and does not back off),
 // held back while the plan waits for victims, or refused, the gang's
 // refusal recorded.
-func (m *Manager) Place(c PlacingCycle, pod *v1.Pod) (pl Placement) {
+func (d Decisions) Place(c PlacingCycle, pod *v1.Pod) (pl Placement) {
 	info, inGang, err := c.Resolve(pod)
 	pl.Info = info
 	if err != nil && !inGang {
@@ -172,51 +181,51 @@ func (m *Manager) Place(c PlacingCycle, pod *v1.Pod) (pl Placement) {
 	}
 	if !inGang {
 		pl.Key = LoneKey(pod)
-		if plan := m.Plan(pl.Key); plan != nil {
-			m.steer(c, &pl, pod, plan)
+		if plan := d.gangs.Plan(pl.Key); plan != nil {
+			d.steer(c, &pl, pod, plan)
 			return pl
 		}
-		if pl.Held = m.Held(c.PriorityOf(pod)); len(pl.Held) > 0 {
+		if pl.Held = d.gangs.Held(c.PriorityOf(pod)); len(pl.Held) > 0 {
 			pl.Request = c.RequestOf(pod)
 		}
 		return pl
 	}
 	pl.Key = info.Key
-	defer pl.forgetIfEnded(m, c, info.Key)
+	defer pl.forgetIfEnded(d.gangs, c, info.Key)
 	if err != nil {
-		m.refuse(c, &pl, Refusal{Outcome: OutcomeInvalid, Message: err.Error()}, nil)
+		d.refuse(c, &pl, Refusal{Outcome: OutcomeInvalid, Message: err.Error()}, nil)
 		return pl
 	}
 	if info.NoGang != "" {
 		// Said, not refused: its pods are placed one by one (quorum 1).
-		pl.Effects = append(pl.Effects, m.Refused(info.Key, Refusal{Outcome: OutcomeNotPossible, Message: info.NoGang}, c.Now()))
+		pl.Effects = append(pl.Effects, d.gangs.Refused(info.Key, Refusal{Outcome: OutcomeNotPossible, Message: info.NoGang}, c.Now()))
 		pl.PodEvents = append(pl.PodEvents, Notice{Key: info.Key, Outcome: OutcomeNotPossible, Message: info.NoGang})
 	}
 	// One reading of the clock: Admit and this check must agree on
 	// whether the gang still backs off (Planning is set only when not).
 	now := c.Now()
-	admission := m.Admit(info.Key, pod.CreationTimestamp.Time, now)
+	admission := d.gangs.Admit(info.Key, pod.CreationTimestamp.Time, now)
 	if until := admission.BackoffUntil; now.Before(until) {
 		pl.Stop = &Stop{Message: fmt.Sprintf("gang %s backs off until %s after: %s", info.Key, until.Format(time.RFC3339), admission.Why)}
 		return pl
 	}
 	plan := admission.Plan
 	if plan == nil {
-		if plan = m.planGang(c, &pl, pod, admission.Planning); plan == nil {
+		if plan = d.planGang(c, &pl, pod, admission.Planning); plan == nil {
 			return pl
 		}
 	}
-	m.steer(c, &pl, pod, plan)
+	d.steer(c, &pl, pod, plan)
 	return pl
 }
 
 // planGang plans the gang of pod and installs the plan; nil when pl.Stop
 // says why not.
-func (m *Manager) planGang(c PlacingCycle, pl *Placement, pod *v1.Pod, planning *Planning) *ActivePlan {
+func (d Decisions) planGang(c PlacingCycle, pl *Placement, pod *v1.Pod, planning *Planning) *ActivePlan {
 	info := pl.Info
 	g, r := c.Gather(pod, info, planning)
 	if r != nil {
-		m.refuse(c, pl, *r, nil)
+		d.refuse(c, pl, *r, nil)
 		return nil
 	}
 	generation, err := c.Snapshot()
@@ -229,7 +238,7 @@ func (m *Manager) planGang(c PlacingCycle, pl *Placement, pod *v1.Pod, planning 
 		// A sibling's cycle found no plan on this very snapshot, with no
 		// plan dropped and no member's spec changed since: the answer is
 		// the same.
-		if msg, ok := planning.FailedPlan(epoch, g.Pending, g.Request.Needed, c.Now()); ok {
+		if msg, ok := planning.Reuse(epoch, g.Pending, g.Request.Needed, c.Now()); ok {
 			pl.Stop = &Stop{Message: msg}
 			return nil
 		}
@@ -237,7 +246,7 @@ func (m *Manager) planGang(c PlacingCycle, pl *Placement, pod *v1.Pod, planning 
 	// Members still waiting at Permit from a plan that was dropped while
 	// they entered it hold capacity no plan accounts for: release them first.
 	released := c.ReleaseWaiting(info.Key, fmt.Sprintf("gang %s is being planned again", info.Key))
-	attempt := c.Compute(planning)
+	attempt := c.TryPlan(planning)
 	if attempt.Plan == nil {
 		r := Refusal{Outcome: OutcomeUnschedulable, Message: attempt.Message}
 		if !g.Alone {
@@ -248,12 +257,12 @@ func (m *Manager) planGang(c PlacingCycle, pl *Placement, pod *v1.Pod, planning 
 		// filters see (volumes, claims, pod labels) changes without the
 		// snapshot's generation, and members released here change it next.
 		if !g.Alone && attempt.Screened && released == 0 {
-			r.Reuse = &FailedAttempt{Epoch: epoch, Pending: g.Pending, Needed: g.Request.Needed, Valid: reuseFailedPlan}
+			r.Reuse = &ReusableRefusal{Epoch: epoch, Pending: g.Pending, Needed: g.Request.Needed, Valid: reuseRefusal}
 		}
-		m.refuse(c, pl, r, attempt.FailedPlan)
+		d.refuse(c, pl, r, attempt.FailedPlan)
 		return nil
 	}
-	active, effects, stop := m.InstallGathered(c, g, attempt.Plan, pod, nil, "")
+	active, effects, stop := d.InstallGathered(c, g, attempt.Plan, pod, nil, "")
 	pl.Effects = append(pl.Effects, effects)
 	pl.Stop, pl.Planned = stop, stop == nil
 	return active
@@ -263,7 +272,7 @@ func (m *Manager) planGang(c PlacingCycle, pl *Placement, pod *v1.Pod, planning 
 // and returns it; pod's cycle made it. victims are the pods it preempts,
 // announced by preempting; without victims the plan is announced as planned.
 // The Stop says why the plan is not active after all.
-func (m *Manager) InstallGathered(c Cycle, g *Gathered, plan *Plan, pod *v1.Pod, victims []*v1.Pod, preempting string) (*ActivePlan, Effects, *Stop) {
+func (d Decisions) InstallGathered(c Cycle, g *Gathered, plan *Plan, pod *v1.Pod, victims []*v1.Pod, preempting string) (*ActivePlan, Effects, *Stop) {
 	key := g.Info.Key
 	now := c.Now()
 	active := &ActivePlan{
@@ -295,7 +304,7 @@ func (m *Manager) InstallGathered(c Cycle, g *Gathered, plan *Plan, pod *v1.Pod,
 			message += fmt.Sprintf(", joining %d running members", n)
 		}
 	}
-	effects, ok := m.Install(key, active, pod.UID, message, pod.CreationTimestamp.Time, c.Presence(victims), c.BackoffBase())
+	effects, ok := d.gangs.Install(key, active, pod.UID, message, pod.CreationTimestamp.Time, c.Presence(victims), c.BackoffBase())
 	if !ok {
 		return nil, effects, &Stop{Retry: true, Message: fmt.Sprintf("gang %s was planned concurrently; retrying", key)}
 	}
@@ -307,7 +316,7 @@ func (m *Manager) InstallGathered(c Cycle, g *Gathered, plan *Plan, pod *v1.Pod,
 
 // steer sends a planned member to its slot, or holds it back while its
 // plan waits for the pods it preempted.
-func (m *Manager) steer(c PlacingCycle, pl *Placement, pod *v1.Pod, plan *ActivePlan) {
+func (d Decisions) steer(c PlacingCycle, pl *Placement, pod *v1.Pod, plan *ActivePlan) {
 	pl.Plan = plan
 	node, planned := plan.Slots[pod.UID]
 	if !planned {
@@ -315,22 +324,33 @@ func (m *Manager) steer(c PlacingCycle, pl *Placement, pod *v1.Pod, plan *Active
 		return
 	}
 	pl.Node = node
+	if msg := VictimsAwaited(pl.Key, plan, c.VictimsLingering); msg != "" {
+		pl.HeldBack = true
+		pl.Stop = &Stop{Message: msg}
+	}
+}
+
+// VictimsAwaited says what plan still waits for before its members may go
+// to their slots ("" when nothing): pods it preempted that have not
+// terminated, or, asked of lingering (PlacingCycle.VictimsLingering), one
+// the scheduler's cache still shows on a planned node or the DRA devices
+// they held. A member's PreFilter (steer), its PostFilter and the pod
+// group's PostFilter all ask it, so they hold a member back for the same
+// reasons.
+func VictimsAwaited(key Key, plan *ActivePlan, lingering func(*ActivePlan) string) string {
 	waitsFor := ""
 	if n := plan.Victims.Len(); n > 0 {
-		waitsFor = fmt.Sprintf("them; %d of them still terminating (planned on %s)", n, node)
-	} else {
-		waitsFor = c.VictimsLingering(plan)
+		waitsFor = fmt.Sprintf("them; %d of them still terminating", n)
+	} else if waitsFor = lingering(plan); waitsFor == "" {
+		return ""
 	}
-	if waitsFor != "" {
-		pl.HeldBack = true
-		pl.Stop = &Stop{Message: fmt.Sprintf("%s preempted pods to make room and waits for %s", pl.Key.Subject(), waitsFor)}
-	}
+	return fmt.Sprintf("%s preempted pods to make room and waits for %s", key.Subject(), waitsFor)
 }
 
 // refuse records r for the gang (Refused) and stops the cycle with its
 // message; failedPlan, when set, tallies the record of a refusal that is news.
-func (m *Manager) refuse(c Cycle, pl *Placement, r Refusal, failedPlan func() *FailedPlan) {
-	e := m.Refused(pl.Key, r, c.Now())
+func (d Decisions) refuse(c Cycle, pl *Placement, r Refusal, failedPlan func() *FailedPlan) {
+	e := d.gangs.Refused(pl.Key, r, c.Now())
 	if e.Notice != nil && failedPlan != nil {
 		pl.FailedPlan = failedPlan()
 	}

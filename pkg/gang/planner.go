@@ -136,8 +136,8 @@ type Trial interface {
 	// Fits reports whether member m may go on node, given the members
 	// placed so far in this trial.
 	Fits(m *Member, node *v1.Node) bool
-	// Place records that m goes on node.
-	Place(m *Member, node *v1.Node)
+	// Assign records that m goes on node.
+	Assign(m *Member, node *v1.Node)
 }
 
 // Plan is where every planned member goes.
@@ -842,7 +842,7 @@ func placeInDomain(members []Member, d *domain, eligible []*NodeView, sc *scan, 
 				if !trial.Fits(m, eligible[s.idx].Node) {
 					continue
 				}
-				trial.Place(m, eligible[s.idx].Node)
+				trial.Assign(m, eligible[s.idx].Node)
 			}
 			if s.free == nil {
 				c := eligible[s.idx].Free.Clone()
@@ -883,7 +883,7 @@ func confirm(check Checker, members []Member, p *placement, eligible []*NodeView
 		if !trial.Fits(m, node) {
 			return &resumePoint{trial: trial, confirmed: i, refused: p.chosen[i]}
 		}
-		trial.Place(m, node)
+		trial.Assign(m, node)
 	}
 	return nil
 }

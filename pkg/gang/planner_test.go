@@ -534,7 +534,7 @@ func (t *refusingTrial) Fits(m *Member, node *v1.Node) bool {
 	return !t.c.refuse[pair] && !t.c.refuse["*/"+node.Name]
 }
 
-func (t *refusingTrial) Place(m *Member, node *v1.Node) {
+func (t *refusingTrial) Assign(m *Member, node *v1.Node) {
 	if t.placed[m.Name] {
 		t.c.again = append(t.c.again, "placed "+m.Name+" again on "+node.Name)
 	}

@@ -97,19 +97,19 @@ const AvoidFor = time.Minute
 // with a plan keeps its slot while the plan waits for its victims;
 // otherwise the plan is dropped, and the pair avoided when a filter refused
 // the member at its slot. A member without a plan may preempt.
-func (m *Manager) Unplaced(c RecourseCycle, pod *v1.Pod) (r Recourse) {
-	key, plan := m.PlanOf(pod.UID)
+func (d Decisions) Unplaced(c RecourseCycle, pod *v1.Pod) (r Recourse) {
+	key, plan := d.gangs.PlanOf(pod.UID)
 	if plan == nil {
 		if heldOut, known := c.HeldOut(pod); known {
-			m.HeldOut(LoneKey(pod), heldOut, c.Now())
+			d.gangs.HeldOut(LoneKey(pod), heldOut, c.Now())
 		}
 		if msg := c.ReleaseEarlierAllocation(pod); msg != "" {
 			return Recourse{Nominate: KeptNomination(c, pod), Message: msg}
 		}
-		if r = m.Preempt(c, pod); r.Evict == 0 {
+		if r = d.Preempt(c, pod); r.Evict == 0 {
 			r.Nominate = KeptNomination(c, pod)
 		}
-		r.forgetIfEnded(m, c, LoneKey(pod)) // it may be deleted and held out
+		r.forgetIfEnded(d.gangs, c, LoneKey(pod)) // it may be deleted and held out
 		return r
 	}
 	r.Key = key
@@ -122,13 +122,13 @@ func (m *Manager) Unplaced(c RecourseCycle, pod *v1.Pod) (r Recourse) {
 	if !c.InSnapshot(slot) {
 		// The planned node left the cycle's snapshot before muster's node
 		// handler dropped the plan: the same node change, no backoff.
-		r.Effects = append(r.Effects, m.NodeChanged(key, plan.ID, slot, "was deleted", now, now.Add(AvoidFor)))
+		r.Effects = append(r.Effects, d.gangs.NodeChanged(key, plan.ID, slot, "was deleted", now, now.Add(AvoidFor)))
 		r.Message = fmt.Sprintf("%s: planned node %s was deleted", key.Subject(), slot)
 		return r
 	}
 	why, avoid := c.RefusedAt(pod, slot)
 	reason := fmt.Sprintf("member %s cannot go to its planned node %s: %s", pod.Name, slot, why)
-	r.Effects = append(r.Effects, m.PlanBroken(key, plan.ID, pod.UID, slot, reason, avoid, now, now.Add(AvoidFor), c.BackoffBase()))
+	r.Effects = append(r.Effects, d.gangs.PlanBroken(key, plan.ID, pod.UID, slot, reason, avoid, now, now.Add(AvoidFor), c.BackoffBase()))
 	r.Message = fmt.Sprintf("%s: %s", key.Subject(), reason)
 	return r
 }
@@ -149,7 +149,7 @@ func KeptNomination(c RecourseCycle, pod *v1.Pod) string {
 // priority (RecourseCycle.SearchVictims). The plan is installed at once,
 // its slots held and pod nominated to its own; the members wait until
 // the victims have terminated. r.Evict is set when victims are to go.
-func (m *Manager) Preempt(c RecourseCycle, pod *v1.Pod) (r Recourse) {
+func (d Decisions) Preempt(c RecourseCycle, pod *v1.Pod) (r Recourse) {
 	enabled, interval := c.Preemption()
 	if !enabled {
 		r.Message = "gang preemption is off"
@@ -164,36 +164,23 @@ func (m *Manager) Preempt(c RecourseCycle, pod *v1.Pod) (r Recourse) {
 		// A gang of itself, its own Event target.
 		info = &Resolved{Key: LoneKey(pod), Ref: Reference(pod), Constraints: info.Constraints,
 			Ask: Ask{Quorum: 1, Timeout: info.Timeout}}
-	} else if m.Phase(info.Key) != PhaseUnplaceable {
+	} else if d.gangs.Phase(info.Key) != PhaseUnschedulable {
 		// Waiting for members, backing off, invalid: eviction cannot help.
 		r.Message = "gang is not waiting for capacity"
 		return r
 	}
 	key := info.Key
 	r.Key, r.Owner = key, info.Ref
-	defer r.forgetIfEnded(m, c, key)
+	defer r.forgetIfEnded(d.gangs, c, key)
 	now := c.Now()
-	admission := m.Admit(key, pod.CreationTimestamp.Time, now)
-	if admission.Planning == nil {
-		r.Message = "gang has a plan or backs off"
+	planning, why, err := d.mayPreempt(c, key, pod, now, interval)
+	if planning == nil {
+		r.Message, r.Err = why, err
 		return r
 	}
-	if !m.PreemptionDue(key, now, interval) {
-		r.Message = fmt.Sprintf("%s tried preemption recently", key.Subject())
-		return r
-	}
-	if n, err := c.StillTerminating(key); err != nil {
-		r.Err = err
-		return r
-	} else if n > 0 {
-		// Their capacity is coming free; evicting others now would only
-		// add victims (the plan that waited for them timed out first).
-		r.Message = fmt.Sprintf("%s waits for %d pods it preempted to terminate", key.Subject(), n)
-		return r
-	}
-	g, refusal := c.Gather(pod, info, admission.Planning)
+	g, refusal := c.Gather(pod, info, planning)
 	if refusal != nil {
-		r.Effects = append(r.Effects, m.Refused(key, *refusal, c.Now()))
+		r.Effects = append(r.Effects, d.gangs.Refused(key, *refusal, c.Now()))
 		r.Message = refusal.Message
 		return r
 	}
@@ -201,7 +188,7 @@ func (m *Manager) Preempt(c RecourseCycle, pod *v1.Pod) (r Recourse) {
 		r.Message = fmt.Sprintf("not eligible for preemption: %s has preemptionPolicy Never", g.Never)
 		return r
 	}
-	if !m.TryPreemption(key, now, interval) {
+	if !d.gangs.TryPreemption(key, now, interval) {
 		r.Message = fmt.Sprintf("%s tried preemption recently", key.Subject())
 		return r
 	}
@@ -220,19 +207,9 @@ func (m *Manager) Preempt(c RecourseCycle, pod *v1.Pod) (r Recourse) {
 		r.Message = fmt.Sprintf("%s: preempting lower-priority pods would not make room either", key.Subject())
 		return r
 	}
-	plan := found.Plan
-	var names []string
-	for _, u := range found.Units {
-		r.Preempted += u.GPUs
-		names = append(names, u.Name)
-	}
-	sort.Strings(names)
-	msg := fmt.Sprintf("%s preempts %d pods of %s (%d %s) to run in %s %s",
-		key.Subject(), len(found.Pods), strings.Join(names, ", "), r.Preempted, g.Request.GPU, plan.Level, plan.Domain)
-	if found.Violations > 0 {
-		msg += fmt.Sprintf(", exceeding PodDisruptionBudgets by %d pods (no choice keeps them)", found.Violations)
-	}
-	active, effects, stop := m.InstallGathered(c, g, plan, pod, found.Pods, msg)
+	var msg string
+	msg, r.Preempted = preemptionMessage(key, g, found)
+	active, effects, stop := d.InstallGathered(c, g, found.Plan, pod, found.Pods, msg)
 	r.Effects = append(r.Effects, effects)
 	if stop != nil {
 		r.Message, r.Preempted = stop.Message, 0
@@ -241,4 +218,43 @@ func (m *Manager) Preempt(c RecourseCycle, pod *v1.Pod) (r Recourse) {
 	r.Evict, r.Nominate = active.ID, active.Slots[pod.UID]
 	r.Message = msg + "; waiting for them to terminate"
 	return r
+}
+
+// mayPreempt returns what planning the gang needs when it may search for
+// victims now, and otherwise why not: it has a plan or backs off, it tried
+// recently, or pods its last preemption evicted still terminate.
+func (d Decisions) mayPreempt(c RecourseCycle, key Key, pod *v1.Pod, now time.Time, interval time.Duration) (*Planning, string, error) {
+	admission := d.gangs.Admit(key, pod.CreationTimestamp.Time, now)
+	if admission.Planning == nil {
+		return nil, "gang has a plan or backs off", nil
+	}
+	if !d.gangs.PreemptionDue(key, now, interval) {
+		return nil, fmt.Sprintf("%s tried preemption recently", key.Subject()), nil
+	}
+	if n, err := c.StillTerminating(key); err != nil {
+		return nil, "", err
+	} else if n > 0 {
+		// Their capacity is coming free; evicting others now would only
+		// add victims (the plan that waited for them timed out first).
+		return nil, fmt.Sprintf("%s waits for %d pods it preempted to terminate", key.Subject(), n), nil
+	}
+	return admission.Planning, "", nil
+}
+
+// preemptionMessage announces the victims found for the gathered gang, and
+// counts their GPUs.
+func preemptionMessage(key Key, g *Gathered, found *Victims) (string, int64) {
+	var gpus int64
+	var names []string
+	for _, u := range found.Units {
+		gpus += u.GPUs
+		names = append(names, u.Name)
+	}
+	sort.Strings(names)
+	msg := fmt.Sprintf("%s preempts %d pods of %s (%d %s) to run in %s %s",
+		key.Subject(), len(found.Pods), strings.Join(names, ", "), gpus, g.Request.GPU, found.Plan.Level, found.Plan.Domain)
+	if found.Violations > 0 {
+		msg += fmt.Sprintf(", exceeding PodDisruptionBudgets by %d pods (no choice keeps them)", found.Violations)
+	}
+	return msg, gpus
 }

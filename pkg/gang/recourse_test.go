@@ -28,7 +28,7 @@ func TestUnplacedMemberOfAPlan(t *testing.T) {
 			m := installed(t, jobA, twoMembers())
 			c := tc.cycle
 			c.now = t0
-			r := m.Unplaced(&c, member("a0"))
+			r := m.Decisions().Unplaced(&c, member("a0"))
 			assert.Equal(t, tc.nominate, r.Nominate)
 			assert.Equal(t, tc.message, r.Message)
 			assert.Equal(t, tc.kept, m.Plan(jobA) != nil)
@@ -50,7 +50,7 @@ func TestUnplacedWithoutAPlanKeepsANominationWhileItsVictimsTerminate(t *testing
 	}{{1, "n1"}, {0, ""}} {
 		m := NewManager()
 		c := &fakeCycle{now: t0, inGang: true, terminating: tc.terminating}
-		r := m.Unplaced(c, pod)
+		r := m.Decisions().Unplaced(c, pod)
 		assert.Equal(t, "gang preemption is off", r.Message)
 		assert.Equal(t, tc.nominate, r.Nominate, "%d terminating", tc.terminating)
 	}
@@ -63,7 +63,7 @@ func TestPreemptInstallsThePlanAndEvicts(t *testing.T) {
 	victim.UID = "v1"
 	c := &fakeCycle{now: t0, inGang: true, preemption: true, victims: &Victims{Plan: twoSlots, Pods: []*v1.Pod{victim},
 		Units: []VictimUnit{{Name: "ns/low", GPUs: 8, Pods: 1}}}}
-	r := m.Unplaced(c, member("a0"))
+	r := m.Decisions().Unplaced(c, member("a0"))
 	require.NoError(t, r.Err)
 	assert.Equal(t, "n1", r.Nominate)
 	assert.Equal(t, int64(8), r.Preempted)
@@ -73,7 +73,7 @@ func TestPreemptInstallsThePlanAndEvicts(t *testing.T) {
 	assert.Same(t, jobRef, r.Owner, "the preemption is announced on the gang's owner")
 
 	c.waits = "gang ns/a waits for 1 preempted pods to terminate"
-	again := m.Unplaced(c, member("a1"))
+	again := m.Decisions().Unplaced(c, member("a1"))
 	assert.Zero(t, again.Evict, "a gang with a plan does not preempt again")
 	assert.Equal(t, "n2", again.Nominate, "its member waits at its slot")
 }
@@ -81,7 +81,7 @@ func TestPreemptInstallsThePlanAndEvicts(t *testing.T) {
 func TestPreemptOnlyForAGangWaitingForCapacity(t *testing.T) {
 	m := NewManager()
 	c := &fakeCycle{now: t0, inGang: true, preemption: true, victims: &Victims{Plan: twoSlots}}
-	r := m.Preempt(c, member("a0"))
+	r := m.Decisions().Preempt(c, member("a0"))
 	assert.Equal(t, "gang is not waiting for capacity", r.Message)
 	assert.Zero(t, r.Evict)
 	assert.Equal(t, 0, c.gathered)
@@ -95,7 +95,7 @@ func TestPreemptWaitsForEarlierEvictions(t *testing.T) {
 	m.Refused(jobA, Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, t0)
 	c := &fakeCycle{now: t0, inGang: true, preemption: true, searchErr: ErrEarlierEvictionsUnfinished,
 		victims: &Victims{Plan: twoSlots, Units: []VictimUnit{{Name: "ns/low", GPUs: 8, Pods: 1}}}}
-	r := m.Unplaced(c, member("a0"))
+	r := m.Decisions().Unplaced(c, member("a0"))
 	require.NoError(t, r.Err)
 	assert.Zero(t, r.Evict)
 	assert.Empty(t, r.Nominate)

@@ -15,9 +15,11 @@ import (
 // The transitions of a gang's life: each one lock, each returning what the
 // scheduler must do (Effects), never calling out.
 
-// FailedAttempt is a failed plan other members may reuse (FailedPlan):
-// what it was computed against and for how long it stands.
-type FailedAttempt struct {
+// ReusableRefusal is a refusal for no room the gang's other members reuse
+// instead of planning again (Planning.Reuse): what it was computed against
+// and for how long it stands. (The record of the failed plan written on the
+// gang's object for kubectl muster is FailedPlan.)
+type ReusableRefusal struct {
 	Epoch           Epoch
 	Pending, Needed int
 	Valid           time.Duration
@@ -32,21 +34,21 @@ type Refusal struct {
 	Message string
 	// Reuse, with OutcomeUnschedulable: the gang's other members reuse
 	// the answer while nothing changed.
-	Reuse *FailedAttempt
+	Reuse *ReusableRefusal
 	// Lead, with OutcomeUnschedulable: the member whose cycle planned the
 	// gang and found no room (Manager.Lead).
 	Lead *Member
 }
 
-// phase is the phase a gang without an active plan is in after r.
-func (r Refusal) phase() Phase {
+// trigger is the lifecycle's name for r.
+func (r Refusal) trigger() Trigger {
 	switch r.Outcome {
 	case OutcomeWaitingForMembers:
-		return PhaseWaitingForMembers
+		return TriggerTooFewMembers
 	case OutcomeUnschedulable:
-		return PhaseUnplaceable
+		return TriggerNoRoom
 	}
-	return PhaseInvalid
+	return TriggerInvalid
 }
 
 // Refused: the gang cannot go ahead, for r (now: when that was decided).
@@ -56,9 +58,9 @@ func (m *Manager) Refused(key Key, r Refusal, now time.Time) Effects {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(key, now)
-	m.setPhaseWithoutPlan(key, s, r.phase())
+	m.move(key, s, r.trigger())
 	if r.Reuse != nil {
-		s.failedPlan = &failedAttempt{epoch: r.Reuse.Epoch, shape: [2]int{r.Reuse.Pending, r.Reuse.Needed}, until: now.Add(r.Reuse.Valid), message: r.Message}
+		s.reusable = &reusableRefusal{epoch: r.Reuse.Epoch, shape: [2]int{r.Reuse.Pending, r.Reuse.Needed}, until: now.Add(r.Reuse.Valid), message: r.Message}
 	}
 	if r.Lead != nil {
 		s.lead = leadMember{uid: r.Lead.UID, name: r.Lead.Name}
@@ -70,18 +72,18 @@ func (m *Manager) Refused(key Key, r Refusal, now time.Time) Effects {
 // no node because gang plans hold the capacity it needs (heldOut). No
 // cluster event follows when such a plan is dropped, so while it is held
 // out the drop wakes it with the gangs that found no room
-// (PhaseUnplaceable), until it is bound or gone (Forget) or refused for
+// (PhaseUnschedulable), until it is bound or gone (Forget) or refused for
 // another reason. Nothing is announced: the pod's own condition says why.
 func (m *Manager) HeldOut(key Key, heldOut bool, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !heldOut {
-		if s := m.gangs[key]; s != nil && s.phase == PhaseUnplaceable {
-			m.setPhaseWithoutPlan(key, s, PhaseNew)
+		if s := m.gangs[key]; s != nil {
+			m.move(key, s, TriggerNoLongerHeldOut)
 		}
 		return
 	}
-	m.setPhaseWithoutPlan(key, m.get(key, now), PhaseUnplaceable)
+	m.move(key, m.get(key, now), TriggerNoRoom)
 }
 
 // Install makes plan the gang's active plan unless another one was set in
@@ -110,15 +112,22 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	m.planID++
 	plan.ID = m.planID
 	m.setPlan(key, s, plan.copy()) // the caller keeps plan; the manager changes its own
-	s.failedPlan = nil
+	s.reusable = nil
 	if present != nil {
-		if cause, reason := m.leftWhilePlanning(s, present); reason != "" {
-			return m.drop(key, plan.ID, cause, reason+" while the plan was made", plan.Created, base), true
-		}
 		for uid := range s.plan.Victims {
 			if !present.Victim(uid) {
 				s.plan.Victims.Delete(uid)
 			}
+		}
+	}
+	if s.plan.Victims.Len() > 0 {
+		m.move(key, s, TriggerInstalledWithVictims)
+	} else {
+		m.move(key, s, TriggerInstalled)
+	}
+	if present != nil {
+		if cause, reason := m.leftWhilePlanning(s, present); reason != "" {
+			return m.drop(key, plan.ID, cause, reason+" while the plan was made", plan.Created, base), true
 		}
 	}
 	for uid := range s.plan.Victims {
@@ -134,10 +143,8 @@ func (m *Manager) Install(key Key, plan *ActivePlan, self types.UID, message str
 	}
 	e.Notice = s.notice(key, outcome, message)
 	if s.plan.Victims.Len() > 0 {
-		m.setPhase(key, s, PhasePreempting)
 		return e, true
 	}
-	m.setPhase(key, s, PhasePlanned)
 	e.Wake = []Wake{{Key: key, Reason: reason, Plan: s.plan.copy(), Except: self}}
 	return e, true
 }
@@ -293,7 +300,7 @@ func (m *Manager) Arrive(key Key, planID int64, uid types.UID, now time.Time, ba
 		}
 	}
 	m.setPlan(key, s, nil)
-	m.setPhase(key, s, PhasePermitted)
+	m.move(key, s, TriggerCompleted)
 	var e Effects
 	for member, node := range c.Slots {
 		s.inFlight[member] = node
@@ -348,15 +355,15 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 		base = 0
 	}
 	backoff := min(base<<min(s.failures, 16), 5*time.Minute)
-	phase := PhaseDropped
-	if base > 0 {
+	retry := PlannedAgainAtOnce
+	if cause.backsOff() {
 		s.failures++
-		phase = PhaseBackingOff
+		retry = fmt.Sprintf("(retry in %s)", backoff)
 	}
-	m.setPhase(key, s, phase)
+	m.move(key, s, cause.trigger())
 	s.backoffUntil = now.Add(backoff)
 	s.lastFailure = reason
-	msg := fmt.Sprintf("%s: %s; released all %d planned members (retry in %s)", key.Subject(), reason, len(plan.Slots), backoff)
+	msg := fmt.Sprintf("%s: %s; released all %d planned members %s", key.Subject(), reason, len(plan.Slots), retry)
 	e := Effects{
 		StopDeadline: plan.ID,
 		Dropped:      &Drop{Key: key, Cause: cause, Reason: reason, Backoff: backoff},
@@ -364,7 +371,7 @@ func (m *Manager) drop(key Key, planID int64, cause DropCause, reason string, no
 		Notice:       s.notice(key, cause.Outcome(), msg),
 		Timers:       []Timer{{Key: key, Kind: TimerBackoffEnded, After: backoff, Due: s.backoffUntil}},
 	}
-	for other := range m.unplaceable {
+	for other := range m.unschedulable {
 		e.Wake = append(e.Wake, Wake{Key: other, Reason: WakeCapacityFreed, AllProfiles: true})
 	}
 	slices.SortFunc(e.Wake, func(a, b Wake) int { return compareKeys(a.Key, b.Key) })
@@ -490,14 +497,20 @@ func (m *Manager) MemberGone(key Key, uid types.UID, name string, now time.Time,
 	return m.drop(key, s.plan.ID, DropMemberGone, fmt.Sprintf("%s %s was deleted or finished", what, name), now, base)
 }
 
-// setPhase is the one place a gang's phase changes, so the index of
-// unplaceable gangs follows it.
-func (m *Manager) setPhase(key Key, s *state, p Phase) {
-	s.phase = p
-	if p == PhaseUnplaceable {
-		m.unplaceable.Insert(key)
+// move is the one place a gang's phase changes: the lifecycle says where
+// t takes it from its phase, and a trigger with no row there leaves it
+// (a refusal while a plan is active, say). The index of unschedulable
+// gangs follows it.
+func (m *Manager) move(key Key, s *state, t Trigger) {
+	to, ok := Next(s.phase, t)
+	if !ok {
+		return
+	}
+	s.phase = to
+	if to == PhaseUnschedulable {
+		m.unschedulable.Insert(key)
 	} else {
-		m.unplaceable.Delete(key)
+		m.unschedulable.Delete(key)
 	}
 }
 
@@ -512,15 +525,6 @@ func (m *Manager) setPlan(key Key, s *state, plan *ActivePlan) {
 	}
 }
 
-// setPhaseWithoutPlan sets the phase of a gang that has no active plan:
-// while one is active, its phase (Planned, Preempting) stands until the
-// plan completes or is dropped.
-func (m *Manager) setPhaseWithoutPlan(key Key, s *state, p Phase) {
-	if s.plan == nil {
-		m.setPhase(key, s, p)
-	}
-}
-
 // leftFlight: member uid, if allowed and binding, will not be seen bound
 // (it failed to bind, or was deleted). The gang is no longer on its way to
 // Bound: the member is placed again by a new plan, without backoff.
@@ -529,9 +533,7 @@ func (m *Manager) leftFlight(key Key, s *state, uid types.UID) {
 		return
 	}
 	delete(s.inFlight, uid)
-	if s.phase == PhasePermitted {
-		m.setPhase(key, s, PhaseDropped)
-	}
+	m.move(key, s, TriggerAllowedMemberLeft)
 }
 
 // MemberBound: a member was seen bound; once every member the last plan
@@ -541,8 +543,8 @@ func (m *Manager) MemberBound(key Key, uid types.UID, seen time.Time) {
 	defer m.mu.Unlock()
 	s := m.get(key, seen)
 	delete(s.inFlight, uid)
-	if s.phase == PhasePermitted && len(s.inFlight) == 0 {
-		m.setPhase(key, s, PhaseBound)
+	if len(s.inFlight) == 0 {
+		m.move(key, s, TriggerAllBound)
 	}
 }
 
@@ -597,7 +599,7 @@ func (m *Manager) VictimGone(uid types.UID, profile string) Effects {
 	if s.plan.Victims.Len() > 0 {
 		return Effects{}
 	}
-	m.setPhase(ref.key, s, PhasePlanned)
+	m.move(ref.key, s, TriggerVictimsGone)
 	return Effects{Wake: []Wake{{Key: ref.key, Reason: WakeVictimsGone, Plan: s.plan.copy()}}}
 }
 
@@ -639,6 +641,6 @@ func (m *Manager) Forget(key Key, now time.Time) (e Effects, known bool) {
 	e = m.drop(key, 0, DropMemberGone, "its pods are gone", now, 0)
 	e.Notice, e.Timers = nil, nil
 	delete(m.gangs, key)
-	m.unplaceable.Delete(key)
+	m.unschedulable.Delete(key)
 	return e, known
 }

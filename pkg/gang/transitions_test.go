@@ -136,10 +136,10 @@ func TestHeldOutLonePodsAreWokenByADrop(t *testing.T) {
 	bound := Key{Kind: KindPod, Namespace: "ns", Name: "bound"}
 	for _, k := range []Key{held, refusedSince, bound} {
 		m.HeldOut(k, true, t0)
-		assert.Equal(t, PhaseUnplaceable, m.Phase(k))
+		assert.Equal(t, PhaseUnschedulable, m.Phase(k))
 	}
 	m.HeldOut(refusedSince, false, t0)
-	assert.Equal(t, PhaseNew, m.Phase(refusedSince))
+	assert.Equal(t, PhasePending, m.Phase(refusedSince))
 	m.Forget(bound, t0)
 
 	e := m.Drop(jobA, 0, DropRejected, "test", t0, time.Second)
@@ -516,7 +516,7 @@ func TestExplanations(t *testing.T) {
 		{"invalid", func(m *Manager) Effects { return m.Refused(jobA, Refusal{Outcome: OutcomeInvalid, Message: "bad"}, t0) }, PhaseInvalid, OutcomeInvalid},
 		{"unplaceable", func(m *Manager) Effects {
 			return m.Refused(jobA, Refusal{Outcome: OutcomeUnschedulable, Message: "no room"}, t0)
-		}, PhaseUnplaceable, OutcomeUnschedulable},
+		}, PhaseUnschedulable, OutcomeUnschedulable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := NewManager()
@@ -549,14 +549,14 @@ func TestAdmit(t *testing.T) {
 	_, ok := m.Install(other, twoMembers(), "a0", "planned", t0, nil, 0)
 	require.True(t, ok)
 	avoidFor(m, jobA, "n3", t0, t0.Add(time.Hour), "a0")
-	m.Refused(jobA, Refusal{Outcome: OutcomeUnschedulable, Message: "no room", Reuse: &FailedAttempt{Epoch: Epoch{Snapshot: 1, Releases: 1}, Pending: 2, Needed: 2, Valid: time.Hour}}, t0)
+	m.Refused(jobA, Refusal{Outcome: OutcomeUnschedulable, Message: "no room", Reuse: &ReusableRefusal{Epoch: Epoch{Snapshot: 1, Releases: 1}, Pending: 2, Needed: 2, Valid: time.Hour}}, t0)
 	later := t0.Add(5 * time.Second)
 	a = m.Admit(jobA, t0, later)
 	require.NotNil(t, a.Planning)
 	assert.Equal(t, uint64(1), a.Planning.Releases)
 	assert.Equal(t, m.HeldForOthers(jobA, AnyPriority), a.Planning.HeldByOthers())
 	assert.Equal(t, map[types.UID]map[string]bool{"a0": {"n3": true}}, a.Planning.Avoided)
-	msg, reused := a.Planning.FailedPlan(Epoch{Snapshot: 1, Releases: 1}, 2, 2, later)
+	msg, reused := a.Planning.Reuse(Epoch{Snapshot: 1, Releases: 1}, 2, 2, later)
 	assert.True(t, reused)
 	assert.Equal(t, "no room", msg)
 }

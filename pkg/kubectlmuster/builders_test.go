@@ -58,6 +58,17 @@ func members(j *batchv1.Job, n int, nodes ...string) []corev1.Pod {
 	return out
 }
 
+// nominated nominates pod i to nodes[i], as a member allowed at Permit
+// and binding is.
+func nominated(pods []corev1.Pod, nodes ...string) []corev1.Pod {
+	for i := range pods {
+		if i < len(nodes) {
+			pods[i].Status.NominatedNodeName = nodes[i]
+		}
+	}
+	return pods
+}
+
 // unschedulable marks pods PodScheduled=False with msg since at.
 func unschedulable(pods []corev1.Pod, msg string, at time.Time) []corev1.Pod {
 	for i := range pods {

@@ -100,9 +100,9 @@ func TestCommandGangsJSON(t *testing.T) {
 	for _, g := range list.Items {
 		byRef[g.Ref()] = g
 	}
-	assert.Equal(t, PhaseBound, byRef["job/mnist"].Phase)
+	assert.Equal(t, gang.PhaseBound, byRef["job/mnist"].Phase)
 	assert.Equal(t, []string{"r1-n1", "r1-n2"}, byRef["job/mnist"].Nodes)
-	assert.Equal(t, PhasePending, byRef["podgroup/pg"].Phase, "both members exist, muster has said nothing yet")
+	assert.Equal(t, gang.PhasePending, byRef["podgroup/pg"].Phase, "both members exist, muster has said nothing yet")
 	assert.Equal(t, int64(8), byRef["podgroup/pg"].GPUs)
 	assert.Equal(t, "note: scheduling.k8s.io/v1beta1 is not served (GenericWorkload off): Kubernetes PodGroups are skipped\n", stderr,
 		"one note: every kind is served but Kubernetes' own PodGroups")

@@ -288,24 +288,24 @@ func (ix *index) explain(st *gangState) *Explanation {
 	}
 
 	switch g.Phase {
-	case PhaseFinished:
+	case gang.PhaseFinished:
 		add(FindingFinished, "the Job finished (%s)", g.Reason)
 		ex.LastFailedPlan = nil
 		return ex
-	case PhaseBound:
+	case gang.PhaseBound:
 		add(FindingBound, "bound: %d members on %d nodes%s", g.Bound, len(g.Nodes), inDomain(g.Domain))
 		ex.LastFailedPlan = nil
 		return ex
-	case PhaseSuspended:
+	case gang.PhaseSuspended:
 		add(FindingSuspended, "%s", g.Message)
-	case PhaseInvalid:
+	case gang.PhaseInvalid:
 		add(FindingInvalid, "%s", g.Message)
 	}
 	if cErr != nil {
 		add(FindingInvalid, "%v", cErr)
 	}
 	ix.memberFindings(st, &g, add)
-	if g.Message != "" && g.Reason != "" && g.Phase != PhaseSuspended && g.Phase != PhaseWaitingForMembers && g.Phase != PhaseInvalid {
+	if g.Message != "" && g.Reason != "" && g.Phase != gang.PhaseSuspended && g.Phase != gang.PhaseWaitingForMembers && g.Phase != gang.PhaseInvalid {
 		add(FindingSchedulerMessage, "muster (%s): %s", g.Reason, g.Message)
 	}
 	if cErr != nil || g.Quorum == 0 {
@@ -347,14 +347,14 @@ func (ix *index) template(st *gangState) *corev1.Pod {
 // memberFindings explains members that are missing, gated or wait for a
 // volume.
 func (ix *index) memberFindings(st *gangState, g *Gang, add func(string, string, ...any)) {
-	if g.Quorum > 0 && g.Members < g.Quorum && g.Phase != PhaseSuspended {
+	if g.Quorum > 0 && g.Members < g.Quorum && g.Phase != gang.PhaseSuspended {
 		gated := ""
 		if g.Gated > 0 {
 			gated = fmt.Sprintf("; %d gated", g.Gated)
 		}
 		add(FindingWaitingMembers, "waiting for %d more member%s (%d of %d exist%s)",
 			g.Quorum-g.Members, plural(g.Quorum-g.Members), g.Members, g.Quorum, gated)
-	} else if short := g.Quorum - (g.Members - g.Gated); g.Quorum > 0 && short > 0 && g.Phase != PhaseSuspended {
+	} else if short := g.Quorum - (g.Members - g.Gated); g.Quorum > 0 && short > 0 && g.Phase != gang.PhaseSuspended {
 		add(FindingWaitingMembers, "waiting for %d more schedulable member%s (%d of %d exist; %d gated)",
 			short, plural(short), g.Members, g.Quorum, g.Gated)
 	}
@@ -423,7 +423,7 @@ func (ix *index) fitFindings(st *gangState, g *Gang, c gang.Constraints, ex *Exp
 	ex.Nodes = ix.nodeCounts(req, states, closest)
 	if err == nil {
 		switch {
-		case g.Phase == PhaseSuspended:
+		case g.Phase == gang.PhaseSuspended:
 			add(FindingFitsNow, "once resumed, muster's planner would place the gang on the live state now (%s %s, %d nodes)", plan.Level, plan.Domain, plan.Nodes)
 		case toCome > 0:
 			add(FindingFitsNow, "once its %d missing or gated members can be scheduled, muster's planner would place the gang on the live state now (%s %s, %d nodes)",

@@ -20,36 +20,6 @@ import (
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
-// Phase is where a gang stands, as the plugin reads it from the pods, their
-// owner and muster's Events.
-type Phase string
-
-// Phases, in the order a gang usually meets them.
-const (
-	// PhaseSuspended: a suspended Job (Kueue holds it until admitted).
-	PhaseSuspended Phase = "Suspended"
-	// PhaseWaitingForMembers: fewer schedulable members exist than the quorum.
-	PhaseWaitingForMembers Phase = "WaitingForMembers"
-	// PhasePending: muster has said nothing about the gang yet.
-	PhasePending Phase = "Pending"
-	// PhaseUnschedulable: muster found no plan.
-	PhaseUnschedulable Phase = "Unschedulable"
-	// PhaseInvalid: muster refuses the gang (bad annotation, missing owner).
-	PhaseInvalid Phase = "Invalid"
-	// PhasePreempting: muster evicted lower-priority pods for the gang and
-	// waits for them to go.
-	PhasePreempting Phase = "Preempting"
-	// PhasePlanned: a plan exists; members are being reserved and bound.
-	PhasePlanned Phase = "Planned"
-	// PhaseBackingOff: the gang's plan was dropped (timeout, a member
-	// refused) and it waits before it is planned again.
-	PhaseBackingOff Phase = "BackingOff"
-	// PhaseBound: at least the quorum of members is bound.
-	PhaseBound Phase = "Bound"
-	// PhaseFinished: the Job completed or failed.
-	PhaseFinished Phase = "Finished"
-)
-
 // Gang is one gang as `kubectl muster gangs -o json` prints it. Its fields
 // are documented in docs/explain.md; they are only ever added to.
 type Gang struct {
@@ -64,8 +34,10 @@ type Gang struct {
 	Gated   int `json:"gated"`
 	Bound   int `json:"bound"`
 	// Quorum is how many members must run together (0 when unknown).
-	Quorum int   `json:"quorum"`
-	Phase  Phase `json:"phase"`
+	Quorum int `json:"quorum"`
+	// Phase is the gang's gang.Phase: the names docs/architecture.md's
+	// lifecycle shows.
+	Phase gang.Phase `json:"phase"`
 	// Since is when the gang entered its phase, as far as the cluster
 	// shows it.
 	Since *metav1.Time `json:"since,omitempty"`
@@ -354,7 +326,7 @@ func (ix *index) ask(st *gangState) (gang.Ask, string) {
 type signal struct {
 	at      time.Time
 	since   time.Time
-	phase   Phase
+	phase   gang.Phase
 	reason  string
 	message string
 }
@@ -374,41 +346,22 @@ func eventTime(e *eventsv1.Event) time.Time {
 	return t
 }
 
-// phaseOfOutcome maps muster's Event reasons (gang.Outcome) to phases.
-func phaseOfOutcome(reason string) Phase {
-	switch gang.Outcome(reason) {
-	case gang.OutcomeWaitingForMembers:
-		return PhaseWaitingForMembers
-	case gang.OutcomeUnschedulable:
-		return PhaseUnschedulable
-	case gang.OutcomeInvalid, gang.OutcomeNotPossible:
-		return PhaseInvalid
-	case gang.OutcomePlanned, gang.OutcomeScheduled:
-		return PhasePlanned
-	case gang.OutcomeRejected, gang.OutcomeTimedOut:
-		return PhaseBackingOff
-	case gang.OutcomePreempting:
-		return PhasePreempting
-	}
-	return PhasePending
-}
-
 // phaseOfMessage reads a pod's PodScheduled=False message, which muster's
 // PreFilter writes (pkg/plugins/mustergang); anything it does not recognise
 // is a plan that was not found.
-func phaseOfMessage(msg string) (Phase, string) {
+func phaseOfMessage(msg string) (gang.Phase, string) {
 	switch {
 	case strings.Contains(msg, "backs off until"):
-		return PhaseBackingOff, string(gang.OutcomeRejected)
+		return gang.PhaseBackingOff, string(gang.OutcomeRejected)
 	case strings.Contains(msg, "preempted pods"):
-		return PhasePreempting, string(gang.OutcomePreempting)
+		return gang.PhasePreempting, string(gang.OutcomePreempting)
 	case strings.Contains(msg, "other members; this pod waits"), strings.Contains(msg, "members reserved"),
 		strings.Contains(msg, "is being planned again"):
-		return PhasePlanned, string(gang.OutcomePlanned)
+		return gang.PhasePlanned, string(gang.OutcomePlanned)
 	case strings.Contains(msg, "held by scheduling gates"), strings.Contains(msg, "waiting for the rest to be created"):
-		return PhaseWaitingForMembers, string(gang.OutcomeWaitingForMembers)
+		return gang.PhaseWaitingForMembers, string(gang.OutcomeWaitingForMembers)
 	}
-	return PhaseUnschedulable, string(gang.OutcomeUnschedulable)
+	return gang.PhaseUnschedulable, string(gang.OutcomeUnschedulable)
 }
 
 // latestSignal is the newest of muster's Events about the gang and its
@@ -425,7 +378,7 @@ func latestSignal(st *gangState) *signal {
 			continue // the autoscaler's answer, not the gang's phase
 		}
 		// A series keeps its first note; its first time is when the phase began.
-		consider(signal{at: eventTime(e), since: firstTime(e), phase: phaseOfOutcome(e.Reason), reason: e.Reason, message: e.Note})
+		consider(signal{at: eventTime(e), since: firstTime(e), phase: gang.Outcome(e.Reason).Phase(e.Note), reason: e.Reason, message: e.Note})
 	}
 	for _, pod := range st.pods {
 		if pod.Spec.NodeName != "" {
@@ -453,6 +406,66 @@ func firstTime(e *eventsv1.Event) time.Time {
 
 // summarize turns a gang's state into what the commands print.
 func (ix *index) summarize(st *gangState) Gang {
+	g, earliest := ix.countMembers(st)
+	ask, invalid := ix.ask(st)
+	quorum := ask.Quorum
+	g.Quorum = quorum
+	setPhase := func(p gang.Phase, since time.Time, reason, msg string) {
+		g.Phase, g.Reason, g.Message = p, reason, msg
+		if !since.IsZero() {
+			g.Since = &metav1.Time{Time: since}
+		}
+	}
+	sig := latestSignal(st)
+	switch {
+	case st.job != nil && jobFinished(st.job) != nil:
+		c := jobFinished(st.job)
+		setPhase(gang.PhaseFinished, c.LastTransitionTime.Time, string(c.Type), c.Message)
+	case st.job != nil && st.job.Spec.Suspend != nil && *st.job.Spec.Suspend:
+		since := st.job.CreationTimestamp.Time
+		for _, c := range st.job.Status.Conditions {
+			if c.Type == batchv1.JobSuspended && c.Status == corev1.ConditionTrue {
+				since = c.LastTransitionTime.Time
+			}
+		}
+		g.Kueue = ix.kueueOf(st.job)
+		setPhase(gang.PhaseSuspended, since, "", ix.suspendedMessage(st.job, g.Kueue))
+	case quorum == 0 && invalid != "":
+		setPhase(gang.PhaseInvalid, earliest, string(gang.OutcomeInvalid), invalid)
+	case g.Bound >= quorum && g.Bound > 0:
+		since := boundSince(st.pods)
+		setPhase(gang.PhaseBound, since, string(gang.OutcomeScheduled), fmt.Sprintf("%d of %d members bound on %d nodes%s", g.Bound, g.Members, len(g.Nodes), inDomain(g.Domain)))
+	case g.Members < quorum:
+		since := earliest
+		if sig != nil && sig.phase == gang.PhaseWaitingForMembers {
+			since = sig.since
+		}
+		setPhase(gang.PhaseWaitingForMembers, since, string(gang.OutcomeWaitingForMembers),
+			fmt.Sprintf("%d of %d members exist; waiting for the rest to be created", g.Members, quorum))
+	case g.Members-g.Gated < quorum:
+		setPhase(gang.PhaseWaitingForMembers, earliest, string(gang.OutcomeWaitingForMembers),
+			fmt.Sprintf("%d of %d members exist but %d are held by scheduling gates", g.Members, quorum, g.Gated))
+	case sig != nil:
+		if sig.phase == gang.PhasePermitted && g.Bound == 0 && len(g.Nodes) == 0 {
+			// Released members not bound and not nominated: the gang
+			// was bound once and lost members since.
+			sig.phase = gang.PhasePending
+		}
+		setPhase(sig.phase, sig.since, sig.reason, sig.message)
+	case len(g.Nodes) > 0:
+		setPhase(gang.PhasePlanned, earliest, string(gang.OutcomePlanned), fmt.Sprintf("%d members nominated or bound", len(g.Nodes)))
+	default:
+		setPhase(gang.PhasePending, earliest, "", "muster has not reported on this gang yet")
+	}
+	if invalid != "" && g.Phase != gang.PhaseInvalid && g.Message == "" {
+		g.Message = invalid
+	}
+	return g
+}
+
+// countMembers is the gang with its members counted (gated, bound, GPUs,
+// priority, nodes and domain), and when its first member was created.
+func (ix *index) countMembers(st *gangState) (Gang, time.Time) {
 	g := Gang{Kind: string(st.key.Kind), Namespace: st.key.Namespace, Name: st.key.Name, Members: len(st.pods)}
 	var nodes []string
 	var earliest time.Time
@@ -482,60 +495,7 @@ func (ix *index) summarize(st *gangState) Gang {
 	}
 	g.Nodes = uniqueSorted(nodes)
 	g.Domain = ix.domainOf(g.Nodes)
-	ask, invalid := ix.ask(st)
-	quorum := ask.Quorum
-	g.Quorum = quorum
-	setPhase := func(p Phase, since time.Time, reason, msg string) {
-		g.Phase, g.Reason, g.Message = p, reason, msg
-		if !since.IsZero() {
-			g.Since = &metav1.Time{Time: since}
-		}
-	}
-	sig := latestSignal(st)
-	switch {
-	case st.job != nil && jobFinished(st.job) != nil:
-		c := jobFinished(st.job)
-		setPhase(PhaseFinished, c.LastTransitionTime.Time, string(c.Type), c.Message)
-	case st.job != nil && st.job.Spec.Suspend != nil && *st.job.Spec.Suspend:
-		since := st.job.CreationTimestamp.Time
-		for _, c := range st.job.Status.Conditions {
-			if c.Type == batchv1.JobSuspended && c.Status == corev1.ConditionTrue {
-				since = c.LastTransitionTime.Time
-			}
-		}
-		g.Kueue = ix.kueueOf(st.job)
-		setPhase(PhaseSuspended, since, "", ix.suspendedMessage(st.job, g.Kueue))
-	case quorum == 0 && invalid != "":
-		setPhase(PhaseInvalid, earliest, string(gang.OutcomeInvalid), invalid)
-	case g.Bound >= quorum && g.Bound > 0:
-		since := boundSince(st.pods)
-		setPhase(PhaseBound, since, string(gang.OutcomeScheduled), fmt.Sprintf("%d of %d members bound on %d nodes%s", g.Bound, g.Members, len(g.Nodes), inDomain(g.Domain)))
-	case g.Members < quorum:
-		since := earliest
-		if sig != nil && sig.phase == PhaseWaitingForMembers {
-			since = sig.since
-		}
-		setPhase(PhaseWaitingForMembers, since, string(gang.OutcomeWaitingForMembers),
-			fmt.Sprintf("%d of %d members exist; waiting for the rest to be created", g.Members, quorum))
-	case g.Members-g.Gated < quorum:
-		setPhase(PhaseWaitingForMembers, earliest, string(gang.OutcomeWaitingForMembers),
-			fmt.Sprintf("%d of %d members exist but %d are held by scheduling gates", g.Members, quorum, g.Gated))
-	case sig != nil:
-		if sig.phase == PhasePlanned && g.Bound == 0 && len(g.Nodes) == 0 && sig.reason == string(gang.OutcomeScheduled) {
-			// Released members not bound and not nominated: the gang
-			// was bound once and lost members since.
-			sig.phase = PhasePending
-		}
-		setPhase(sig.phase, sig.since, sig.reason, sig.message)
-	case len(g.Nodes) > 0:
-		setPhase(PhasePlanned, earliest, string(gang.OutcomePlanned), fmt.Sprintf("%d members nominated or bound", len(g.Nodes)))
-	default:
-		setPhase(PhasePending, earliest, "", "muster has not reported on this gang yet")
-	}
-	if invalid != "" && g.Phase != PhaseInvalid && g.Message == "" {
-		g.Message = invalid
-	}
-	return g
+	return g, earliest
 }
 
 func jobFinished(job *batchv1.Job) *batchv1.JobCondition {

@@ -37,7 +37,7 @@ func TestGangsPhase(t *testing.T) {
 		name    string
 		snap    *Snapshot
 		gang    string
-		phase   Phase
+		phase   gang.Phase
 		bound   string // bound/quorum
 		gpus    int64
 		domain  string
@@ -45,27 +45,27 @@ func TestGangsPhase(t *testing.T) {
 	}{{
 		name: "bound in one rack",
 		snap: snapshot(nodes, members(bigJob, 4, "r1-n1", "r1-n2", "r1-n3", "r1-n4"), bigJob),
-		gang: "job/big", phase: PhaseBound, bound: "4/4", gpus: 32, domain: "rack r1", message: "4 of 4 members bound on 4 nodes in rack r1",
+		gang: "job/big", phase: gang.PhaseBound, bound: "4/4", gpus: 32, domain: "rack r1", message: "4 of 4 members bound on 4 nodes in rack r1",
 	}, {
 		name: "bound over two racks of one zone",
 		snap: snapshot(nodes, members(bigJob, 4, "r1-n1", "r1-n2", "r2-n1", "r2-n2"), bigJob),
-		gang: "job/big", phase: PhaseBound, bound: "4/4", gpus: 32, domain: "zone z1",
+		gang: "job/big", phase: gang.PhaseBound, bound: "4/4", gpus: 32, domain: "zone z1",
 	}, {
 		name: "unschedulable: the pods' message",
 		snap: snapshot(nodes, unschedulable(members(bigJob, 4), unschedulableMsg, testNow.Add(-time.Minute)), bigJob),
-		gang: "job/big", phase: PhaseUnschedulable, bound: "0/4", gpus: 32, message: unschedulableMsg,
+		gang: "job/big", phase: gang.PhaseUnschedulable, bound: "0/4", gpus: 32, message: unschedulableMsg,
 	}, {
 		name: "suspended by Kueue, no pods",
 		snap: snapshot(nodes, nil, suspended),
-		gang: "job/queued", phase: PhaseSuspended, bound: "0/2", message: "label kueue.x-k8s.io/queue-name=gpu",
+		gang: "job/queued", phase: gang.PhaseSuspended, bound: "0/2", message: "label kueue.x-k8s.io/queue-name=gpu",
 	}, {
 		name: "a gated member keeps the quorum from being schedulable",
 		snap: snapshot(nodes, gatedPods, gatedJob),
-		gang: "job/gated", phase: PhaseWaitingForMembers, bound: "0/3", gpus: 24, message: "held by scheduling gates",
+		gang: "job/gated", phase: gang.PhaseWaitingForMembers, bound: "0/3", gpus: 24, message: "held by scheduling gates",
 	}, {
 		name: "finished Job",
 		snap: snapshot(nodes, nil, done),
-		gang: "job/done", phase: PhaseFinished, bound: "0/1",
+		gang: "job/done", phase: gang.PhaseFinished, bound: "0/1",
 	}, {
 		name: "PodGroup with fewer pods than minMember",
 		snap: func() *Snapshot {
@@ -73,7 +73,7 @@ func TestGangsPhase(t *testing.T) {
 			s.PodGroups = []v1alpha1.PodGroup{pg}
 			return s
 		}(),
-		gang: "podgroup/pg", phase: PhaseWaitingForMembers, bound: "0/4", gpus: 24, message: "3 of 4 members exist",
+		gang: "podgroup/pg", phase: gang.PhaseWaitingForMembers, bound: "0/4", gpus: 24, message: "3 of 4 members exist",
 	}, {
 		name: "a newer Event beats an older pod message",
 		snap: func() *Snapshot {
@@ -81,7 +81,7 @@ func TestGangsPhase(t *testing.T) {
 			s.Events = []eventsv1.Event{gangEvent("big", "GangPreempting", "gang team-a/big preempts 2 pods", testNow.Add(-time.Second))}
 			return s
 		}(),
-		gang: "job/big", phase: PhasePreempting, bound: "0/4", gpus: 32, message: "preempts 2 pods",
+		gang: "job/big", phase: gang.PhasePreempting, bound: "0/4", gpus: 32, message: "preempts 2 pods",
 	}, {
 		name: "the autoscaler's answer is no phase: the gang stays unschedulable",
 		snap: func() *Snapshot {
@@ -89,11 +89,35 @@ func TestGangsPhase(t *testing.T) {
 			s.Events = []eventsv1.Event{gangEvent("big", gang.ReasonProvisioned, "cluster-autoscaler provisioned the nodes", testNow.Add(-time.Second))}
 			return s
 		}(),
-		gang: "job/big", phase: PhaseUnschedulable, bound: "0/4", gpus: 32, message: unschedulableMsg,
+		gang: "job/big", phase: gang.PhaseUnschedulable, bound: "0/4", gpus: 32, message: unschedulableMsg,
+	}, {
+		name: "every member reserved and binding: Permitted",
+		snap: func() *Snapshot {
+			s := snapshot(nodes, nominated(members(bigJob, 4), "r1-n1", "r1-n2", "r1-n3", "r1-n4"), bigJob)
+			s.Events = []eventsv1.Event{gangEvent("big", "GangScheduled", "job team-a/big: all 4 planned members reserved on 4 nodes in rack r1; binding", testNow.Add(-time.Second))}
+			return s
+		}(),
+		gang: "job/big", phase: gang.PhasePermitted, bound: "0/4", gpus: 32, domain: "rack r1", message: "binding",
+	}, {
+		name: "a plan dropped by a node change is planned again at once: Dropped",
+		snap: func() *Snapshot {
+			s := snapshot(nodes, members(bigJob, 4), bigJob)
+			s.Events = []eventsv1.Event{gangEvent("big", "GangRejected", "job team-a/big: planned node r1-n1 was deleted; released all 4 planned members "+gang.PlannedAgainAtOnce, testNow.Add(-time.Second))}
+			return s
+		}(),
+		gang: "job/big", phase: gang.PhaseDropped, bound: "0/4", gpus: 32, message: "planned again at once",
+	}, {
+		name: "a plan dropped by a timeout: BackingOff",
+		snap: func() *Snapshot {
+			s := snapshot(nodes, members(bigJob, 4), bigJob)
+			s.Events = []eventsv1.Event{gangEvent("big", "GangScheduleTimeout", "job team-a/big: timed out after 1m0s with 3 of 4 members reserved; released all 4 planned members (retry in 5s)", testNow.Add(-time.Second))}
+			return s
+		}(),
+		gang: "job/big", phase: gang.PhaseBackingOff, bound: "0/4", gpus: 32, message: "retry in 5s",
 	}, {
 		name: "backing off, from the pods' message",
 		snap: snapshot(nodes, unschedulable(members(bigJob, 4), "gang team-a/big backs off until 2026-12-02T12:00:05Z after: timed out", testNow), bigJob),
-		gang: "job/big", phase: PhaseBackingOff, bound: "0/4", gpus: 32,
+		gang: "job/big", phase: gang.PhaseBackingOff, bound: "0/4", gpus: 32,
 	}, {
 		name: "Kubernetes PodGroup: the Job's pods are its members, the Job is no gang of its own",
 		snap: func() *Snapshot {
@@ -107,7 +131,7 @@ func TestGangsPhase(t *testing.T) {
 			}}
 			return s
 		}(),
-		gang: "podgroup.scheduling.k8s.io/train", phase: PhasePending, bound: "0/2", gpus: 16,
+		gang: "podgroup.scheduling.k8s.io/train", phase: gang.PhasePending, bound: "0/2", gpus: 16,
 	}, {
 		name: "Job whose pods are another scheduler's is no gang of muster's",
 		snap: snapshot(nodes, members(other, 2), other),

@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 // keys are the JSON field names of v, every field set, sorted.
@@ -31,7 +33,7 @@ func keys(t *testing.T, v any) []string {
 // remove a field.
 func TestJSONFieldsDocumented(t *testing.T) {
 	now := metav1.NewTime(testNow)
-	g := Gang{Kind: "Job", Namespace: "n", Name: "a", Members: 1, Gated: 1, Bound: 1, Quorum: 1, Phase: PhaseBound, Since: &now,
+	g := Gang{Kind: "Job", Namespace: "n", Name: "a", Members: 1, Gated: 1, Bound: 1, Quorum: 1, Phase: gang.PhaseBound, Since: &now,
 		GPUs: 1, Priority: 1, Domain: "rack r1", Nodes: []string{"x"}, Reason: "r", Message: "m",
 		Kueue: &Kueue{LocalQueue: "q", ClusterQueue: "c", Workload: "w", QuotaReserved: true, Admitted: true, Message: "m"}}
 	assert.Equal(t, []string{"bound", "domain", "gated", "gpus", "kind", "kueue", "members", "message", "name", "namespace",

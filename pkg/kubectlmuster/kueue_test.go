@@ -17,6 +17,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/muster-sched/muster/pkg/gang"
 )
 
 var (
@@ -79,7 +81,7 @@ func TestKueueSuspendedJob(t *testing.T) {
 		require.NoError(t, err, stderr)
 		var ex Explanation
 		require.NoError(t, json.Unmarshal([]byte(out), &ex), out)
-		assert.Equal(t, PhaseSuspended, ex.Gang.Phase)
+		assert.Equal(t, gang.PhaseSuspended, ex.Gang.Phase)
 		assert.Equal(t, &Kueue{LocalQueue: "team", ClusterQueue: "gpu", Workload: "job-queued-1a2b3", Message: quota}, ex.Gang.Kueue)
 		assert.True(t, hasFindingT(ex.Findings, FindingSuspended,
 			"suspended by Kueue: Workload job-queued-1a2b3 pending admission in LocalQueue team of ClusterQueue gpu: "+quota), "%+v", ex.Findings)

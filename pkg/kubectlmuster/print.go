@@ -97,18 +97,7 @@ func printExplanation(out io.Writer, ex *Explanation, gpu string, now time.Time)
 	}
 	fmt.Fprintf(w, "Phase:\t%s%s\n", g.Phase, since)
 	fmt.Fprintf(w, "Members:\t%d/%d bound (%d exist, %d gated); %d %s; priority %d\n", g.Bound, g.Quorum, g.Members, g.Gated, g.GPUs, gpu, g.Priority)
-	c := ex.Constraints
-	wants := []string{"preemptible " + c.Preemptible}
-	if c.TopologyRequired != "" {
-		wants = append(wants, "topology-required "+c.TopologyRequired)
-	}
-	if c.TopologyPreferred != "" {
-		wants = append(wants, "topology-preferred "+c.TopologyPreferred)
-	}
-	if c.PreemptionPolicy != "" {
-		wants = append(wants, "preemptionPolicy "+c.PreemptionPolicy)
-	}
-	fmt.Fprintf(w, "Asks for:\t%s\n", strings.Join(wants, ", "))
+	fmt.Fprintf(w, "Asks for:\t%s\n", asksFor(ex.Constraints))
 	if g.Domain != "" {
 		fmt.Fprintf(w, "Domain:\t%s\n", g.Domain)
 	}
@@ -152,16 +141,7 @@ func printExplanation(out io.Writer, ex *Explanation, gpu string, now time.Time)
 		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "  NAME\tNODE\tDOMAIN\tGPUS\tSTATE")
 		for _, m := range ex.Members {
-			state := "pending"
-			switch {
-			case m.Node != "":
-				state = "bound"
-			case len(m.Gates) > 0:
-				state = "gated (" + strings.Join(m.Gates, ",") + ")"
-			case m.Nominated != "":
-				state = "nominated to " + m.Nominated
-			}
-			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%s\n", m.Name, orDefault(m.Node, "-"), orDefault(m.Domain, "-"), m.GPUs, state)
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%s\n", m.Name, orDefault(m.Node, "-"), orDefault(m.Domain, "-"), m.GPUs, m.state())
 		}
 		if err := w.Flush(); err != nil {
 			return err
@@ -174,6 +154,34 @@ func printExplanation(out io.Writer, ex *Explanation, gpu string, now time.Time)
 		}
 	}
 	return nil
+}
+
+// asksFor lists what the gang's members ask of their placement.
+func asksFor(c Constraints) string {
+	wants := []string{"preemptible " + c.Preemptible}
+	if c.TopologyRequired != "" {
+		wants = append(wants, "topology-required "+c.TopologyRequired)
+	}
+	if c.TopologyPreferred != "" {
+		wants = append(wants, "topology-preferred "+c.TopologyPreferred)
+	}
+	if c.PreemptionPolicy != "" {
+		wants = append(wants, "preemptionPolicy "+c.PreemptionPolicy)
+	}
+	return strings.Join(wants, ", ")
+}
+
+// state is the member's column in explain's Members table.
+func (m MemberState) state() string {
+	switch {
+	case m.Node != "":
+		return "bound"
+	case len(m.Gates) > 0:
+		return "gated (" + strings.Join(m.Gates, ",") + ")"
+	case m.Nominated != "":
+		return "nominated to " + m.Nominated
+	}
+	return "pending"
 }
 
 // printTop writes the domain tree, nodes included when wide.

@@ -196,37 +196,8 @@ func read(ctx context.Context, c Clients, scope Scope, r reads) (*Snapshot, erro
 	}
 	s.Events = events.Items
 
-	served, err := servedResource(c.Kube, v1alpha1.SchemeGroupVersion.String(), "podgroups")
-	switch {
-	case err != nil:
+	if err := readPodGroups(ctx, c, scope, s); err != nil {
 		return nil, err
-	case !served || c.Dynamic == nil:
-		s.Skipped = append(s.Skipped, "podgroups.scheduling.x-k8s.io is not served (the PodGroup CRD is not installed): scheduler-plugins PodGroups are skipped")
-	default:
-		list, err := c.Dynamic.Resource(v1alpha1.Resource).Namespace(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, listError(err, "podgroups.scheduling.x-k8s.io", scope.where())
-		}
-		for i := range list.Items {
-			pg, err := v1alpha1.FromUnstructured(&list.Items[i])
-			if err != nil {
-				return nil, err
-			}
-			s.PodGroups = append(s.PodGroups, *pg)
-		}
-	}
-	served, err = servedResource(c.Kube, schedulingv1beta1.SchemeGroupVersion.String(), "podgroups")
-	switch {
-	case err != nil:
-		return nil, err
-	case !served:
-		s.Skipped = append(s.Skipped, "scheduling.k8s.io/v1beta1 is not served (GenericWorkload off): Kubernetes PodGroups are skipped")
-	default:
-		list, err := c.Kube.SchedulingV1beta1().PodGroups(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, listError(err, "podgroups.scheduling.k8s.io", scope.where())
-		}
-		s.WorkloadGroups = list.Items
 	}
 	if err := readKueue(ctx, c, ns, s); err != nil {
 		return nil, err
@@ -239,6 +210,45 @@ func read(ctx context.Context, c Clients, scope Scope, r reads) (*Snapshot, erro
 		s.PVCs, s.PVCsRead = pvcs.Items, true
 	}
 	return s, nil
+}
+
+// readPodGroups reads both kinds of PodGroup into s, where their API is
+// served (each skipped with a note where it is not).
+func readPodGroups(ctx context.Context, c Clients, scope Scope, s *Snapshot) error {
+	ns := scope.listNamespace()
+	served, err := servedResource(c.Kube, v1alpha1.SchemeGroupVersion.String(), "podgroups")
+	switch {
+	case err != nil:
+		return err
+	case !served || c.Dynamic == nil:
+		s.Skipped = append(s.Skipped, "podgroups.scheduling.x-k8s.io is not served (the PodGroup CRD is not installed): scheduler-plugins PodGroups are skipped")
+	default:
+		list, err := c.Dynamic.Resource(v1alpha1.Resource).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return listError(err, "podgroups.scheduling.x-k8s.io", scope.where())
+		}
+		for i := range list.Items {
+			pg, err := v1alpha1.FromUnstructured(&list.Items[i])
+			if err != nil {
+				return err
+			}
+			s.PodGroups = append(s.PodGroups, *pg)
+		}
+	}
+	served, err = servedResource(c.Kube, schedulingv1beta1.SchemeGroupVersion.String(), "podgroups")
+	switch {
+	case err != nil:
+		return err
+	case !served:
+		s.Skipped = append(s.Skipped, "scheduling.k8s.io/v1beta1 is not served (GenericWorkload off): Kubernetes PodGroups are skipped")
+	default:
+		list, err := c.Kube.SchedulingV1beta1().PodGroups(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return listError(err, "podgroups.scheduling.k8s.io", scope.where())
+		}
+		s.WorkloadGroups = list.Items
+	}
+	return nil
 }
 
 // servedResource asks discovery whether groupVersion serves resource.

@@ -231,34 +231,9 @@ func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 	// settle may have moved the queue's clock past a backoff already.
 	h.engine.begin(t)
 
-	var arriving []*gangState
-	for {
-		e, ok := h.engine.due()
-		if !ok {
-			break
-		}
-		var err error
-		switch e.kind {
-		case evComplete:
-			err = c.complete(ctx, e)
-		case evNotice:
-			err = c.notice(ctx, e)
-		case evDelete:
-			arriving, err = c.deleteNode(ctx, e, arriving)
-		case evReplace:
-			err = c.replaceNode(ctx, e)
-		case evPreempted:
-			arriving, err = c.restartPreempted(ctx, e, arriving)
-		case evFlush:
-			h.engine.flushing()
-			d.flushUnschedulable()
-		case evArrival:
-			h.rec.Submitted(e.gang.job.Name, e.gang.job.Workers, e.gang.job.GPUs, e.gang.job.Priority, t)
-			arriving = append(arriving, e.gang)
-		}
-		if err != nil {
-			return 0, err
-		}
+	arriving, err := h.applyDue(ctx, t)
+	if err != nil {
+		return 0, err
 	}
 	if len(c.changes.deletedBound)+len(c.changes.deletedQueue) > 0 {
 		// Let every handler see the deletions before the same gangs' new
@@ -306,6 +281,41 @@ func (h *harness) step(ctx context.Context, t time.Duration) (int, error) {
 	h.soak.maybe(h, t)
 	h.opts.Progress.Update(c.progressState())
 	return binds, nil
+}
+
+// applyDue applies the events due by virtual time t to the cluster, and
+// returns the gangs that arrive (new, or restarted after losing a member).
+func (h *harness) applyDue(ctx context.Context, t time.Duration) ([]*gangState, error) {
+	c, d := h.cluster, h.driver
+	var arriving []*gangState
+	for {
+		e, ok := h.engine.due()
+		if !ok {
+			return arriving, nil
+		}
+		var err error
+		switch e.kind {
+		case evComplete:
+			err = c.complete(ctx, e)
+		case evNotice:
+			err = c.notice(ctx, e)
+		case evDelete:
+			arriving, err = c.deleteNode(ctx, e, arriving)
+		case evReplace:
+			err = c.replaceNode(ctx, e)
+		case evPreempted:
+			arriving, err = c.restartPreempted(ctx, e, arriving)
+		case evFlush:
+			h.engine.flushing()
+			d.flushUnschedulable()
+		case evArrival:
+			h.rec.Submitted(e.gang.job.Name, e.gang.job.Workers, e.gang.job.GPUs, e.gang.job.Priority, t)
+			arriving = append(arriving, e.gang)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // submit creates what arriving gangs need, in an order that lets the

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/muster-sched/muster/pkg/gang"
 	"github.com/muster-sched/muster/pkg/kubectlmuster"
 )
 
@@ -27,7 +28,7 @@ func TestE2EKubectlMusterKueue(t *testing.T) {
 	c.createQueuedJob("second", 4)
 	c.waitPending("second")
 
-	ex := c.waitExplained("job/second", kubectlmuster.PhaseSuspended, map[string]string{
+	ex := c.waitExplained("job/second", gang.PhaseSuspended, map[string]string{
 		kubectlmuster.FindingSuspended: "pending admission in LocalQueue team of ClusterQueue gpu: ",
 		kubectlmuster.FindingFitsNow:   "once resumed",
 	})

@@ -43,7 +43,7 @@ func (c *cluster) kubectlMuster(kubeconfig string, args ...string) (stdout strin
 // waitExplained polls `kubectl muster explain ref -o json` until the gang is
 // in phase (any, when empty) and has a finding of each reason containing its
 // text.
-func (c *cluster) waitExplained(ref string, phase kubectlmuster.Phase, findings map[string]string) *kubectlmuster.Explanation {
+func (c *cluster) waitExplained(ref string, phase gang.Phase, findings map[string]string) *kubectlmuster.Explanation {
 	c.t.Helper()
 	var ex kubectlmuster.Explanation
 	var last string
@@ -131,7 +131,7 @@ func TestKubectlMusterExplains(t *testing.T) {
 	// Bound: where it landed (best fit, ties by name: rack r1).
 	c.createJob(jobSpec{name: "placed", workers: 2, gpus: 8, annotations: rackRequired})
 	c.waitJobBound("placed", 2)
-	ex := c.waitExplained("job/placed", kubectlmuster.PhaseBound, map[string]string{
+	ex := c.waitExplained("job/placed", gang.PhaseBound, map[string]string{
 		kubectlmuster.FindingBound: "bound: 2 members on 2 nodes in rack r1"})
 	require.Len(t, ex.Members, 2)
 	for _, m := range ex.Members {
@@ -140,7 +140,7 @@ func TestKubectlMusterExplains(t *testing.T) {
 
 	// Too big: 5 × 8 GPUs where 2 nodes are free.
 	c.createJob(jobSpec{name: "huge", workers: 5, gpus: 8})
-	c.waitExplained("job/huge", kubectlmuster.PhaseUnschedulable, map[string]string{
+	c.waitExplained("job/huge", gang.PhaseUnschedulable, map[string]string{
 		kubectlmuster.FindingCapacity: "needs 3 more nodes with 8 free nvidia.com/gpu; the cluster has room for 2 of 5 members",
 		kubectlmuster.FindingPlanner:  "at most 2 fit"})
 	// The scheduler's own count, recorded on the Job: rack r1 is full.
@@ -148,7 +148,7 @@ func TestKubectlMusterExplains(t *testing.T) {
 
 	// Blocked by topology: 3 in one rack; rack r2 comes closest.
 	c.createJob(jobSpec{name: "topo", workers: 3, gpus: 8, annotations: rackRequired})
-	ex = c.waitExplained("job/topo", kubectlmuster.PhaseUnschedulable, map[string]string{
+	ex = c.waitExplained("job/topo", gang.PhaseUnschedulable, map[string]string{
 		kubectlmuster.FindingCapacity: "needs 1 more node with 8 free nvidia.com/gpu in one rack; rack r2 has room for 2 of 3 members"})
 	assert.Contains(t, nodeReasons(ex), kubectlmuster.NodeInsufficientGPUs+"=2", "rack r1 is full")
 
@@ -156,7 +156,7 @@ func TestKubectlMusterExplains(t *testing.T) {
 	c.createPodGroup("pg", 3, nil)
 	c.createGroupPod("pg", "pg-0", 1)
 	c.createGroupPod("pg", "pg-1", 1)
-	c.waitExplained("podgroup/pg", kubectlmuster.PhaseWaitingForMembers, map[string]string{
+	c.waitExplained("podgroup/pg", gang.PhaseWaitingForMembers, map[string]string{
 		kubectlmuster.FindingWaitingMembers: "waiting for 1 more member (2 of 3 exist)"})
 
 	// Suspended for Kueue: no Kueue runs here, so the Job stays suspended
@@ -164,7 +164,7 @@ func TestKubectlMusterExplains(t *testing.T) {
 	// the real Kueue).
 	c.createJob(jobSpec{name: "queued", workers: 2, gpus: 8, labels: map[string]string{kubectlmuster.KueueQueueLabel: "gpu"},
 		mutate: func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }})
-	c.waitExplained("job/queued", kubectlmuster.PhaseSuspended, map[string]string{
+	c.waitExplained("job/queued", gang.PhaseSuspended, map[string]string{
 		kubectlmuster.FindingSuspended: "Kueue has not admitted it yet (label kueue.x-k8s.io/queue-name=gpu; Kueue's Workloads are not read here)",
 		kubectlmuster.FindingFitsNow:   "once resumed"})
 
@@ -182,7 +182,7 @@ func TestKubectlMusterExplains(t *testing.T) {
 	c.createJob(jobSpec{name: "low", workers: 2, gpus: 8, mutate: withPriority("low")})
 	c.waitJobBound("low", 2)
 	c.createJob(jobSpec{name: "urgent", workers: 2, gpus: 8, mutate: withPriority("high-never")})
-	c.waitExplained("job/urgent", kubectlmuster.PhaseUnschedulable, map[string]string{
+	c.waitExplained("job/urgent", gang.PhaseUnschedulable, map[string]string{
 		kubectlmuster.FindingPreemptBlocked: "would fit if gang " + c.ns + "/job/low (priority 10, 16 nvidia.com/gpu) were preempted: this gang's priority 1000 is higher, but its preemptionPolicy is Never",
 		kubectlmuster.FindingCapacity:       "needs 2 more nodes with 8 free nvidia.com/gpu; the cluster has room for 0 of 2 members"})
 
@@ -293,7 +293,7 @@ func TestKubectlMusterWorkloadPodGroup(t *testing.T) {
 		}
 	})
 	c.createJob(jobSpec{name: "train", workers: 4, gpus: 8, mutate: inGroup("train")})
-	ex := c.waitExplained("podgroup.scheduling.k8s.io/train", kubectlmuster.PhaseUnschedulable, map[string]string{
+	ex := c.waitExplained("podgroup.scheduling.k8s.io/train", gang.PhaseUnschedulable, map[string]string{
 		kubectlmuster.FindingCapacity: "needs 1 more node with 8 free nvidia.com/gpu in one rack; rack r1 has room for 3 of 4 members"})
 	assert.Equal(t, "rack", ex.Constraints.TopologyRequired, "from the PodGroup's schedulingConstraints")
 	assert.Equal(t, 4, ex.Gang.Quorum, "gang.minCount")

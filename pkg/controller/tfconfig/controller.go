@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -513,22 +514,8 @@ func (c *Controller) sync(ctx context.Context, key gang.Key) (string, error) {
 func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool, error) {
 	logger := klog.FromContext(ctx)
 	key, name := keyOf(w), SecretName(w.GetName())
-	secrets := c.client.CoreV1().Secrets(w.GetNamespace())
 	want := secretApply(w, p.cluster)
-
-	apply := func(dryRun bool) (*corev1.Secret, error) {
-		// No force: a field another manager set to another value is a conflict, never overwritten.
-		opts := metav1.ApplyOptions{FieldManager: FieldManager}
-		if dryRun {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		applied, err := secrets.Apply(ctx, want, opts)
-		if err != nil && conflictsOnlyWithItself(err) {
-			opts.Force = true
-			applied, err = secrets.Apply(ctx, want, opts)
-		}
-		return applied, err
-	}
+	apply := func(dryRun bool) (*corev1.Secret, error) { return c.applySecret(ctx, w.GetNamespace(), want, dryRun) }
 	var applied *corev1.Secret
 	var err error
 	remembered, known := c.appliedSecretOf(key)
@@ -589,9 +576,33 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 		return true, nil
 	}
 
-	before, known := c.rememberSecret(key, appliedSecret{uid: applied.UID, cluster: sha256.Sum256(p.cluster)})
+	c.rememberApplied(ctx, w, p, name, applied.UID)
+	return false, nil
+}
+
+// applySecret applies want (a dry run when dryRun). No force: a field another manager set to
+// another value is a conflict, never overwritten.
+func (c *Controller) applySecret(ctx context.Context, namespace string, want *applycorev1.SecretApplyConfiguration, dryRun bool) (*corev1.Secret, error) {
+	secrets := c.client.CoreV1().Secrets(namespace)
+	opts := metav1.ApplyOptions{FieldManager: FieldManager}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	applied, err := secrets.Apply(ctx, want, opts)
+	if err != nil && conflictsOnlyWithItself(err) {
+		opts.Force = true
+		applied, err = secrets.Apply(ctx, want, opts)
+	}
+	return applied, err
+}
+
+// rememberApplied records the Secret name (uid) applied for w's plan p and announces
+// it when it is new or holds another cluster than before.
+func (c *Controller) rememberApplied(ctx context.Context, w workload, p plan, name string, uid types.UID) {
+	logger := klog.FromContext(ctx)
+	before, known := c.rememberSecret(keyOf(w), appliedSecret{uid: uid, cluster: sha256.Sum256(p.cluster)})
 	switch {
-	case !known || before.uid != applied.UID:
+	case !known || before.uid != uid:
 		logger.V(2).Info("Applied TF_CONFIG Secret", "secret", name, "tasks", p.tasks)
 		c.recorder.Eventf(w.object(), corev1.EventTypeNormal, ReasonSecretApplied, "Secret %s holds a cluster of %d tasks", name, p.tasks)
 	case before.cluster != sha256.Sum256(p.cluster):
@@ -599,7 +610,6 @@ func (c *Controller) ensureSecret(ctx context.Context, w workload, p plan) (bool
 		c.recorder.Eventf(w.object(), corev1.EventTypeNormal, ReasonSecretUpdated,
 			"Updated Secret %s to a cluster of %d tasks; running containers keep the cluster they started with", name, p.tasks)
 	}
-	return false, nil
 }
 
 // giveBackSecret gives back every field the controller applied to the Secret namespace/name of that

@@ -437,9 +437,9 @@ func (t *filterTrial) filterWithNominated(pod *v1.Pod, state fwk.CycleState, ni 
 	return c.fw.RunFilterPlugins(c.ctx, state, pod, ni)
 }
 
-// Place adds the member to the trial: to a copy of its node's NodeInfo and,
+// Assign adds the member to the trial: to a copy of its node's NodeInfo and,
 // lazily, to every other member's state.
-func (t *filterTrial) Place(m *gang.Member, node *v1.Node) {
+func (t *filterTrial) Assign(m *gang.Member, node *v1.Node) {
 	member := t.c.pods[m.UID]
 	if member == nil {
 		return

@@ -28,7 +28,7 @@ func TestMemberPlacedInTwoTrialsKeepsEachPlacement(t *testing.T) {
 	if !first.Fits(ma, n1) {
 		t.Fatal("a does not fit on the empty n1")
 	}
-	first.Place(ma, n1)
+	first.Assign(ma, n1)
 	if first.Fits(mb, n1) {
 		t.Error("first trial: b fits on n1 beside a (a's GPUs not counted there)")
 	}
@@ -37,7 +37,7 @@ func TestMemberPlacedInTwoTrialsKeepsEachPlacement(t *testing.T) {
 	}
 
 	second := check.Trial().(*filterTrial)
-	second.Place(ma, n2)
+	second.Assign(ma, n2)
 	if !second.Fits(mb, n1) {
 		t.Error("second trial: b does not fit on n1, which only the first trial used")
 	}

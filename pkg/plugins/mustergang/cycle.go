@@ -29,7 +29,7 @@ type cycle struct {
 	// what SearchVictims found: what the later steps work on.
 	gr    *gangRequest
 	views []gang.NodeView
-	found *victimSearch
+	found *gang.VictimsFound
 }
 
 func (c *cycle) Now() time.Time             { return c.p.now() }
@@ -72,7 +72,7 @@ func (c *cycle) ReleaseWaiting(key gang.Key, message string) int {
 	return c.p.rejectWaiting(key, nil, message).Len()
 }
 
-func (c *cycle) Compute(planning *gang.Planning) gang.Attempt {
+func (c *cycle) TryPlan(planning *gang.Planning) gang.Attempt {
 	p := c.p
 	if p.dra.enabled() && len(p.dra.attributes) > 0 {
 		p.nodes.topology.SetDeviceDomains(p.dra, p.dra.topologyVersion())
@@ -111,22 +111,7 @@ func (c *cycle) Presence(victims []*v1.Pod) gang.Presence {
 }
 
 func (c *cycle) VictimsLingering(plan *gang.ActivePlan) string {
-	if cached := c.p.slotWithEvictedPod(plan); cached != "" {
-		// Every victim is deleted, but the scheduler's cache (this
-		// cycle's snapshot) still shows one on a planned node: muster's
-		// informer saw it go first. Every member waits, not only the one
-		// planned there: in a pod-group cycle a partial pass would count
-		// as placed and the refused member would break the plan. The
-		// PostFilter wakes the gang again once the cache has caught up.
-		return "them to leave " + cached
-	}
-	if !c.p.devicesReleased(plan) {
-		// The victims are gone but the DRA devices they held are not
-		// released yet: the planned node would refuse the member now. A
-		// ResourceClaim event wakes it.
-		return "the devices they held to be released"
-	}
-	return ""
+	return c.p.victimsLingering(plan)
 }
 
 // TerminatingFor: see terminatingFor.
@@ -210,14 +195,14 @@ func (c *cycle) SearchVictims() (*gang.Victims, error) {
 	if err != nil {
 		return nil, err
 	}
-	if found.choice.Units == nil {
-		klog.FromContext(c.ctx).V(2).Info("No preemption helps", "gang", c.gr.Info.Key, "candidateUnits", len(found.units), "lowerPriorityUnits", found.lowerPriority, "checks", found.checks)
+	if found.Choice.Units == nil {
+		klog.FromContext(c.ctx).V(2).Info("No preemption helps", "gang", c.gr.Info.Key, "candidateUnits", len(found.Candidates), "lowerPriorityUnits", found.LowerPriority, "checks", found.Checks)
 		return nil, nil
 	}
 	c.found = found
-	v := &gang.Victims{Plan: found.plan, Pods: found.victims, Violations: found.choice.Violations}
-	for _, i := range found.choice.Units {
-		v.Units = append(v.Units, found.units[i].VictimUnit)
+	v := &gang.Victims{Plan: found.Plan, Pods: found.Pods, Violations: found.Choice.Violations}
+	for _, i := range found.Choice.Units {
+		v.Units = append(v.Units, found.Candidates[i].VictimUnit)
 	}
 	return v, nil
 }

@@ -65,7 +65,7 @@ func TestDryRunScreensHostnameAntiAffinity(t *testing.T) {
 	if !trial.Fits(member(a), nodes[0]) {
 		t.Fatalf("a does not fit on the empty n1: %v", check.Explain())
 	}
-	trial.Place(member(a), nodes[0])
+	trial.Assign(member(a), nodes[0])
 	for _, n := range nodes[:3] {
 		if trial.Fits(member(b), n) {
 			t.Errorf("b fits on %s, where a pod it avoids is placed, runs or is nominated", n.Name)
@@ -147,7 +147,7 @@ func TestDryRunScreensDRAGPUs(t *testing.T) {
 	if !trial.Fits(member(a), nodes[0]) {
 		t.Fatalf("a does not fit on n1's one free device: %v", check.Explain())
 	}
-	trial.Place(member(a), nodes[0])
+	trial.Assign(member(a), nodes[0])
 	if trial.Fits(member(b), nodes[0]) {
 		t.Error("b fits on the device a was given in this trial")
 	}
@@ -200,7 +200,7 @@ func TestDryRunOffersAMixedNodeOnlyWhatItsPoolsServe(t *testing.T) {
 	if !trial.Fits(member(small), mixed) {
 		t.Fatalf("4 plain GPUs do not fit on a node whose device plugin serves 4: %v", check.Explain())
 	}
-	trial.Place(member(small), mixed)
+	trial.Assign(member(small), mixed)
 	if trial.Fits(member(second), mixed) {
 		t.Error("4 more plain GPUs fit beside 4 on a node whose device plugin serves 4 (its DRA devices were offered to them)")
 	}

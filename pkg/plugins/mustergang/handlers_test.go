@@ -122,7 +122,7 @@ func TestForgottenGangLeavesNoTimer(t *testing.T) {
 		f.plugin.onPodDelete(pod)
 	}
 	assert.False(t, f.clock.HasWaiters(), "a timer of the forgotten gang is pending")
-	assert.Equal(t, gang.PhaseNew, f.plugin.gangs.Phase(key), "the gang is forgotten")
+	assert.Equal(t, gang.PhasePending, f.plugin.gangs.Phase(key), "the gang is forgotten")
 }
 
 // A PodGroup's gang lives as long as its object, not only its pods: the

@@ -148,8 +148,36 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	p.failedPlans = newFailedPlanWriter(h.ClientSet, p.source)
 	registerMetrics()
 
+	podInformer, err := p.addHandlers(factory)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.watchPodGroups(ctx, podInformer.HasSynced); err != nil {
+		return nil, err
+	}
+	if err := p.watchProvisioning(ctx, podInformer.HasSynced); err != nil {
+		return nil, err
+	}
+	if args.GangPreemption {
+		go func() {
+			// Once this replica schedules: informers start when it leads.
+			if cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
+				factory.WaitForCacheSync(ctx.Done())
+				p.evictions.resume(p.run)
+			}
+		}()
+	}
+	go p.status.run(ctx)
+	go p.failedPlans.run(ctx)
+	return p, nil
+}
+
+// addHandlers indexes pods by gang and registers the plugin's handlers on
+// the informers of pods, nodes, DRA devices, PDBs and gang owners; it
+// returns the pod informer.
+func (p *Plugin) addHandlers(factory informers.SharedInformerFactory) (cache.SharedIndexInformer, error) {
 	podInformer := factory.Core().V1().Pods().Informer()
-	if err := podInformer.AddIndexers(cache.Indexers{p.source.gangIndex: gangIndexFunc(h.ProfileName())}); err != nil {
+	if err := podInformer.AddIndexers(cache.Indexers{p.source.gangIndex: gangIndexFunc(p.handle.ProfileName())}); err != nil {
 		return nil, fmt.Errorf("adding gang index: %w", err)
 	}
 	p.source.pods = podInformer.GetIndexer()
@@ -178,7 +206,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 			}
 		}
 	}
-	if args.GangPreemption {
+	if p.args.GangPreemption {
 		// Registered before the informers start, as DefaultPreemption does.
 		p.pdbs = factory.Policy().V1().PodDisruptionBudgets().Lister()
 	}
@@ -190,25 +218,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, c clock.Wi
 	if _, err := factory.Apps().V1().StatefulSets().Informer().AddEventHandler(p.ownerHandler(gang.KindStatefulSet)); err != nil {
 		return nil, err
 	}
-
-	if err := p.watchPodGroups(ctx, podInformer.HasSynced); err != nil {
-		return nil, err
-	}
-	if err := p.watchProvisioning(ctx, podInformer.HasSynced); err != nil {
-		return nil, err
-	}
-	if args.GangPreemption {
-		go func() {
-			// Once this replica schedules: informers start when it leads.
-			if cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
-				factory.WaitForCacheSync(ctx.Done())
-				p.evictions.resume(p.run)
-			}
-		}()
-	}
-	go p.status.run(ctx)
-	go p.failedPlans.run(ctx)
-	return p, nil
+	return podInformer, nil
 }
 
 // handlerCtx is the context for work outside a scheduling cycle (run).

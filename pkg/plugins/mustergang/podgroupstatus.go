@@ -61,17 +61,17 @@ func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
 	status := *pg.DeepCopy()
 	desired := &status.Status
 	set := src.members(key)
-	members := memberCounts{total: set.total, bound: set.bound(),
-		succeeded: int(max(pg.Status.Succeeded, int32(w.gangs.Succeeded(key))))}
+	members := gang.MemberCounts{Total: set.total, Bound: set.bound(),
+		Succeeded: int(max(pg.Status.Succeeded, int32(w.gangs.Succeeded(key))))}
 	objs, _ := src.pods.ByIndex(src.gangIndex, key.String())
 	for _, o := range objs {
 		if o.(*v1.Pod).Status.Phase == v1.PodRunning {
-			members.running++
+			members.Running++
 		}
 	}
 	plan := w.gangs.Plan(key)
-	phase, keep := podGroupPhase(pg.Status.Phase, int(pg.Spec.MinMember), members, plan != nil)
-	desired.Succeeded = int32(members.succeeded)
+	phase, keep := gang.PodGroupPhase(pg.Status.Phase, int(pg.Spec.MinMember), members, plan != nil)
+	desired.Succeeded = int32(members.Succeeded)
 	if keep {
 		// The members left the informer (finished or deleted): the last
 		// state stands, with the count of those that succeeded.
@@ -81,7 +81,7 @@ func (w *statusWriter) sync(ctx context.Context, key gang.Key) error {
 		return w.update(ctx, &status)
 	}
 	desired.Phase = phase
-	desired.Scheduled, desired.Running = int32(members.bound), int32(members.running)
+	desired.Scheduled, desired.Running = int32(members.Bound), int32(members.Running)
 	if plan != nil && desired.ScheduleStartTime == nil {
 		desired.ScheduleStartTime = &metav1.Time{Time: plan.Created}
 	}
@@ -108,32 +108,4 @@ func (w *statusWriter) update(ctx context.Context, pg *v1alpha1.PodGroup) error 
 	defer cancel()
 	_, err := w.source.pgClient.UpdateStatus(ctx, pg)
 	return err
-}
-
-// memberCounts are a PodGroup's members as the status counts them: total,
-// bound and running count the live ones (in the pod informer), succeeded
-// those that finished successfully (gone from the informer).
-type memberCounts struct {
-	total, bound, running, succeeded int
-}
-
-// podGroupPhase is a PodGroup's phase: members that succeeded count toward
-// minMember with the running and the bound ones, so a gang whose members
-// finish one by one stays Running and ends Succeeded. keep: no member is
-// live and the group has not succeeded, so the members that left (finished
-// or deleted) leave the last phase, Running or Scheduled, as it was.
-func podGroupPhase(last v1alpha1.PodGroupPhase, minMember int, m memberCounts, planned bool) (phase v1alpha1.PodGroupPhase, keep bool) {
-	switch {
-	case minMember > 0 && m.total == 0 && m.succeeded >= minMember:
-		return v1alpha1.PodGroupSucceeded, false
-	case m.total == 0 && (last == v1alpha1.PodGroupRunning || last == v1alpha1.PodGroupScheduled):
-		return last, true
-	case minMember > 0 && m.running+m.succeeded >= minMember:
-		return v1alpha1.PodGroupRunning, false
-	case minMember > 0 && m.bound+m.succeeded >= minMember:
-		return v1alpha1.PodGroupScheduled, false
-	case planned:
-		return v1alpha1.PodGroupScheduling, false
-	}
-	return v1alpha1.PodGroupPending, false
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // PostFilter asks the gang manager what follows a cycle that found no node
-// (gang.Manager.Unplaced). A member that could not go to its planned node,
+// (gang.Decisions.Unplaced). A member that could not go to its planned node,
 // or was rejected by another plugin's PreFilter before muster's ran, found
 // something changed since the plan (a pod the default scheduler placed, a
 // volume deleted): the plan is dropped at once, the waiting siblings
@@ -25,12 +25,12 @@ import (
 // is cleared, so a stale one never lingers.
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	c := &cycle{p: p, ctx: ctx, state: cs, statuses: statuses}
-	recourse := p.gangs.Unplaced(c, pod)
+	recourse := p.gangs.Decisions().Unplaced(c, pod)
 	return p.enactRecourse(ctx, c, pod, recourse)
 }
 
 // enactRecourse carries out what the gang manager decided for pod's cycle
-// that found no node (gang.Manager.Unplaced, Preempt) and answers the
+// that found no node (gang.Decisions.Unplaced, Preempt) and answers the
 // framework: the node pod is nominated to, and why it waits.
 func (p *Plugin) enactRecourse(ctx context.Context, c *cycle, pod *v1.Pod, r gang.Recourse) (*fwk.PostFilterResult, *fwk.Status) {
 	p.follow(ctx, r.Followup, r.Owner)
@@ -48,12 +48,12 @@ func (p *Plugin) enactRecourse(ctx context.Context, c *cycle, pod *v1.Pod, r gan
 }
 
 // waitingForVictims reports whether a member was turned away only because
-// its plan still waits for the pods it preempted (victimsPending), or
+// its plan still waits for the pods it preempted (gang.VictimsAwaited), or
 // muster's own PreFilter held the member back for them (s, its state; the
 // last one went since). Any other refusal, muster's own included (the node
 // is being reclaimed), is a refusal.
 func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot string, s *cycleState, statuses fwk.NodeToStatusReader) (string, bool) {
-	if msg, waiting := p.victimsPending(key, plan); waiting {
+	if msg := gang.VictimsAwaited(key, plan, p.victimsLingering); msg != "" {
 		return msg, true
 	}
 	if s != nil && s.heldForVictims && s.planID == plan.ID {
@@ -65,18 +65,25 @@ func (p *Plugin) waitingForVictims(key gang.Key, plan *gang.ActivePlan, slot str
 	return "", false
 }
 
-// victimsPending reports whether plan still waits for the pods it
-// preempted: some have not terminated, or the cycle's snapshot still shows
-// one on a planned node (muster's informer can see a victim go before the
-// scheduler's cache does).
-func (p *Plugin) victimsPending(key gang.Key, plan *gang.ActivePlan) (string, bool) {
-	if n := plan.Victims.Len(); n > 0 {
-		return fmt.Sprintf("%s waits for %d preempted pods to terminate", key.Subject(), n), true
-	}
+// victimsLingering says what a plan whose victims are all deleted still
+// waits for ("" when nothing; gang.VictimsAwaited).
+func (p *Plugin) victimsLingering(plan *gang.ActivePlan) string {
 	if cached := p.slotWithEvictedPod(plan); cached != "" {
-		return fmt.Sprintf("%s waits for preempted pods to leave %s", key.Subject(), cached), true
+		// Every victim is deleted, but the scheduler's cache (this
+		// cycle's snapshot) still shows one on a planned node: muster's
+		// informer saw it go first. Every member waits, not only the one
+		// planned there: in a pod-group cycle a partial pass would count
+		// as placed and the refused member would break the plan. The
+		// PostFilter wakes the gang again once the cache has caught up.
+		return "them to leave " + cached
 	}
-	return "", false
+	if !p.devicesReleased(plan) {
+		// The victims are gone but the DRA devices they held are not
+		// released yet: the planned node would refuse the member now. A
+		// ResourceClaim event wakes it.
+		return "the devices they held to be released"
+	}
+	return ""
 }
 
 // slotWithEvictedPod is a planned node on which the cycle's snapshot still

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 
 	v1 "k8s.io/api/core/v1"
@@ -25,23 +26,12 @@ import (
 // one plan (with the framework's filters) on the snapshot without it.
 const maxPreemptionDryRuns = 256
 
-// victimUnit is a whole gang's bound members, or one lone pod.
-type victimUnit struct {
-	gang.VictimUnit
-	key  gang.Key // the victim gang, or the lone pod's gang.LoneKey
-	pods []*v1.Pod
-	// requests[i] is what pods[i] frees (its requests, its claims' GPUs).
-	requests []gang.Resources
-	// nodes are the positions (in the snapshot's node list) of its pods.
-	nodes []int
-}
-
 // preempt makes room for the gang of pod, a member without a plan, by
-// evicting lower-priority pods (gang.Manager.Preempt), and carries that
+// evicting lower-priority pods (gang.Decisions.Preempt), and carries that
 // out. The result nominates pod when victims go; nil when none do.
 func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResult, *fwk.Status) {
 	c := &cycle{p: p, ctx: ctx}
-	r := p.gangs.Preempt(c, pod)
+	r := p.gangs.Decisions().Preempt(c, pod)
 	result, status := p.enactRecourse(ctx, c, pod, r)
 	if r.Evict == 0 {
 		return nil, status
@@ -51,18 +41,18 @@ func (p *Plugin) preempt(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResul
 
 // startEvictions evicts the units found chose for the preemptor's plan
 // planID, in the background: each is told why, then deleted whole.
-func (p *Plugin) startEvictions(ctx context.Context, found *victimSearch, preemptor *v1.Pod, key gang.Key, planID int64, gpus int64) {
+func (p *Plugin) startEvictions(ctx context.Context, found *gang.VictimsFound, preemptor *v1.Pod, key gang.Key, planID int64, gpus int64) {
 	logger := klog.FromContext(ctx)
 	preemptions.Inc()
 	preemptedGPUs.Add(float64(gpus))
 	var names []string
 	var victimsByUnit [][]*v1.Pod
-	for _, i := range found.choice.Units {
-		p.recordVictim(ctx, found.units[i], key)
-		names = append(names, found.units[i].Name)
-		victimsByUnit = append(victimsByUnit, found.units[i].pods)
+	for _, i := range found.Choice.Units {
+		p.recordVictim(ctx, found.Candidates[i], key)
+		names = append(names, found.Candidates[i].Name)
+		victimsByUnit = append(victimsByUnit, found.Candidates[i].Victims)
 	}
-	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(found.victims), "gpus", gpus, "budgetViolations", found.choice.Violations, "checks", found.checks)
+	logger.Info("Preempting for gang", "gang", key, "victims", names, "pods", len(found.Pods), "gpus", gpus, "budgetViolations", found.Choice.Violations, "checks", found.Checks)
 	// Counted before the goroutine starts, so whoever watches the gauge never
 	// sees an eviction as done before it began.
 	evictions := schedmetrics.Goroutines.WithLabelValues(EvictionOperation)
@@ -204,35 +194,15 @@ func (p *Plugin) refusedForGood(ctx context.Context, pod *v1.Pod, ni fwk.NodeInf
 	}
 }
 
-// victimSearch is the outcome of searchVictims: the chosen units (indexes
-// into units) and the plan the gang gets with them gone.
-type victimSearch struct {
-	plan          *gang.Plan
-	victims       []*v1.Pod
-	units         []*victimUnit
-	choice        gang.VictimChoice
-	checks        int
-	lowerPriority int // every lower-priority unit, candidate or not
-}
-
-// searchVictims finds what to evict for the gang of gr, changing nothing:
-// whole lower-priority gangs or lone pods, the set with the fewest
-// PodDisruptionBudget violations (counted for the set), then the fewest
-// GPUs, then the fewest units, then the fewest pods, then the lowest
-// priority, then the most recently started, and only if the gang's plan
-// passes the framework's filters with them gone. Only units that free
-// what the gang lacks are candidates: GPUs on nodes it may use, so the CPU
-// pods every real cluster runs at priority 0 cost the search nothing;
-// units on nodes where the GPUs fit but something else does not (CPU,
-// memory, a port, an anti-affinity, as the planner's screening or the
-// framework's filters said) only when that search finds nothing.
-func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32, policy gang.Policy) (*victimSearch, error) {
+// searchVictims finds what to evict for the gang of gr, changing nothing
+// (gang.FindVictims): the scheduler's side of the search is victimFinder.
+func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32, policy gang.Policy) (*gang.VictimsFound, error) {
 	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
 	if err != nil {
 		return nil, err
 	}
 	if !p.anyBoundBelow(nodes, prio) {
-		return &victimSearch{}, nil // before the DRA snapshot and the views: nothing to search
+		return &gang.VictimsFound{}, nil // before the DRA snapshot and the views: nothing to search
 	}
 	dra, err := p.dra.snapshot(ctx)
 	if err != nil {
@@ -240,100 +210,49 @@ func (p *Plugin) searchVictims(ctx context.Context, gr *gangRequest, prio int32,
 	}
 	views, _ := p.nodes.views(nodes, dra)
 	gpu := v1.ResourceName(p.args.GPUResourceName)
-	needGPUs := gang.NeededGPUs(gr.Request)
-	lackGPUs := needGPUs - gang.FreeGPUs(p.nodes.subtractHeld(views, gr.planning.HeldByOthers()), policy, gpu)
-	// A lone pod that asks for no GPU is grouped only where it can matter.
-	all := p.victimUnits(nodes, views, gr.Info.Key, prio, policy, func(int) bool { return needGPUs == 0 })
-
-	var plan *gang.Plan
-	var victims []*v1.Pod
-	refused := map[string]bool{} // nodes the framework's filters refused a member
-	noteRefused := func(check *filterCheck) {
-		if check != nil {
-			maps.Copy(refused, check.refusedNodes)
-		}
-	}
-	search := func(units []*victimUnit, minFreed int64) gang.VictimChoice {
-		candidates := make([]gang.VictimUnit, len(units))
-		for i, u := range units {
-			candidates[i] = u.VictimUnit
-		}
-		s := gang.VictimSearch{Units: candidates, MinFreedGPUs: minFreed, MaxChecks: maxPreemptionDryRuns}
-		s.Allowed = p.budgets(units, candidates)
-		s.Near = func(feasible []int) []int { return onPlannedNodes(plan, nodes, units, feasible) }
-		return s.Choose(func(indexes []int) bool {
-			var pods []*v1.Pod
-			var freed []gang.Resources
-			for _, i := range indexes {
-				pods = append(pods, units[i].pods...)
-				freed = append(freed, units[i].requests...)
-			}
-			planned, check, err := p.computePlan(ctx, gr, views, pods, freed)
-			noteRefused(check)
-			if err != nil {
-				return false
-			}
-			plan, victims = planned, pods
-			return true
-		})
-	}
-	// First the units that free GPUs, when the gang needs any.
-	var units []*victimUnit
-	for _, u := range all {
-		if needGPUs == 0 || u.FreedGPUs > 0 {
-			units = append(units, u)
-		}
-	}
-	choice := search(units, max(lackGPUs, min(needGPUs, 1)))
-	checks := choice.Checks
-	if choice.Units == nil && needGPUs > 0 {
-		// Something other than GPUs blocks: the units on the nodes where
-		// the GPUs would fit but the planner's screening or the filters
-		// refused a member.
-		if len(units) == 0 {
-			// No dry run asked the filters yet: ask once, without victims.
-			_, check, _ := p.computePlan(ctx, gr, views, nil, nil)
-			noteRefused(check)
-		}
-		blocked := p.blockedNodes(nodes, views, units, gr, policy, refused)
-		units = nil
-		all = p.victimUnits(nodes, views, gr.Info.Key, prio, policy, func(i int) bool { return blocked[i] })
-		for _, u := range all {
-			for _, n := range u.nodes {
-				if blocked[n] || u.FreedGPUs > 0 {
-					units = append(units, u)
-					break
-				}
-			}
-		}
-		if len(units) > 0 {
-			// Still as many GPUs as lacked: sets that free fewer cannot
-			// be enough, and would spend the exact checks first.
-			choice = search(units, max(lackGPUs, 0))
-			checks += choice.Checks
-		}
-	}
-	preemptionChecks.Observe(float64(checks))
-	return &victimSearch{plan: plan, victims: victims, units: units, choice: choice, checks: checks, lowerPriority: len(all)}, nil
+	lackGPUs := gang.NeededGPUs(gr.Request) - gang.FreeGPUs(p.nodes.subtractHeld(views, gr.planning.HeldByOthers()), policy, gpu)
+	found := gang.FindVictims(&victimFinder{p: p, ctx: ctx, gr: gr, nodes: nodes, views: views, prio: prio, policy: policy},
+		gang.VictimSearchInput{Views: views, Request: gr.Request, Policy: policy, GPU: gpu, LackGPUs: lackGPUs, MaxChecks: maxPreemptionDryRuns})
+	preemptionChecks.Observe(float64(found.Checks))
+	return &found, nil
 }
 
-// onPlannedNodes are the units among feasible (indexes into units) with a
-// pod on a node of plan (positions of units' nodes are into nodes).
-func onPlannedNodes(plan *gang.Plan, nodes []fwk.NodeInfo, units []*victimUnit, feasible []int) []int {
-	planned := make(map[string]bool, len(plan.Slots))
-	for _, node := range plan.Slots {
-		planned[node] = true
+// victimFinder is the scheduler's side of one preemption search on the
+// cycle's snapshot (nodes, and views[i] for nodes[i]).
+type victimFinder struct {
+	p      *Plugin
+	ctx    context.Context
+	gr     *gangRequest
+	nodes  []fwk.NodeInfo
+	views  []gang.NodeView
+	prio   int32
+	policy gang.Policy
+}
+
+func (f *victimFinder) Candidates(loneOn func(node int) bool) []*gang.Candidate {
+	return f.p.victimUnits(f.nodes, f.views, f.gr.Info.Key, f.prio, f.policy, loneOn)
+}
+
+func (f *victimFinder) Budgets(candidates []*gang.Candidate, units []gang.VictimUnit) []int32 {
+	return f.p.budgets(candidates, units)
+}
+
+func (f *victimFinder) TryWithout(candidates []*gang.Candidate) (*gang.Plan, []string) {
+	var pods []*v1.Pod
+	var freed []gang.Resources
+	for _, u := range candidates {
+		pods = append(pods, u.Victims...)
+		freed = append(freed, u.Requests...)
 	}
-	var out []int
-	for _, i := range feasible {
-		for _, n := range units[i].nodes {
-			if planned[nodes[n].Node().Name] {
-				out = append(out, i)
-				break
-			}
-		}
+	plan, check, err := f.p.computePlan(f.ctx, f.gr, f.views, pods, freed)
+	var refused []string
+	if check != nil {
+		refused = slices.Collect(maps.Keys(check.refusedNodes))
 	}
-	return out
+	if err != nil {
+		return nil, refused
+	}
+	return plan, refused
 }
 
 // preemptorPriority is the priority a gang preempts with: its lowest
@@ -352,50 +271,6 @@ func (p *Plugin) preemptorPriority(pod *v1.Pod, members []*framework.PodInfo) (p
 		}
 	}
 	return prio, never
-}
-
-// blockedNodes are the positions of nodes the gang may use where a GPU
-// member's GPUs fit, or a member without GPUs may go by its node
-// constraints, once the units that free GPUs (gpuUnits) are gone, but it
-// was still refused: by the planner's screening (CPU, memory, pods) or by
-// the framework's filters (refused).
-func (p *Plugin) blockedNodes(nodes []fwk.NodeInfo, views []gang.NodeView, gpuUnits []*victimUnit, gr *gangRequest, policy gang.Policy, refused map[string]bool) map[int]bool {
-	gpu := v1.ResourceName(p.args.GPUResourceName)
-	freed := map[int]gang.Resources{} // by node: what every GPU unit's pods there free
-	for _, u := range gpuUnits {
-		for k, n := range u.nodes {
-			r := freed[n]
-			r.Add(u.requests[k])
-			freed[n] = r
-		}
-	}
-	blocked := map[int]bool{}
-	for i := range views {
-		v := &views[i]
-		if nodes[i].Node() == nil || !v.Eligible(policy) {
-			continue
-		}
-		if refused[v.Node.Name] {
-			blocked[i] = true
-			continue
-		}
-		free := v.Free.Clone()
-		free.Add(freed[i])
-		for _, m := range gr.Request.Members {
-			g := m.Request.Scalars[gpu]
-			if g > 0 && free.Scalars[gpu] >= g && !free.Fits(m.Request) {
-				blocked[i] = true
-				break
-			}
-			// A member without GPUs (a TFJob's Chief or PS) may be
-			// kept off the GPU nodes and find its CPU pool full.
-			if g == 0 && m.Constraints.Match(v.Node) && !free.Fits(m.Request) {
-				blocked[i] = true
-				break
-			}
-		}
-	}
-	return blocked
 }
 
 // anyBoundBelow reports whether a pod of priority below prio is bound on
@@ -427,9 +302,9 @@ func (p *Plugin) anyBoundBelow(nodes []fwk.NodeInfo, prio int32) bool {
 // Lone pods that ask for no GPU are left out except on the nodes lone
 // says: on a real cluster they are most pods (agents, services), and a GPU
 // gang's search never needs them.
-func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemptor gang.Key, prio int32, policy gang.Policy, lone func(node int) bool) []*victimUnit {
+func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemptor gang.Key, prio int32, policy gang.Policy, lone func(node int) bool) []*gang.Candidate {
 	gpu := v1.ResourceName(p.args.GPUResourceName)
-	byKey := map[gang.Key]*victimUnit{}
+	byKey := map[gang.Key]*gang.Candidate{}
 	useful := map[gang.Key]bool{}
 	protected := map[gang.Key]bool{}
 	claims := p.victimClaims(nodes)
@@ -476,12 +351,12 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 				if inGang {
 					name = "gang " + k.String()
 				}
-				u = &victimUnit{key: key, VictimUnit: gang.VictimUnit{Name: name, Priority: podPrio}}
+				u = &gang.Candidate{Key: key, VictimUnit: gang.VictimUnit{Name: name, Priority: podPrio}}
 				byKey[key] = u
 			}
-			u.pods = append(u.pods, pod)
-			u.requests = append(u.requests, request)
-			u.nodes = append(u.nodes, i)
+			u.Victims = append(u.Victims, pod)
+			u.Requests = append(u.Requests, request)
+			u.Nodes = append(u.Nodes, i)
 			u.Pods++
 			u.GPUs += gpus
 			u.Priority = max(u.Priority, podPrio)
@@ -498,13 +373,13 @@ func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, views []gang.NodeView, preemp
 			}
 		}
 	}
-	var units []*victimUnit
+	var units []*gang.Candidate
 	for key, u := range byKey {
 		// A gang with a plan in progress has members waiting at Permit;
 		// it is not a victim while it is being placed. A bound pod alone
 		// has no plan (its plan ends at its Permit), so the thousands of
 		// lone units of a real cluster cost no lookup here.
-		if !useful[key] || protected[key] || (u.key.Kind != gang.KindPod && p.gangs.Plan(u.key) != nil) {
+		if !useful[key] || protected[key] || (u.Key.Kind != gang.KindPod && p.gangs.Plan(u.Key) != nil) {
 			continue
 		}
 		units = append(units, u)
@@ -548,7 +423,7 @@ func (p *Plugin) victimClaims(nodes []fwk.NodeInfo) func(gang.Key) *claimUnit {
 // PodDisruptionBudget covers, and returns each budget's
 // status.disruptionsAllowed: the search counts violations for the whole
 // chosen set, as DefaultPreemption does.
-func (p *Plugin) budgets(units []*victimUnit, candidates []gang.VictimUnit) []int32 {
+func (p *Plugin) budgets(units []*gang.Candidate, candidates []gang.VictimUnit) []int32 {
 	if p.pdbs == nil {
 		return nil
 	}
@@ -556,7 +431,7 @@ func (p *Plugin) budgets(units []*victimUnit, candidates []gang.VictimUnit) []in
 	index := map[*policyv1.PodDisruptionBudget]int{}
 	byNamespace := map[string][]*policyv1.PodDisruptionBudget{}
 	for i, u := range units {
-		for _, pod := range u.pods {
+		for _, pod := range u.Victims {
 			pdbs, listed := byNamespace[pod.Namespace]
 			if !listed {
 				pdbs, _ = p.pdbs.PodDisruptionBudgets(pod.Namespace).List(labels.Everything())
@@ -592,13 +467,13 @@ func (p *Plugin) budgets(units []*victimUnit, candidates []gang.VictimUnit) []in
 }
 
 // recordVictim tells a victim gang (or the lone pod) why it is evicted.
-func (p *Plugin) recordVictim(ctx context.Context, u *victimUnit, preemptor gang.Key) {
+func (p *Plugin) recordVictim(ctx context.Context, u *gang.Candidate, preemptor gang.Key) {
 	msg := fmt.Sprintf("preempted by higher-priority %s: %d pods, %d %s", preemptor.Subject(), u.Pods, u.GPUs, p.args.GPUResourceName)
-	if u.key.Kind != gang.KindPod {
-		if ref := p.source.ownerRef(u.key); ref != nil {
+	if u.Key.Kind != gang.KindPod {
+		if ref := p.source.ownerRef(u.Key); ref != nil {
 			p.handle.EventRecorder().Eventf(ref, nil, v1.EventTypeWarning, ReasonPreempted, "Preempting", "%s", msg)
 		}
 		return
 	}
-	p.handle.EventRecorder().Eventf(u.pods[0], nil, v1.EventTypeWarning, ReasonPreempted, "Preempting", "%s", msg)
+	p.handle.EventRecorder().Eventf(u.Victims[0], nil, v1.EventTypeWarning, ReasonPreempted, "Preempting", "%s", msg)
 }

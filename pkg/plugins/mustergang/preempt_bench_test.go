@@ -50,10 +50,10 @@ func BenchmarkVictimSearch(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				found, err := f.plugin.searchVictims(ctx, gr, 100, info.Constraints.Policy)
-				if err != nil || found.choice.Units == nil {
+				if err != nil || found.Choice.Units == nil {
 					b.Fatalf("no victims found: %v", err)
 				}
-				checks += found.checks
+				checks += found.Checks
 			}
 			b.ReportMetric(float64(checks)/float64(b.N), "dryruns/op")
 		})
@@ -89,11 +89,11 @@ func BenchmarkLonePodVictimSearch(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		found, err := f.plugin.searchVictims(ctx, gr, 10, info.Constraints.Policy)
-		if err != nil || found.choice.Units == nil {
+		if err != nil || found.Choice.Units == nil {
 			b.Fatalf("no victims found: %v", err)
 		}
-		checks += found.checks
-		victims += len(found.victims)
+		checks += found.Checks
+		victims += len(found.Pods)
 	}
 	b.ReportMetric(float64(checks)/float64(b.N), "dryruns/op")
 	b.ReportMetric(float64(victims)/float64(b.N), "victims/op")

@@ -699,12 +699,12 @@ func TestVictimGoneWhileThePlanIsMadeIsNotWaitedFor(t *testing.T) {
 	require.Nil(t, r)
 	found, err := f.plugin.searchVictims(ctx, gr, 100, info.Constraints.Policy)
 	require.NoError(t, err)
-	require.Len(t, found.victims, 2, "the whole low gang")
+	require.Len(t, found.Pods, 2, "the whole low gang")
 
 	require.NoError(t, f.plugin.source.pods.Delete(low0)) // low0 leaves the informer
 	f.plugin.onPodDelete(low0)                            // before any plan names it
 
-	_, status := f.plugin.installPlan(ctx, high, gr, found.plan, found.victims, "preempting")
+	_, status := f.plugin.installPlan(ctx, high, gr, found.Plan, found.Pods, "preempting")
 	require.Nil(t, status)
 	plan := f.plugin.gangs.Plan(info.Key)
 	require.NotNil(t, plan)

@@ -16,7 +16,7 @@ import (
 	"github.com/muster-sched/muster/pkg/gang"
 )
 
-// PreFilter asks the gang manager where the member goes (gang.Manager.Place:
+// PreFilter asks the gang manager where the member goes (gang.Decisions.Place:
 // its slot in the gang's plan, made now when the gang has none) and tells
 // the framework. Any reason the gang cannot go ahead is returned as
 // UnschedulableAndUnresolvable: it becomes the pod's PodScheduled=False
@@ -25,7 +25,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if _, err := cs.Read(dryRunKey); err == nil {
 		return nil, fwk.NewStatus(fwk.Skip) // a planning dry run asks the other plugins only
 	}
-	placement := p.gangs.Place(&cycle{p: p, ctx: ctx, nodes: nodes}, pod)
+	placement := p.gangs.Decisions().Place(&cycle{p: p, ctx: ctx, nodes: nodes}, pod)
 	return p.enact(ctx, cs, pod, placement)
 }
 
@@ -256,9 +256,9 @@ func (p *Plugin) computePlan(ctx context.Context, gr *gangRequest, views []gang.
 }
 
 // installPlan installs plan, made for gr in pod's cycle, with victims
-// (gang.Manager.InstallGathered) and carries out what that asks.
+// (gang.Decisions.InstallGathered) and carries out what that asks.
 func (p *Plugin) installPlan(ctx context.Context, pod *v1.Pod, gr *gangRequest, plan *gang.Plan, victims []*v1.Pod, preempting string) (*gang.ActivePlan, *fwk.Status) {
-	active, effects, stop := p.gangs.InstallGathered(&cycle{p: p, ctx: ctx, gr: gr}, &gr.Gathered, plan, pod, victims, preempting)
+	active, effects, stop := p.gangs.Decisions().InstallGathered(&cycle{p: p, ctx: ctx, gr: gr}, &gr.Gathered, plan, pod, victims, preempting)
 	p.carryOut(ctx, effects, gr.Info.Ref)
 	if stop != nil {
 		return nil, stopStatus(stop)

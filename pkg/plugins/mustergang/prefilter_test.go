@@ -174,7 +174,7 @@ func TestGangEndedDuringItsCycleIsForgotten(t *testing.T) {
 	}
 	_, status := f.preFilter(t, a)
 	assert.Equal(t, fwk.UnschedulableAndUnresolvable, status.Code(), "PreFilter: %v", status)
-	assert.Equal(t, gang.PhaseNew, f.plugin.gangs.Phase(key), "the gang ended during its cycle and is forgotten")
+	assert.Equal(t, gang.PhasePending, f.plugin.gangs.Phase(key), "the gang ended during its cycle and is forgotten")
 }
 
 func TestHigherPriorityGangDisplacesALowerPlan(t *testing.T) {
@@ -232,7 +232,7 @@ func TestChangedMemberIsPlannedAgain(t *testing.T) {
 	assert.Len(t, f.plugin.gangs.Plan(key).Slots, 2)
 }
 
-// planWhile makes the plan of pod's gang as gang.Manager.Place does, and runs
+// planWhile makes the plan of pod's gang as gang.Decisions.Place does, and runs
 // meanwhile between reading the members (gr) and installing the plan; it
 // returns installPlan's status.
 func planWhile(t *testing.T, f *testFramework, pod *v1.Pod, meanwhile func(gr *gangRequest)) *fwk.Status {

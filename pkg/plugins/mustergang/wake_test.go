@@ -182,7 +182,7 @@ func TestWakeALonePodHeldOutWhenAPlanIsDropped(t *testing.T) {
 		f.fw.RunPostFilterPlugins(context.Background(), state, pod, statuses)
 	}
 	assert.Empty(t, f.takeActivated(), "nothing was freed yet")
-	assert.Equal(t, gang.PhaseNew, f.plugin.gangs.Phase(gang.LoneKey(gone)), "a pod deleted during its cycle is forgotten")
+	assert.Equal(t, gang.PhasePending, f.plugin.gangs.Phase(gang.LoneKey(gone)), "a pod deleted during its cycle is forgotten")
 	before := wakeCounts(t)
 
 	f.plugin.fire(gang.Timer{Kind: gang.TimerPlanDeadline, Key: key, PlanID: plan.ID, Due: f.plugin.now()})
@@ -389,7 +389,7 @@ func TestUnplaceableGangPlannedWhenAWorkerOfTheHolderFails(t *testing.T) {
 	f.planAndWait(t, a)
 	_, status := f.preFilter(t, o0)
 	require.False(t, status.IsSuccess(), "gang o planned on GPUs gang j's plan holds")
-	require.Equal(t, gang.PhaseUnplaceable, f.plugin.gangs.Phase(waiting))
+	require.Equal(t, gang.PhaseUnschedulable, f.plugin.gangs.Phase(waiting))
 	f.takeActivated()
 
 	f.plugin.onPodDelete(b) // the worker failed and left

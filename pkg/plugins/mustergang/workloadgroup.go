@@ -145,7 +145,8 @@ func (p *Plugin) PodGroupPostFilter(ctx context.Context, cs fwk.PodGroupCycleSta
 		p.clearNominations(ctx, pods)
 		return nil, status
 	}
-	msg, waiting := p.planWaits(key, plan)
+	msg := gang.VictimsAwaited(key, plan, p.victimsLingering)
+	waiting := msg != ""
 	if !waiting && heldBackInPass(cs, plan.ID) {
 		// muster's PreFilter held the members back for the victims, and
 		// the last one went since (the core requeues the group on the
@@ -183,18 +184,6 @@ func (p *Plugin) clearNominations(ctx context.Context, pods []*v1.Pod) {
 			klog.FromContext(ctx).Error(err, "Could not clear a stale nomination", "pod", klog.KObj(pod), "node", pod.Status.NominatedNodeName)
 		}
 	}
-}
-
-// planWaits reports whether the plan's members were held back only for the
-// pods it preempted (victimsPending) or for their DRA devices.
-func (p *Plugin) planWaits(key gang.Key, plan *gang.ActivePlan) (string, bool) {
-	if msg, waiting := p.victimsPending(key, plan); waiting {
-		return msg, true
-	}
-	if !p.devicesReleased(plan) {
-		return fmt.Sprintf("%s waits for the devices of the pods it preempted to be released", key.Subject()), true
-	}
-	return "", false
 }
 
 // nominations nominates each member to its slot in plan.

@@ -120,17 +120,27 @@ func Markdown(rep Report, det Details) string {
 	if det.Description != "" {
 		fmt.Fprintf(&b, "%s\n\n", det.Description)
 	}
-	fmt.Fprintf(&b, "- Cluster: %d nodes, %d GPUs, %d racks, %d zones, %d spot nodes.\n", rep.Nodes, rep.GPUs, det.Racks, det.Zones, det.SpotNodes)
+	writeSetup(&b, rep, det)
+	writeTables(&b, rep, det)
+	writeCounters(&b, rep, det)
+	fmt.Fprintf(&b, "GPU allocation over virtual time: [%s](%s).\n", PlotFile, PlotFile)
+	return b.String()
+}
+
+// writeSetup describes the run: the cluster, the workload, the command, when
+// and where it was measured.
+func writeSetup(b *strings.Builder, rep Report, det Details) {
+	fmt.Fprintf(b, "- Cluster: %d nodes, %d GPUs, %d racks, %d zones, %d spot nodes.\n", rep.Nodes, rep.GPUs, det.Racks, det.Zones, det.SpotNodes)
 	if det.SmallNodes > 0 {
-		fmt.Fprintf(&b, "- %d of the nodes have %d GPUs (the others %d).\n", det.SmallNodes, det.SmallNodeGPUs, det.GPUsPerNode)
+		fmt.Fprintf(b, "- %d of the nodes have %d GPUs (the others %d).\n", det.SmallNodes, det.SmallNodeGPUs, det.GPUsPerNode)
 	}
 	if det.DRANodes > 0 {
-		fmt.Fprintf(&b, "- DRA: the GPUs of %d of the %d nodes are DRA devices (one ResourceSlice per node; DeviceClass gpu.nvidia.com backs nvidia.com/gpu); any other node advertises them in allocatable.\n",
+		fmt.Fprintf(b, "- DRA: the GPUs of %d of the %d nodes are DRA devices (one ResourceSlice per node; DeviceClass gpu.nvidia.com backs nvidia.com/gpu); any other node advertises them in allocatable.\n",
 			det.DRANodes, rep.Nodes)
 	}
-	fmt.Fprintf(&b, "- Workload: %d jobs (gangs), %d pods", det.Jobs, det.Pods)
+	fmt.Fprintf(b, "- Workload: %d jobs (gangs), %d pods", det.Jobs, det.Pods)
 	if det.CPUMemberJobs > 0 {
-		fmt.Fprintf(&b, "; %d jobs have a CPU-only member (a parameter server)", det.CPUMemberJobs)
+		fmt.Fprintf(b, "; %d jobs have a CPU-only member (a parameter server)", det.CPUMemberJobs)
 	}
 	b.WriteString(".\n")
 	if det.BackgroundPods > 0 {
@@ -138,52 +148,57 @@ func Markdown(rep Report, det Details) string {
 		if det.BackgroundGPUs > 0 {
 			kind = "pods"
 		}
-		fmt.Fprintf(&b, "- Background: %d %s of priority 0 bound from the start (not jobs: no job metric counts them), %d PodDisruptionBudgets over %d of them.\n",
+		fmt.Fprintf(b, "- Background: %d %s of priority 0 bound from the start (not jobs: no job metric counts them), %d PodDisruptionBudgets over %d of them.\n",
 			det.BackgroundPods, kind, det.PDBs, det.PDBPods)
 	}
 	if det.BackgroundGPUs > 0 || det.NoisyNodes > 0 {
-		fmt.Fprintf(&b, "- Busy cluster: background pods hold %d of the %d GPUs (%.0f%%) from the start; %d nodes have every GPU free, %d of them run a noisy CPU pod.\n",
+		fmt.Fprintf(b, "- Busy cluster: background pods hold %d of the %d GPUs (%.0f%%) from the start; %d nodes have every GPU free, %d of them run a noisy CPU pod.\n",
 			det.BackgroundGPUs, rep.GPUs, 100*float64(det.BackgroundGPUs)/float64(rep.GPUs), det.FreeNodes, det.NoisyNodes)
 	}
 	if det.AntiAffinity != "" {
-		fmt.Fprintf(&b, "- Workers have required pod anti-affinity on the node against %s.\n", det.AntiAffinity)
+		fmt.Fprintf(b, "- Workers have required pod anti-affinity on the node against %s.\n", det.AntiAffinity)
 	}
-	fmt.Fprintf(&b, "- Command: `%s`\n", det.Command)
+	fmt.Fprintf(b, "- Command: `%s`\n", det.Command)
 	if det.Measured != "" {
-		fmt.Fprintf(&b, "- Measured: %s%s.\n", det.Measured, atCommit(det.Commit))
+		fmt.Fprintf(b, "- Measured: %s%s.\n", det.Measured, atCommit(det.Commit))
 	}
-	fmt.Fprintf(&b, "- Machine: %s.\n\n", describeMachine(det.Machine))
+	fmt.Fprintf(b, "- Machine: %s.\n\n", describeMachine(det.Machine))
 
-	fmt.Fprintf(&b, "## Metrics\n\nDefinitions: BENCHMARKS.md. Virtual time for makespan, JCT and allocation; real time for pods/s and latency. Common window: %.0f–%.0f s.\n\n", rep.CommonWindowS[0], rep.CommonWindowS[1])
-	header(&b, rep)
+}
+
+// writeTables writes the metrics and run facts per scheduler, and the
+// preemption and DRA tables when the run has them.
+func writeTables(b *strings.Builder, rep Report, det Details) {
+	fmt.Fprintf(b, "## Metrics\n\nDefinitions: BENCHMARKS.md. Virtual time for makespan, JCT and allocation; real time for pods/s and latency. Common window: %.0f–%.0f s.\n\n", rep.CommonWindowS[0], rep.CommonWindowS[1])
+	header(b, rep)
 	for _, row := range metricRows {
-		fmt.Fprintf(&b, "| %s |", row.name)
+		fmt.Fprintf(b, "| %s |", row.name)
 		for _, m := range rep.Results {
-			fmt.Fprintf(&b, " %s |", row.format(m))
+			fmt.Fprintf(b, " %s |", row.format(m))
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\n## Run facts\n\n")
-	header(&b, rep)
+	header(b, rep)
 	for _, row := range detailRows {
-		fmt.Fprintf(&b, "| %s |", row.name)
+		fmt.Fprintf(b, "| %s |", row.name)
 		for _, m := range rep.Results {
-			fmt.Fprintf(&b, " %s |", row.format(det.Schedulers[m.Scheduler]))
+			fmt.Fprintf(b, " %s |", row.format(det.Schedulers[m.Scheduler]))
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
 	if hasPreemption(rep, det) {
 		b.WriteString("## Priorities and preemption\n\n")
-		header(&b, rep)
+		header(b, rep)
 		for _, row := range preemptionRows {
-			fmt.Fprintf(&b, "| %s |", row.name)
+			fmt.Fprintf(b, "| %s |", row.name)
 			for _, m := range rep.Results {
 				p := det.Schedulers[m.Scheduler].Preemption
 				if p == nil {
 					p = &measure.Preemption{}
 				}
-				fmt.Fprintf(&b, " %s |", row.format(*p))
+				fmt.Fprintf(b, " %s |", row.format(*p))
 			}
 			b.WriteString("\n")
 		}
@@ -191,12 +206,12 @@ func Markdown(rep Report, det Details) string {
 	}
 	if det.DRANodes > 0 {
 		b.WriteString("## Dynamic resource allocation\n\nChecked after every step (measure.DRA); a run that breaks a check fails.\n\n")
-		header(&b, rep)
+		header(b, rep)
 		for _, row := range draRows {
-			fmt.Fprintf(&b, "| %s |", row.name)
+			fmt.Fprintf(b, "| %s |", row.name)
 			for _, m := range rep.Results {
 				if d := det.Schedulers[m.Scheduler].DRA; d != nil {
-					fmt.Fprintf(&b, " %s |", row.format(*d))
+					fmt.Fprintf(b, " %s |", row.format(*d))
 				} else {
 					b.WriteString(" – |")
 				}
@@ -205,6 +220,11 @@ func Markdown(rep Report, det Details) string {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// writeCounters writes the schedulers' own counters, the default profile's
+// batching, the feature gate's setting and the soak samples.
+func writeCounters(b *strings.Builder, rep Report, det Details) {
 	extraKeys := map[string]bool{}
 	for _, d := range det.Schedulers {
 		for k := range d.Extra {
@@ -215,12 +235,12 @@ func Markdown(rep Report, det Details) string {
 	}
 	if len(extraKeys) > 0 {
 		b.WriteString("Scheduler counters (from the scheduler's own metrics):\n\n")
-		header(&b, rep)
+		header(b, rep)
 		for _, k := range slices.Sorted(maps.Keys(extraKeys)) {
-			fmt.Fprintf(&b, "| %s |", k)
+			fmt.Fprintf(b, "| %s |", k)
 			for _, m := range rep.Results {
 				if v, ok := det.Schedulers[m.Scheduler].Extra[k]; ok {
-					fmt.Fprintf(&b, " %.0f |", v)
+					fmt.Fprintf(b, " %.0f |", v)
 				} else {
 					b.WriteString(" – |")
 				}
@@ -230,7 +250,7 @@ func Markdown(rep Report, det Details) string {
 		b.WriteString("\n")
 	}
 	if d, ok := det.Schedulers["default"]; ok {
-		fmt.Fprintf(&b, "Opportunistic batching in the default profile: %s\n\n", Batching(d))
+		fmt.Fprintf(b, "Opportunistic batching in the default profile: %s\n\n", Batching(d))
 	}
 	var fastPath []string
 	for _, m := range rep.Results {
@@ -239,15 +259,13 @@ func Markdown(rep Report, det Details) string {
 		}
 	}
 	if len(fastPath) > 0 {
-		fmt.Fprintf(&b, "InterPodAffinityHostnameFastPath (feature gate): %s.\n\n", strings.Join(fastPath, ", "))
+		fmt.Fprintf(b, "InterPodAffinityHostnameFastPath (feature gate): %s.\n\n", strings.Join(fastPath, ", "))
 	}
 	for _, m := range rep.Results {
 		if d := det.Schedulers[m.Scheduler]; len(d.Soak) > 0 {
 			b.WriteString(SoakTable(m.Scheduler, d))
 		}
 	}
-	fmt.Fprintf(&b, "GPU allocation over virtual time: [%s](%s).\n", PlotFile, PlotFile)
-	return b.String()
 }
 
 // SoakTable renders a soak's samples (measure.SoakSample): one row per

@@ -261,56 +261,8 @@ func (s *Scenario) Validate() error {
 	if len(s.Workload.Waves) == 0 && s.Workload.Poisson == nil {
 		return fmt.Errorf("workload needs waves or poisson")
 	}
-	for i, w := range s.Workload.Waves {
-		if w.Duration.Duration <= 0 {
-			return fmt.Errorf("workload.waves[%d].duration must be positive", i)
-		}
-		if err := validPolicy(w.Policy); err != nil {
-			return fmt.Errorf("workload.waves[%d].policy: %w", i, err)
-		}
-		if w.Priority < 0 || w.Priority > maxUserPriority {
-			return fmt.Errorf("workload.waves[%d].priority must be in [0, %d]", i, maxUserPriority)
-		}
-		for _, g := range w.Gangs {
-			shape, err := ParseShape(g)
-			if err != nil {
-				return fmt.Errorf("workload.waves[%d]: %w", i, err)
-			}
-			if shape.GPUs > c.GPUsPerNode {
-				return fmt.Errorf("workload.waves[%d]: %q asks for more GPUs per worker than a node has", i, g)
-			}
-		}
-	}
-	if p := s.Workload.Poisson; p != nil {
-		switch {
-		case p.Jobs < 1:
-			return fmt.Errorf("workload.poisson.jobs must be at least 1")
-		case p.MeanInterarrival.Duration <= 0:
-			return fmt.Errorf("workload.poisson.meanInterarrival must be positive")
-		case p.Duration.Median.Duration <= 0 || p.Duration.Sigma < 0:
-			return fmt.Errorf("workload.poisson.duration needs a positive median and a non-negative sigma")
-		}
-		if err := validWeights("workers", p.Workers); err != nil {
-			return err
-		}
-		if err := validWeights("gpusPerWorker", p.GPUsPerWorker); err != nil {
-			return err
-		}
-		for g := range p.GPUsPerWorker {
-			if int64(g) > c.GPUsPerNode {
-				return fmt.Errorf("workload.poisson.gpusPerWorker: %d is more than a node has", g)
-			}
-		}
-		for pol, w := range p.Policies {
-			if err := validPolicy(pol); err != nil || w < 0 {
-				return fmt.Errorf("workload.poisson.policies: %q: invalid policy or negative weight", pol)
-			}
-		}
-		for prio, w := range p.Priorities {
-			if prio < 0 || prio > maxUserPriority || w < 0 {
-				return fmt.Errorf("workload.poisson.priorities: %d: a priority must be in [0, %d], its weight not negative", prio, maxUserPriority)
-			}
-		}
+	if err := s.Workload.validate(c); err != nil {
+		return err
 	}
 	if so := s.Soak; so != nil {
 		switch {
@@ -343,6 +295,63 @@ func (s *Scenario) Validate() error {
 	if a := s.Workload.AntiAffinity; a != nil {
 		if err := a.validate(s.Background); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// validate checks the workload's waves and Poisson arrivals against the
+// cluster c.
+func (wl Workload) validate(c Cluster) error {
+	for i, w := range wl.Waves {
+		if w.Duration.Duration <= 0 {
+			return fmt.Errorf("workload.waves[%d].duration must be positive", i)
+		}
+		if err := validPolicy(w.Policy); err != nil {
+			return fmt.Errorf("workload.waves[%d].policy: %w", i, err)
+		}
+		if w.Priority < 0 || w.Priority > maxUserPriority {
+			return fmt.Errorf("workload.waves[%d].priority must be in [0, %d]", i, maxUserPriority)
+		}
+		for _, g := range w.Gangs {
+			shape, err := ParseShape(g)
+			if err != nil {
+				return fmt.Errorf("workload.waves[%d]: %w", i, err)
+			}
+			if shape.GPUs > c.GPUsPerNode {
+				return fmt.Errorf("workload.waves[%d]: %q asks for more GPUs per worker than a node has", i, g)
+			}
+		}
+	}
+	if p := wl.Poisson; p != nil {
+		switch {
+		case p.Jobs < 1:
+			return fmt.Errorf("workload.poisson.jobs must be at least 1")
+		case p.MeanInterarrival.Duration <= 0:
+			return fmt.Errorf("workload.poisson.meanInterarrival must be positive")
+		case p.Duration.Median.Duration <= 0 || p.Duration.Sigma < 0:
+			return fmt.Errorf("workload.poisson.duration needs a positive median and a non-negative sigma")
+		}
+		if err := validWeights("workers", p.Workers); err != nil {
+			return err
+		}
+		if err := validWeights("gpusPerWorker", p.GPUsPerWorker); err != nil {
+			return err
+		}
+		for g := range p.GPUsPerWorker {
+			if int64(g) > c.GPUsPerNode {
+				return fmt.Errorf("workload.poisson.gpusPerWorker: %d is more than a node has", g)
+			}
+		}
+		for pol, w := range p.Policies {
+			if err := validPolicy(pol); err != nil || w < 0 {
+				return fmt.Errorf("workload.poisson.policies: %q: invalid policy or negative weight", pol)
+			}
+		}
+		for prio, w := range p.Priorities {
+			if prio < 0 || prio > maxUserPriority || w < 0 {
+				return fmt.Errorf("workload.poisson.priorities: %d: a priority must be in [0, %d], its weight not negative", prio, maxUserPriority)
+			}
 		}
 	}
 	return nil

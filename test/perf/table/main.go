@@ -74,31 +74,44 @@ func main() {
 		os.Exit(2)
 	}
 	dir := os.Args[1]
-	files, _ := filepath.Glob(filepath.Join(dir, "BenchmarkPerf_*.json"))
-	all := map[key]*samples{}
-	get := func(k key) *samples {
-		if all[k] == nil {
-			all[k] = &samples{runs: map[string]bool{}}
-		}
-		return all[k]
+	all := results{}
+	if err := all.readDataItems(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
+	all.readRunInfo(dir)
+	all.print()
+}
+
+// results are the samples of every (workload, scheduler).
+type results map[key]*samples
+
+func (all results) get(k key) *samples {
+	if all[k] == nil {
+		all[k] = &samples{runs: map[string]bool{}}
+	}
+	return all[k]
+}
+
+// readDataItems reads the throughput and duration of every run from the
+// DataItems files in dir.
+func (all results) readDataItems(dir string) error {
+	files, _ := filepath.Glob(filepath.Join(dir, "BenchmarkPerf_*.json"))
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			return err
 		}
 		var d dataItems
 		if err := json.Unmarshal(data, &d); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", f, err)
-			os.Exit(1)
+			return fmt.Errorf("%s: %v", f, err)
 		}
 		for _, it := range d.DataItems {
 			run, k, ok := parseName(it.Labels["Name"])
 			if !ok {
 				continue
 			}
-			s := get(k)
+			s := all.get(k)
 			switch it.Labels["Metric"] {
 			case "SchedulingThroughput":
 				s.runs[run] = true
@@ -112,6 +125,11 @@ func main() {
 			}
 		}
 	}
+	return nil
+}
+
+// readRunInfo adds what the harness recorded in dir/run-info.json.
+func (all results) readRunInfo(dir string) {
 	// run-info.json: peakRSSKiB: BenchmarkPerf/run<r>/<topic>/<sched>[ etcd] -> KiB
 	// (the largest over runs is shown); placement: per workload run, the
 	// native pod groups whole, partial, unbound and across racks.
@@ -126,17 +144,17 @@ func main() {
 		if err := json.Unmarshal(data, &info); err == nil {
 			for name, pl := range info.Placement {
 				if _, k, ok := parseName(name); ok && pl.Created > 0 && pl.CreateSeconds > 0 {
-					s := get(k)
+					s := all.get(k)
 					s.createRate = append(s.createRate, float64(pl.Created)/pl.CreateSeconds)
 					s.bindTail = append(s.bindTail, pl.BindTailSec)
 				}
 				if _, k, ok := parseName(name); ok && pl.Plans > 0 {
-					s := get(k)
+					s := all.get(k)
 					s.plans += pl.Plans
 					s.refused += pl.Refused
 				}
 				if _, k, ok := parseName(name); ok && pl.Groups > 0 {
-					s := get(k)
+					s := all.get(k)
 					s.groups += pl.Groups
 					s.whole += pl.Whole
 					s.partial += pl.Partial
@@ -162,6 +180,10 @@ func main() {
 		}
 	}
 
+}
+
+// print writes the table, muster beside the default profile per workload.
+func (all results) print() {
 	var workloads []string
 	seen := map[string]bool{}
 	for k := range all {
