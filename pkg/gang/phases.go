@@ -88,9 +88,9 @@ const phaseStart Phase = ""
 var withoutPlan = []Phase{PhasePending, PhaseWaitingForMembers, PhaseInvalid, PhaseUnschedulable,
 	PhasePermitted, PhaseBound, PhaseBackingOff, PhaseDropped}
 
-// Move is one row of the lifecycle: Trigger takes a gang in any phase of
-// From to To.
-type Move struct {
+// lifecycleRow is one row of the lifecycle: Trigger takes a gang in any
+// phase of From to To.
+type lifecycleRow struct {
 	From    []Phase
 	Trigger Trigger
 	To      Phase
@@ -101,7 +101,7 @@ type Move struct {
 // (Diagram). A trigger with no row for the gang's phase leaves it there.
 // The rows marked kubectl muster are phases only the CLI reads, from the
 // gang's Job.
-var lifecycle = []Move{
+var lifecycle = []lifecycleRow{
 	{[]Phase{phaseStart}, TriggerFirstSeen, PhasePending},
 	{[]Phase{phaseStart}, TriggerSuspendedJob, PhaseSuspended},
 	{[]Phase{PhaseSuspended}, TriggerJobResumed, PhasePending},
@@ -134,9 +134,9 @@ var nextPhase = func() map[Phase]map[Trigger]Phase {
 	return next
 }()
 
-// Next is the phase trigger t takes a gang in phase from to, and false
-// when the lifecycle has no such move (the gang stays where it is).
-func Next(from Phase, t Trigger) (Phase, bool) {
+// phaseAfter is the phase trigger t takes a gang in phase from to, and
+// false when the lifecycle has no such row (the gang stays where it is).
+func phaseAfter(from Phase, t Trigger) (Phase, bool) {
 	to, ok := nextPhase[from][t]
 	return to, ok
 }
@@ -168,7 +168,6 @@ func Diagram() string {
 			fmt.Fprintf(&b, "  %s --> %s: %s\n", state(from), state(row.To), row.Trigger)
 		}
 	}
-	b.WriteString("  Finished --> [*]\n")
 	return b.String()
 }
 

@@ -502,7 +502,7 @@ func (m *Manager) MemberGone(key Key, uid types.UID, name string, now time.Time,
 // (a refusal while a plan is active, say). The index of unschedulable
 // gangs follows it.
 func (m *Manager) move(key Key, s *state, t Trigger) {
-	to, ok := Next(s.phase, t)
+	to, ok := phaseAfter(s.phase, t)
 	if !ok {
 		return
 	}

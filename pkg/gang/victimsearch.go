@@ -1,6 +1,9 @@
 package gang
 
 import (
+	"maps"
+	"slices"
+
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -35,8 +38,8 @@ type VictimFinder interface {
 	Budgets(candidates []*Candidate, units []VictimUnit) []int32
 	// TryWithout plans the gang with the pods of candidates gone, each
 	// choice confirmed by the framework's filters: the plan (nil when
-	// none) and the nodes where a filter refused a member.
-	TryWithout(candidates []*Candidate) (*Plan, []string)
+	// none) and the nodes where a filter refused a member (read only).
+	TryWithout(candidates []*Candidate) (*Plan, map[string]bool)
 }
 
 // VictimsFound is what FindVictims found.
@@ -97,9 +100,7 @@ func FindVictims(f VictimFinder, in VictimSearchInput) VictimsFound {
 				chosen[k] = units[i]
 			}
 			plan, refusedNodes := f.TryWithout(chosen)
-			for _, node := range refusedNodes {
-				refused[node] = true
-			}
+			maps.Copy(refused, refusedNodes)
 			if plan == nil {
 				return false
 			}
@@ -127,32 +128,24 @@ func FindVictims(f VictimFinder, in VictimSearchInput) VictimsFound {
 		if len(units) == 0 {
 			// No dry run asked the filters yet: ask once, without victims.
 			_, refusedNodes := f.TryWithout(nil)
-			for _, node := range refusedNodes {
-				refused[node] = true
-			}
+			maps.Copy(refused, refusedNodes)
 		}
-		blocked := blockedNodes(in, units, refused)
-		if len(blocked) == 0 {
-			// The same candidates as above: the same search, the same
-			// answer.
-			found.Candidates, found.Choice, found.Checks, found.LowerPriority = units, choice, checks, len(all)
-			return found
-		}
-		units = nil
-		all = f.Candidates(func(i int) bool { return blocked[i] })
-		for _, u := range all {
-			for _, n := range u.Nodes {
-				if blocked[n] || u.FreedGPUs > 0 {
+		// With no node blocked the candidates would be the same as above:
+		// the same search, the same answer.
+		if blocked := blockedNodes(in, units, refused); len(blocked) > 0 {
+			units = nil
+			all = f.Candidates(func(i int) bool { return blocked[i] })
+			for _, u := range all {
+				if u.FreedGPUs > 0 || slices.ContainsFunc(u.Nodes, func(n int) bool { return blocked[n] }) {
 					units = append(units, u)
-					break
 				}
 			}
-		}
-		if len(units) > 0 {
-			// Still as many GPUs as lacked: sets that free fewer cannot
-			// be enough, and would spend the exact checks first.
-			choice = search(units, max(in.LackGPUs, 0))
-			checks += choice.Checks
+			if len(units) > 0 {
+				// Still as many GPUs as lacked: sets that free fewer cannot
+				// be enough, and would spend the exact checks first.
+				choice = search(units, max(in.LackGPUs, 0))
+				checks += choice.Checks
+			}
 		}
 	}
 	found.Candidates, found.Choice, found.Checks, found.LowerPriority = units, choice, checks, len(all)
@@ -195,7 +188,7 @@ func blockedNodes(in VictimSearchInput, gpuUnits []*Candidate, refused map[strin
 	blocked := map[int]bool{}
 	for i := range in.Views {
 		v := &in.Views[i]
-		if v.Node.Name == "" || !v.Eligible(in.Policy) { // not in the scheduler's snapshot
+		if !v.Eligible(in.Policy) { // a node not in the snapshot has a reclaiming view
 			continue
 		}
 		if refused[v.Node.Name] {

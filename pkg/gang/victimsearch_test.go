@@ -31,7 +31,7 @@ func (f *fakeFinder) Candidates(loneOn func(node int) bool) []*Candidate {
 
 func (f *fakeFinder) Budgets([]*Candidate, []VictimUnit) []int32 { return nil }
 
-func (f *fakeFinder) TryWithout(chosen []*Candidate) (*Plan, []string) {
+func (f *fakeFinder) TryWithout(chosen []*Candidate) (*Plan, map[string]bool) {
 	var names []string
 	for _, u := range chosen {
 		names = append(names, u.Name)

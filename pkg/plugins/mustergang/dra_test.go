@@ -637,8 +637,8 @@ func TestDRASharedClaimKeepsMembersWhereItsDevicesAre(t *testing.T) {
 }
 
 func TestDRADevicesReleasedWaitsForEveryVictimClaim(t *testing.T) {
-	// After a preemption the members wait until no claim is still
-	// allocated and reserved for a victim: a NIC on a node whose GPUs are
+	// After a preemption the members wait, in PreFilter and PostFilter
+	// alike, until no claim is still allocated and reserved for a victim: a NIC on a node whose GPUs are
 	// the device plugin's counts as much as a DRA GPU, since the
 	// DynamicResources filter would refuse the member for either.
 	nicClaim := func(consumer types.UID, allocated bool) *resourceapi.ResourceClaim {
@@ -668,6 +668,10 @@ func TestDRADevicesReleasedWaitsForEveryVictimClaim(t *testing.T) {
 			nodes := []*v1.Node{testobj.MakeNode("n1").GPUs(8).Rack("r1").Obj()}
 			f := newTestFrameworkWith(t, 1, nodes, []*v1.Pod{worker("j", 0, 8, "")}, append(draObjects(), c.claim)...)
 			assert.Equal(t, c.want, f.plugin.devicesReleased(c.plan))
+			// A member refused at its slot meanwhile keeps it (PostFilter)
+			// exactly while its PreFilter would hold it back.
+			_, waiting := f.plugin.waitingForVictims(gang.Key{Kind: gang.KindJob, Namespace: "ns", Name: "j"}, c.plan, "n1", nil, nil)
+			assert.Equal(t, !c.want, waiting, "PostFilter waits for the victims' devices")
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"sort"
 
 	v1 "k8s.io/api/core/v1"
@@ -237,7 +236,7 @@ func (f *victimFinder) Budgets(candidates []*gang.Candidate, units []gang.Victim
 	return f.p.budgets(candidates, units)
 }
 
-func (f *victimFinder) TryWithout(candidates []*gang.Candidate) (*gang.Plan, []string) {
+func (f *victimFinder) TryWithout(candidates []*gang.Candidate) (*gang.Plan, map[string]bool) {
 	var pods []*v1.Pod
 	var freed []gang.Resources
 	for _, u := range candidates {
@@ -245,9 +244,9 @@ func (f *victimFinder) TryWithout(candidates []*gang.Candidate) (*gang.Plan, []s
 		freed = append(freed, u.Requests...)
 	}
 	plan, check, err := f.p.computePlan(f.ctx, f.gr, f.views, pods, freed)
-	var refused []string
+	var refused map[string]bool
 	if check != nil {
-		refused = slices.Collect(maps.Keys(check.refusedNodes))
+		refused = check.refusedNodes
 	}
 	if err != nil {
 		return nil, refused
